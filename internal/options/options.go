@@ -1,0 +1,244 @@
+// Package options parses nodelocaldns's command line.
+//
+// The flags are node-cache's (kubernetes-sigs/node-local-dns cmd/node-cache), with the same names, defaults and
+// meaning, single or double dash, so the standard nodelocaldns.yaml runs unchanged. node-cache's quirks are fixed
+// rather than copied; each fix is noted where the flag is defined. Parsing is pure: it reads no files and touches
+// no kernel, so `-print-rules` and the deploy tests can use it to validate a manifest's arguments.
+package options
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+	"strings"
+	"time"
+)
+
+// Mode is what the process does after parsing.
+type Mode int
+
+const (
+	ModeServe      Mode = iota // run the agent
+	ModeVersion                // -version: print the version and exit
+	ModePlugins                // -plugins: list the compiled-in CoreDNS plugins and exit
+	ModePrintRules             // -print-rules: print the nftables ruleset that would be programmed and exit
+	ModeTeardown               // -teardown: remove what an earlier run left behind and exit
+)
+
+// Options is the validated command line.
+type Options struct {
+	Mode Mode
+
+	LocalIPs       []netip.Addr  // -localip: every listen address, IPv4 and IPv6 in any mix
+	SetupInterface bool          // -setupinterface
+	InterfaceName  string        // -interfacename
+	SetupNftables  bool          // -setupiptables / -setupnftables: program the nftables table
+	SyncInterval   time.Duration // -syncinterval: the safety-net reconcile period
+	SkipTeardown   bool          // -skipteardown
+
+	BaseCorefile     string // -basecorefile: the template from the node-local-dns ConfigMap
+	Corefile         string // -conf, else -corefile: where the rendered Corefile is written for operators to read
+	KubeDNSConfigDir string // -kubednscm: the kube-dns ConfigMap directory ("" = /etc/kube-dns when it exists)
+	UpstreamSvc      string // -upstreamsvc: Service whose ClusterIP fills __PILLAR__CLUSTER__DNS__
+	ReloadWithSignal bool   // -reloadwithsignal: SIGUSR1 also triggers an in-process reload
+
+	DNSPort    uint16 // -dns.port / -p
+	HealthPort uint16 // -health-port
+
+	MetricsListenAddress    string // -metrics-listen-address
+	PrometheusListenAddress string // -prometheus-listen-address: fills __PROMETHEUS__ENDPOINT__
+
+	PIDFile  string // -pidfile: written once CoreDNS listens (node-cache compatibility)
+	Quiet    bool   // -quiet: no start-up banner
+	LogLevel string // -log-level: debug, info, warn or error
+}
+
+// Defaults, as node-cache has them.
+const (
+	DefaultInterfaceName           = "nodelocaldns"
+	DefaultSyncInterval            = 60 * time.Second
+	DefaultMetricsListenAddress    = "0.0.0.0:9353"
+	DefaultPrometheusListenAddress = ":9253"
+	DefaultBaseCorefile            = "/etc/coredns/Corefile.base"
+	DefaultCorefile                = "/etc/Corefile"
+	DefaultUpstreamSvc             = "kube-dns"
+	DefaultDNSPort                 = "53"
+	DefaultHealthPort              = "8080"
+)
+
+// ErrHelp is returned for -h / -help; the usage text has been written to the output given to Parse.
+var ErrHelp = flag.ErrHelp
+
+// raw holds the flag values before validation.
+type raw struct {
+	localIP, dnsPort, healthPort, conf, corefile, logLevel string
+	syncInterval                                           seconds
+	version, plugins, printRules, teardown                 bool
+}
+
+// Parse parses args (without the program name). Errors are one line naming the flag and the bad value; usage is
+// written to usage only for -h.
+func Parse(args []string, usage io.Writer) (*Options, error) {
+	o := &Options{}
+	var r raw
+	r.syncInterval = seconds(DefaultSyncInterval)
+	fs := flag.NewFlagSet("nodelocaldns", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+
+	fs.StringVar(&r.localIP, "localip", "", "comma-separated IP addresses to listen on; IPv4 and IPv6 may be mixed")
+	fs.BoolVar(&o.SetupInterface, "setupinterface", true, "create and maintain the interface holding the listen IPs")
+	fs.StringVar(&o.InterfaceName, "interfacename", DefaultInterfaceName, "name of the interface holding the listen IPs")
+	// node-cache's -setupiptables keeps its meaning (steer DNS traffic past conntrack) and now governs the nftables
+	// table; -setupnftables is the same switch under its honest name.
+	fs.BoolVar(&o.SetupNftables, "setupiptables", true, "program the nftables table (alias of -setupnftables)")
+	fs.BoolVar(&o.SetupNftables, "setupnftables", true, "program the nftables table")
+	// node-cache declares this as a time.Duration and multiplies it by time.Second, so only its default works.
+	// We take both forms: a bare number is seconds ("60"), anything else a Go duration ("60s", "1m").
+	fs.Var(&r.syncInterval, "syncinterval", "period of the safety-net reconcile pass: seconds (60) or a duration (1m)")
+	fs.BoolVar(&o.SkipTeardown, "skipteardown", false, "leave the table and the interface in place on exit")
+	fs.StringVar(&o.MetricsListenAddress, "metrics-listen-address", DefaultMetricsListenAddress, "address of the agent's /metrics server")
+	fs.StringVar(&o.PrometheusListenAddress, "prometheus-listen-address", DefaultPrometheusListenAddress, "substituted for __PROMETHEUS__ENDPOINT__ in the Corefile")
+	fs.StringVar(&o.BaseCorefile, "basecorefile", DefaultBaseCorefile, "Corefile template (node-local-dns ConfigMap); its directory is watched")
+	// node-cache ignores -corefile (it is always overwritten by -conf); we write to -conf and fall back to -corefile.
+	fs.StringVar(&r.corefile, "corefile", DefaultCorefile, "where to write the rendered Corefile when -conf is not given")
+	fs.StringVar(&o.KubeDNSConfigDir, "kubednscm", "", "kube-dns ConfigMap directory (default /etc/kube-dns when it exists)")
+	fs.StringVar(&o.UpstreamSvc, "upstreamsvc", DefaultUpstreamSvc, "Service whose ClusterIP (from its env var) fills __PILLAR__CLUSTER__DNS__")
+	fs.StringVar(&r.healthPort, "health-port", DefaultHealthPort, "port of the Corefile's health plugin; gets conntrack bypass rules")
+	fs.BoolVar(&o.ReloadWithSignal, "reloadwithsignal", false, "also reload in-process on SIGUSR1 (reloads are event-driven anyway)")
+	// CoreDNS's own flags that node-cache relies on.
+	fs.StringVar(&r.conf, "conf", "", "path the rendered Corefile is written to (CoreDNS -conf)")
+	fs.StringVar(&r.dnsPort, "dns.port", DefaultDNSPort, "DNS port (CoreDNS -dns.port)")
+	fs.StringVar(&r.dnsPort, "p", DefaultDNSPort, "DNS port (shorthand of -dns.port)")
+	fs.StringVar(&o.PIDFile, "pidfile", "", "write the process id here once DNS is served")
+	fs.BoolVar(&r.plugins, "plugins", false, "list the compiled-in plugins and exit")
+	fs.BoolVar(&r.version, "version", false, "print the version and exit")
+	fs.BoolVar(&o.Quiet, "quiet", false, "no start-up banner")
+	// Ours.
+	fs.BoolVar(&r.printRules, "print-rules", false, "print the nftables ruleset for these flags and exit; touches nothing")
+	fs.BoolVar(&r.teardown, "teardown", false, "remove the table and interface an earlier run left behind and exit")
+	fs.StringVar(&r.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(usage)
+			fs.PrintDefaults()
+			return nil, ErrHelp
+		}
+		return nil, fmt.Errorf("%s", firstLine(err.Error()))
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q (flags only)", fs.Arg(0))
+	}
+	return o, r.finish(o)
+}
+
+// finish validates the raw values into o.
+func (r *raw) finish(o *Options) error {
+	switch {
+	case r.version:
+		o.Mode = ModeVersion
+	case r.plugins:
+		o.Mode = ModePlugins
+	case r.teardown:
+		o.Mode = ModeTeardown
+	case r.printRules:
+		o.Mode = ModePrintRules
+	}
+	var err error
+	o.SyncInterval = time.Duration(r.syncInterval)
+	if o.DNSPort, err = parsePort("dns.port", r.dnsPort); err != nil {
+		return err
+	}
+	if o.HealthPort, err = parsePort("health-port", r.healthPort); err != nil {
+		return err
+	}
+	if err := validateInterfaceName(o.InterfaceName); err != nil {
+		return err
+	}
+	if o.Corefile = r.conf; o.Corefile == "" {
+		o.Corefile = r.corefile
+	}
+	switch r.logLevel {
+	case "debug", "info", "warn", "error":
+		o.LogLevel = r.logLevel
+	default:
+		return fmt.Errorf("invalid value %q for flag -log-level: want debug, info, warn or error", r.logLevel)
+	}
+	// -version, -plugins and -teardown need no listen address (node-cache refuses -version without -localip).
+	if o.Mode == ModeVersion || o.Mode == ModePlugins || o.Mode == ModeTeardown {
+		return nil
+	}
+	o.LocalIPs, err = parseLocalIPs(r.localIP)
+	return err
+}
+
+func parseLocalIPs(s string) ([]netip.Addr, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, fmt.Errorf("flag -localip is required: comma-separated IP addresses to listen on")
+	}
+	var ips []netip.Addr
+	seen := map[netip.Addr]bool{}
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		ip, err := netip.ParseAddr(f)
+		if err != nil || ip.Zone() != "" {
+			return nil, fmt.Errorf("invalid value %q for flag -localip: %q is not an IP address", s, f)
+		}
+		ip = ip.Unmap()
+		if ip.IsUnspecified() || ip.IsMulticast() {
+			return nil, fmt.Errorf("invalid value %q for flag -localip: %s cannot be a listen address", s, ip)
+		}
+		if seen[ip] {
+			return nil, fmt.Errorf("invalid value %q for flag -localip: %s is listed twice", s, ip)
+		}
+		seen[ip] = true
+		ips = append(ips, ip)
+	}
+	return ips, nil
+}
+
+func parsePort(flagName, s string) (uint16, error) {
+	var p uint64
+	_, err := fmt.Sscan(s, &p)
+	if err != nil || fmt.Sprint(p) != s || p == 0 || p > 65535 {
+		return 0, fmt.Errorf("invalid value %q for flag -%s: want a port number 1-65535", s, flagName)
+	}
+	return uint16(p), nil
+}
+
+// validateInterfaceName applies the kernel's rules for a link name (IFNAMSIZ, no '/', ':' or white space).
+func validateInterfaceName(name string) error {
+	if name == "" || len(name) > 15 || name == "." || name == ".." || strings.ContainsAny(name, "/: \t\n") {
+		return fmt.Errorf("invalid value %q for flag -interfacename: want 1-15 characters without '/', ':' or spaces", name)
+	}
+	return nil
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+// seconds is a duration flag that also takes a bare number of seconds, as node-cache's manifests write it.
+type seconds time.Duration
+
+func (s *seconds) String() string { return time.Duration(*s).String() }
+
+func (s *seconds) Set(v string) error {
+	var d time.Duration
+	var n uint64
+	if _, err := fmt.Sscan(v, &n); err == nil && fmt.Sprint(n) == v {
+		d = time.Duration(n) * time.Second
+	} else if d, err = time.ParseDuration(v); err != nil {
+		return fmt.Errorf("want seconds (60) or a duration (60s, 1m)")
+	}
+	if d <= 0 || d > 24*time.Hour {
+		return fmt.Errorf("want more than 0 and at most 24h")
+	}
+	*s = seconds(d)
+	return nil
+}
