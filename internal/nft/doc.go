@@ -1,0 +1,29 @@
+// Package nft owns nodelocaldns' one nftables table, `inet nodelocaldns`.
+//
+// The desired table is a pure value: [Build] turns a [Spec] (listen IPs, DNS port, health port) into a
+// [Ruleset], which prints as nft syntax ([Ruleset.String]) and is programmed by [Conn.Apply] in one netlink
+// batch (add table, delete table, add table, contents, one commit), so packets see the old table or the new
+// one, never a gap, and re-applying can never duplicate a rule. [Conn.Check] reads the table back and
+// compares it expression by expression; [Conn.Teardown] deletes the table in one call; [Watch] turns nftables
+// netlink notifications into reconcile triggers.
+//
+// Hooks and priorities, and why they coexist with kube-proxy and iptables-nft:
+//
+//	prerouting  -300 raw-prerouting   notrack  tcp/udp to @local4/@local6, DNS port
+//	            -200 (conntrack)      kube-proxy's DNAT of the kube-dns ClusterIP needs a conntrack entry
+//	            -100 (dstnat)         table ip kube-proxy / iptables-nft's nat PREROUTING
+//	input          0 filter-input     accept   tcp/udp to the local IPs, DNS port
+//	output      -300 raw-output       notrack  replies from the local IPs (DNS and health port), host-network
+//	                                           clients' queries to them, health checks to them
+//	output         0 filter-output    accept   replies from the local IPs, DNS port
+//
+// A packet marked notrack at -300 gets no conntrack entry, and NAT only acts on tracked packets, so a query to
+// the kube-dns ClusterIP (also bound on the node-local interface) skips kube-proxy's DNAT whatever it is
+// written in (nftables mode, iptables-nft, iptables-legacy) and is delivered to the local cache. Deleting our
+// table is enough to hand the ClusterIP back to kube-proxy: there is nothing else to undo.
+//
+// Our accept rules keep node-cache's intent and count packets, but an nftables accept only ends its own base
+// chain: a drop in another table on the same hook still wins. [Conn.ForeignDropPolicies] finds such chains so
+// the caller can warn; we never write into tables we do not own.
+// See https://github.com/kubernetes-sigs/knftables/blob/main/docs/iptables-porting.md for the doctrine.
+package nft

@@ -1,0 +1,155 @@
+package nft
+
+import (
+	"net/netip"
+	"slices"
+)
+
+// Ruleset is the desired content of table inet nodelocaldns: a plain value, built by [Build], printed by
+// [Ruleset.String], programmed by [Conn.Apply]. Sets and chains are listed in the order nft lists them.
+type Ruleset struct {
+	Sets   []Set
+	Chains []Chain
+}
+
+// Set is a named set of listen IPs of one family; Elements are sorted and unique.
+type Set struct {
+	Name     string
+	IPv6     bool
+	Elements []netip.Addr
+}
+
+// Chain is a base chain with policy accept.
+type Chain struct {
+	Name     string
+	Hook     Hook
+	Priority int32
+	Rules    []Rule
+}
+
+// Hook is the netfilter hook a base chain is attached to.
+type Hook string
+
+// The hooks we use (nft keywords).
+const (
+	HookPrerouting Hook = "prerouting"
+	HookInput      Hook = "input"
+	HookOutput     Hook = "output"
+)
+
+// Rule matches one transport protocol to or from the local IPs of one family on one port, counts, and
+// applies its verdict: `ip daddr @local4 udp dport 53 counter notrack comment "..."`.
+type Rule struct {
+	IPv6    bool
+	Dir     Dir
+	Proto   Proto
+	Port    uint16
+	Verdict Verdict
+	Comment string
+}
+
+// Dir says which side of the packet is the local IP (and the port).
+type Dir string
+
+// Directions: packets to the local IP (daddr/dport) or from it (saddr/sport).
+const (
+	DirTo   Dir = "to"
+	DirFrom Dir = "from"
+)
+
+// Proto is a transport protocol keyword.
+type Proto string
+
+// Transport protocols.
+const (
+	ProtoTCP Proto = "tcp"
+	ProtoUDP Proto = "udp"
+)
+
+// Verdict is what a rule does with a matching packet.
+type Verdict string
+
+// Verdicts.
+const (
+	VerdictNotrack Verdict = "notrack" // not a terminal verdict: later rules still run
+	VerdictAccept  Verdict = "accept"
+)
+
+// Build computes the desired table from s. It is pure and deterministic: IPs are deduplicated and sorted, and
+// the rules do not depend on the IPs at all (they match the sets). s should have passed [Spec.Validate].
+func Build(s Spec) *Ruleset {
+	var v4, v6 []netip.Addr
+	for _, ip := range s.LocalIPs {
+		if ip.Is4() {
+			v4 = append(v4, ip)
+		} else {
+			v6 = append(v6, ip)
+		}
+	}
+	return &Ruleset{
+		Sets: []Set{
+			{Name: SetLocal4, Elements: sortedUnique(v4)},
+			{Name: SetLocal6, IPv6: true, Elements: sortedUnique(v6)},
+		},
+		Chains: []Chain{
+			{Name: ChainRawPrerouting, Hook: HookPrerouting, Priority: priorityRaw, Rules: perFamily(
+				rule(DirTo, s.DNSPort, VerdictNotrack, CommentSkipConntrack, purposeQueries, ProtoTCP, ProtoUDP),
+			)},
+			// node-cache numbers these 5-12: replies first, then host-network clients, then the liveness probe.
+			{Name: ChainRawOutput, Hook: HookOutput, Priority: priorityRaw, Rules: perFamily(
+				rule(DirFrom, s.DNSPort, VerdictNotrack, CommentSkipConntrack, purposeReplies, ProtoTCP, ProtoUDP),
+				rule(DirTo, s.DNSPort, VerdictNotrack, CommentSkipConntrack, purposeHostQueries, ProtoTCP, ProtoUDP),
+				rule(DirTo, s.HealthPort, VerdictNotrack, CommentSkipConntrack, purposeHealth, ProtoTCP),
+				rule(DirFrom, s.HealthPort, VerdictNotrack, CommentSkipConntrack, purposeHealthReply, ProtoTCP),
+			)},
+			{Name: ChainFilterInput, Hook: HookInput, Priority: priorityFilter, Rules: perFamily(
+				rule(DirTo, s.DNSPort, VerdictAccept, CommentAllowDNS, purposeQueries, ProtoTCP, ProtoUDP),
+			)},
+			{Name: ChainFilterOutput, Hook: HookOutput, Priority: priorityFilter, Rules: perFamily(
+				rule(DirFrom, s.DNSPort, VerdictAccept, CommentAllowDNS, purposeReplies, ProtoTCP, ProtoUDP),
+			)},
+		},
+	}
+}
+
+// group is a set of rules that differ only in family and protocol.
+type group struct {
+	dir             Dir
+	port            uint16
+	verdict         Verdict
+	prefix, purpose string
+	protos          []Proto
+}
+
+func rule(dir Dir, port uint16, v Verdict, prefix, purpose string, protos ...Proto) group {
+	return group{dir: dir, port: port, verdict: v, prefix: prefix, purpose: purpose, protos: protos}
+}
+
+// perFamily lays out the groups IPv4 first, then IPv6, one rule per protocol, with a comment that is unique
+// within the chain: "NodeLocal DNS Cache: skip conntrack: ipv4 udp queries".
+func perFamily(groups ...group) []Rule {
+	var out []Rule
+	for _, v6 := range []bool{false, true} {
+		for _, g := range groups {
+			for _, p := range g.protos {
+				r := Rule{IPv6: v6, Dir: g.dir, Proto: p, Port: g.port, Verdict: g.verdict}
+				r.Comment = g.prefix + ": " + r.familyName() + " " + string(p) + " " + g.purpose
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
+
+func (r Rule) familyName() string {
+	if r.IPv6 {
+		return "ipv6"
+	}
+	return "ipv4"
+}
+
+func sortedUnique(ips []netip.Addr) []netip.Addr {
+	out := slices.Clone(ips)
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
+}

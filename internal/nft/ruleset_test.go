@@ -1,0 +1,139 @@
+package nft
+
+import (
+	"flag"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Conventions: 169.254.20.10 is the link-local listen IP, 10.96.0.10 the kube-dns ClusterIP, fd00::/8 and
+// 2001:db8::/32 stand in for IPv6 listen IPs. Golden files live in testdata/nft at the module root.
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/nft")
+
+// goldenCases is shared with the kernel tests, which load the same files and compare the kernel's listing.
+var goldenCases = []struct {
+	name string
+	spec Spec
+}{
+	{"ipv4", Spec{LocalIPs: ips("169.254.20.10"), DNSPort: 53, HealthPort: 8080}},
+	{"ipv6", Spec{LocalIPs: ips("fd00::a"), DNSPort: 53, HealthPort: 8080}},
+	{"dual-stack", Spec{LocalIPs: ips("169.254.20.10", "fd00::a"), DNSPort: 53, HealthPort: 8080}},
+	{"several-ips", Spec{
+		LocalIPs:   ips("169.254.20.10", "10.96.0.10", "9.9.9.9", "10.96.0.10", "fd00::a", "2001:db8::53", "fd00::10"),
+		DNSPort:    53,
+		HealthPort: 8080,
+	}},
+	{"custom-ports", Spec{LocalIPs: ips("169.254.20.10", "10.96.0.10"), DNSPort: 5353, HealthPort: 8081}},
+}
+
+func ips(ss ...string) []netip.Addr {
+	out := make([]netip.Addr, len(ss))
+	for i, s := range ss {
+		out[i] = netip.MustParseAddr(s)
+	}
+	return out
+}
+
+func goldenPath(name string) string { return filepath.Join("..", "..", "testdata", "nft", name+".nft") }
+
+func readGolden(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(goldenPath(name))
+	if err != nil {
+		t.Fatalf("read golden file (regenerate with `go test ./internal/nft -update`): %v", err)
+	}
+	return string(b)
+}
+
+func TestBuildGolden(t *testing.T) {
+	for _, tc := range goldenCases {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.spec.Validate(); err != nil {
+				t.Fatalf("Validate: %v", err)
+			}
+			got := Build(tc.spec).String()
+			if *update {
+				if err := os.WriteFile(goldenPath(tc.name), []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if want := readGolden(t, tc.name); got != want {
+				t.Errorf("Build(%+v).String() differs from %s:\n--- got\n%s--- want\n%s", tc.spec, goldenPath(tc.name), got, want)
+			}
+		})
+	}
+}
+
+func TestBuildIsDeterministic(t *testing.T) {
+	a := Spec{LocalIPs: ips("10.96.0.10", "fd00::a", "169.254.20.10"), DNSPort: 53, HealthPort: 8080}
+	b := Spec{LocalIPs: ips("169.254.20.10", "fd00::a", "10.96.0.10", "10.96.0.10"), DNSPort: 53, HealthPort: 8080}
+	if Build(a).String() != Build(b).String() {
+		t.Errorf("order or duplicates of LocalIPs change the ruleset:\n%s\n%s", Build(a), Build(b))
+	}
+}
+
+func TestBuildKeepsBothSetsAndStaticRules(t *testing.T) {
+	v4 := Build(Spec{LocalIPs: ips("169.254.20.10"), DNSPort: 53, HealthPort: 8080})
+	v6 := Build(Spec{LocalIPs: ips("fd00::a"), DNSPort: 53, HealthPort: 8080})
+	if len(v4.Sets) != 2 || len(v6.Sets) != 2 {
+		t.Fatalf("want both sets always, got %d and %d", len(v4.Sets), len(v6.Sets))
+	}
+	for i := range v4.Chains {
+		if len(v4.Chains[i].Rules) != len(v6.Chains[i].Rules) {
+			t.Errorf("chain %s: rules depend on the IP family", v4.Chains[i].Name)
+		}
+	}
+	// node-cache has 12 rules per IP; we have 12 per family, whatever the number of IPs.
+	n := 0
+	for _, c := range v4.Chains {
+		n += len(c.Rules)
+		seen := map[string]bool{}
+		for _, r := range c.Rules {
+			if seen[r.Comment] {
+				t.Errorf("chain %s: comment %q not unique (counters are keyed by chain+comment)", c.Name, r.Comment)
+			}
+			seen[r.Comment] = true
+			if !strings.HasPrefix(r.Comment, "NodeLocal DNS Cache: ") {
+				t.Errorf("comment %q lacks node-cache's prefix", r.Comment)
+			}
+		}
+	}
+	if n != 24 {
+		t.Errorf("got %d rules, want 24 (node-cache's 12, for each family)", n)
+	}
+}
+
+func TestSpecValidate(t *testing.T) {
+	ok := Spec{LocalIPs: ips("169.254.20.10"), DNSPort: 53, HealthPort: 8080}
+	for _, tc := range []struct {
+		name   string
+		mutate func(*Spec)
+		want   string // substring of the error, "" for valid
+	}{
+		{"valid", func(*Spec) {}, ""},
+		{"no ips", func(s *Spec) { s.LocalIPs = nil }, "no local IPs"},
+		{"zero ip", func(s *Spec) { s.LocalIPs = []netip.Addr{{}} }, "invalid local IP"},
+		{"mapped", func(s *Spec) { s.LocalIPs = ips("::ffff:169.254.20.10") }, "use 169.254.20.10"},
+		{"zone", func(s *Spec) { s.LocalIPs = ips("fe80::1%eth0") }, "zones"},
+		{"unspecified", func(s *Spec) { s.LocalIPs = ips("0.0.0.0") }, "unspecified"},
+		{"multicast", func(s *Spec) { s.LocalIPs = ips("ff02::1") }, "multicast"},
+		{"dns port", func(s *Spec) { s.DNSPort = 0 }, "dns port"},
+		{"health port", func(s *Spec) { s.HealthPort = 0 }, "health port"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := ok
+			tc.mutate(&s)
+			err := s.Validate()
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("Validate() = %v, want nil", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("Validate() = %v, want error containing %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,86 @@
+package nft
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// String prints the table in nft syntax: loadable with `nft -f`, and byte for byte what
+// `nft -s list table inet nodelocaldns` prints for it (-s: counters without their values). The layout,
+// including how nft wraps set elements, follows nft's own printer (src/expression.c, calculate_delim).
+func (r *Ruleset) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "table inet %s {\n", TableName)
+	sep := ""
+	for _, s := range r.Sets {
+		b.WriteString(sep)
+		sep = "\n"
+		writeSet(&b, s)
+	}
+	for _, c := range r.Chains {
+		b.WriteString(sep)
+		sep = "\n"
+		fmt.Fprintf(&b, "\tchain %s {\n", c.Name)
+		fmt.Fprintf(&b, "\t\ttype filter hook %s priority %s; policy accept;\n", c.Hook, priorityName(c.Priority))
+		for _, rule := range c.Rules {
+			fmt.Fprintf(&b, "\t\t%s\n", rule)
+		}
+		b.WriteString("\t}\n")
+	}
+	b.WriteString("}\n")
+	return b.String()
+}
+
+func writeSet(b *strings.Builder, s Set) {
+	fmt.Fprintf(b, "\tset %s {\n", s.Name)
+	if s.IPv6 {
+		b.WriteString("\t\ttype ipv6_addr\n")
+	} else {
+		b.WriteString("\t\ttype ipv4_addr\n")
+	}
+	if len(s.Elements) > 0 {
+		// nft breaks the line after every second IPv4 element and after every IPv6 element.
+		perLine := 2
+		if s.IPv6 {
+			perLine = 1
+		}
+		b.WriteString("\t\telements = { ")
+		for i, ip := range s.Elements {
+			if i > 0 {
+				if i%perLine == 0 {
+					b.WriteString(",\n\t\t\t     ")
+				} else {
+					b.WriteString(", ")
+				}
+			}
+			b.WriteString(ip.String())
+		}
+		b.WriteString(" }\n")
+	}
+	b.WriteString("\t}\n")
+}
+
+// String prints the rule as nft lists it.
+func (r Rule) String() string {
+	l3, set := "ip", SetLocal4
+	if r.IPv6 {
+		l3, set = "ip6", SetLocal6
+	}
+	addr, port := "daddr", "dport"
+	if r.Dir == DirFrom {
+		addr, port = "saddr", "sport"
+	}
+	return fmt.Sprintf("%s %s @%s %s %s %d counter %s comment %q", l3, addr, set, r.Proto, port, r.Port, r.Verdict, r.Comment)
+}
+
+// priorityName is nft's name for the standard priorities of the inet family.
+func priorityName(p int32) string {
+	switch p {
+	case priorityRaw:
+		return "raw"
+	case priorityFilter:
+		return "filter"
+	}
+	return strconv.Itoa(int(p))
+}
