@@ -1,0 +1,217 @@
+package link
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"go.uber.org/zap"
+)
+
+// Manager creates, repairs, checks and removes our interface. Its methods are safe for concurrent use; each
+// reads the kernel afresh, so a Manager carries no state between calls beyond the link kind it chose at start.
+type Manager struct {
+	log  *zap.Logger
+	ops  linkOps
+	kind string
+	mu   sync.Mutex
+}
+
+// Option configures [New].
+type Option func(*config)
+
+type config struct {
+	ops     linkOps
+	noDummy bool
+}
+
+// WithoutDummy makes [New] behave as on a kernel without the dummy kind, so the ifb fallback can be exercised
+// on any kernel.
+func WithoutDummy() Option { return func(c *config) { c.noDummy = true } }
+
+// withOps replaces the netlink handle (unit tests pass a fake).
+func withOps(ops linkOps) Option { return func(c *config) { c.ops = ops } }
+
+// New opens a netlink handle in the current network namespace and probes which link kind to use (see
+// [probeKind]); it fails when the kernel supports neither dummy nor ifb.
+func New(log *zap.Logger, opts ...Option) (*Manager, error) {
+	var c config
+	for _, o := range opts {
+		o(&c)
+	}
+	log = log.Named("link")
+	if c.ops == nil {
+		h, err := netlink.NewHandle()
+		if err != nil {
+			return nil, fmt.Errorf("open netlink handle: %w", err)
+		}
+		c.ops = h
+	}
+	kind, why, err := probeKind(c.ops, !c.noDummy)
+	if err != nil {
+		c.ops.Close()
+		return nil, err
+	}
+	if why != "" {
+		log.Warn("using ifb links instead of dummy", zap.String("reason", why))
+	}
+	return &Manager{log: log, ops: c.ops, kind: kind}, nil
+}
+
+// Close releases the netlink handle. It does not remove the interface: see [Manager.Remove].
+func (m *Manager) Close() { m.ops.Close() }
+
+// Kind returns the link kind the Manager creates: [KindDummy], or [KindIfb] where the kernel has no dummy kind.
+func (m *Manager) Kind() string { return m.kind }
+
+// Ensure makes the kernel match s and returns what it changed, in order; nothing when it was already right.
+// On error it returns the changes made before the failing step.
+func (m *Manager) Ensure(s Spec) ([]string, error) {
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	start := time.Now()
+	l, o, err := m.observe(s.Name)
+	if err != nil {
+		return nil, err
+	}
+	p, err := diff(s, o)
+	if err != nil {
+		return nil, err
+	}
+	steps := p.describe(s.Name, m.kind)
+	done, err := m.apply(s.Name, l, p)
+	if done > 0 {
+		m.log.Info("link repaired", zap.String("link", s.Name), zap.Strings("changes", steps[:done]),
+			zap.Duration("elapsed", time.Since(start)))
+	}
+	return steps[:done], err
+}
+
+// apply runs p step by step and returns how many steps succeeded.
+func (m *Manager) apply(name string, l netlink.Link, p plan) (int, error) {
+	done := 0
+	if p.create {
+		var err error
+		if l, err = m.create(name); err != nil {
+			return done, err
+		}
+		done++
+	}
+	if p.setUp {
+		if err := m.ops.LinkSetUp(l); err != nil {
+			return done, fmt.Errorf("set link %q up: %w", name, err)
+		}
+		done++
+	}
+	for _, a := range p.add {
+		if err := m.ops.AddrReplace(l, toAddr(a)); err != nil {
+			return done, fmt.Errorf("add address %s to link %q: %w", a, name, err)
+		}
+		done++
+	}
+	for _, a := range p.del {
+		if err := m.ops.AddrDel(l, toAddr(a)); err != nil && !isAddrGone(err) {
+			return done, fmt.Errorf("remove address %s from link %q: %w", a, name, err)
+		}
+		done++
+	}
+	return done, nil
+}
+
+// create adds the link and returns the kernel's view of it (with its index). EEXIST means another writer
+// created it between our lookup and now: we adopt it and let the next pass judge it.
+func (m *Manager) create(name string) (netlink.Link, error) {
+	if err := m.ops.LinkAdd(newLink(m.kind, name)); err != nil && !isExist(err) {
+		return nil, fmt.Errorf("create %s link %q: %w", m.kind, name, err)
+	}
+	l, err := m.ops.LinkByName(name)
+	if err != nil {
+		return nil, fmt.Errorf("look up link %q after creating it: %w", name, err)
+	}
+	return l, nil
+}
+
+// Check reports what differs between the kernel and s, in Ensure's words; nil means in sync. It never writes.
+func (m *Manager) Check(s Spec) ([]string, error) {
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, o, err := m.observe(s.Name)
+	if err != nil {
+		return nil, err
+	}
+	p, err := diff(s, o)
+	if err != nil || p.inSync() {
+		return nil, err
+	}
+	return p.describe(s.Name, m.kind), nil
+}
+
+// Remove deletes the link named name. A link that is already gone is not an error; a link of a foreign kind
+// is left alone (it is not ours).
+func (m *Manager) Remove(name string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l, err := m.ops.LinkByName(name)
+	if isNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("look up link %q: %w", name, err)
+	}
+	if k := l.Type(); k != KindDummy && k != KindIfb {
+		return fmt.Errorf("remove link %q: it is of kind %q, not ours", name, k)
+	}
+	if err := m.ops.LinkDel(l); err != nil && !isNotFound(err) {
+		return fmt.Errorf("remove link %q: %w", name, err)
+	}
+	m.log.Info("link removed", zap.String("link", name))
+	return nil
+}
+
+// observe reads the link named name and its addresses. A missing link is not an error: observed.exists says so.
+func (m *Manager) observe(name string) (netlink.Link, observed, error) {
+	l, err := m.ops.LinkByName(name)
+	if isNotFound(err) {
+		return nil, observed{}, nil
+	}
+	if err != nil {
+		return nil, observed{}, fmt.Errorf("look up link %q: %w", name, err)
+	}
+	o := observed{exists: true, kind: l.Type(), up: l.Attrs().Flags&net.FlagUp != 0}
+	addrs, err := m.listAddrs(l)
+	if err != nil {
+		return nil, observed{}, fmt.Errorf("list addresses of link %q: %w", name, err)
+	}
+	for _, a := range addrs {
+		p, err := fromAddr(a)
+		if err != nil {
+			return nil, observed{}, fmt.Errorf("read address of link %q: %w", name, err)
+		}
+		o.addrs = append(o.addrs, p)
+	}
+	return l, o, nil
+}
+
+// listAddrs retries a dump the kernel marked as interrupted (NLM_F_DUMP_INTR: addresses changed while it was
+// being read), whose result may be incomplete.
+func (m *Manager) listAddrs(l netlink.Link) ([]netlink.Addr, error) {
+	const attempts = 5
+	var err error
+	for range attempts {
+		var addrs []netlink.Addr
+		addrs, err = m.ops.AddrList(l, netlink.FAMILY_ALL)
+		if !errors.Is(err, netlink.ErrDumpInterrupted) {
+			return addrs, err
+		}
+	}
+	return nil, err
+}

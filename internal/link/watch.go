@@ -1,0 +1,161 @@
+package link
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+)
+
+// Trigger reasons passed to Watch's trigger function; the supervisor counts passes by them.
+const (
+	ReasonLinkDeleted = "link deleted"
+	ReasonLinkDown    = "link down"
+	ReasonLinkRenamed = "link renamed"
+	ReasonAddrRemoved = "address removed"
+	// ReasonOverrun means events may have been lost (socket overrun, ENOBUFS): do a full pass.
+	ReasonOverrun = "overrun"
+)
+
+// watchConfig holds Watch's knobs; tests shrink the receive buffer to force an overrun.
+type watchConfig struct {
+	rcvbuf       int           // socket receive buffer, bytes (SO_RCVBUFFORCE: we run with CAP_NET_ADMIN)
+	retryBackoff time.Duration // wait before resubscribing after a failed subscription
+}
+
+// Watch's defaults. 1 MiB of receive buffer holds thousands of notifications, so a burst (a CNI creating
+// hundreds of veths) does not overrun us; the default rmem (~200 KiB) can.
+const (
+	defaultRcvbuf       = 1 << 20
+	defaultRetryBackoff = 100 * time.Millisecond
+)
+
+// Watch subscribes to link and address notifications and calls trigger when the link named name is deleted,
+// renamed or set down, or when one of its addresses is removed. When a subscription fails or overruns (events
+// may have been lost), it subscribes again and then calls trigger(ReasonOverrun). It returns nil when ctx is
+// done, and an error only when the first subscription fails. Events caused by our own repairs (creating the
+// link, removing a stray address) trigger at most one more pass, which finds the kernel in sync and writes
+// nothing, so they cannot loop.
+func Watch(ctx context.Context, log *zap.Logger, name string, trigger func(reason string)) error {
+	cfg := watchConfig{rcvbuf: defaultRcvbuf, retryBackoff: defaultRetryBackoff}
+	return watch(ctx, log.Named("link"), name, trigger, cfg)
+}
+
+func watch(ctx context.Context, log *zap.Logger, name string, trigger func(string), cfg watchConfig) error {
+	first := true
+	for {
+		live := false
+		err := watchOnce(ctx, log, name, trigger, cfg, func() {
+			live = true
+			if !first {
+				trigger(ReasonOverrun)
+			}
+		})
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case !live && first:
+			return fmt.Errorf("watch link %q: %w", name, err)
+		case !live:
+			log.Warn("link event subscription failed, retrying", zap.String("link", name), zap.Error(err))
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(cfg.retryBackoff):
+			}
+		default:
+			first = false
+			log.Warn("link event subscription lost, resubscribing", zap.String("link", name), zap.Error(err))
+		}
+	}
+}
+
+// errLost says a subscription's reader stopped (the library closes its channel after a receive error).
+var errLost = errors.New("subscription closed")
+
+// watchOnce subscribes, calls live once both subscriptions are up, and relays events until ctx is done or a
+// subscription ends.
+func watchOnce(ctx context.Context, log *zap.Logger, name string, trigger func(string), cfg watchConfig,
+	live func()) error {
+	done := make(chan struct{})
+	links := make(chan netlink.LinkUpdate, 64)
+	addrs := make(chan netlink.AddrUpdate, 64)
+	var subscribed []func()
+	defer func() {
+		close(done)
+		// The library's readers block sending to their channel; drain until they see the closed socket.
+		for _, drain := range subscribed {
+			drain()
+		}
+	}()
+	onErr := func(err error) { log.Debug("link event subscription error", zap.Error(err)) }
+	lopts := netlink.LinkSubscribeOptions{ErrorCallback: onErr, ReceiveBufferSize: cfg.rcvbuf, ReceiveBufferForceSize: true}
+	if err := netlink.LinkSubscribeWithOptions(links, done, lopts); err != nil {
+		return fmt.Errorf("subscribe to link events: %w", err)
+	}
+	subscribed = append(subscribed, func() {
+		for range links {
+		}
+	})
+	aopts := netlink.AddrSubscribeOptions{ErrorCallback: onErr, ReceiveBufferSize: cfg.rcvbuf, ReceiveBufferForceSize: true}
+	if err := netlink.AddrSubscribeWithOptions(addrs, done, aopts); err != nil {
+		return fmt.Errorf("subscribe to address events: %w", err)
+	}
+	subscribed = append(subscribed, func() {
+		for range addrs {
+		}
+	})
+	// Look the link up only once subscribed, so a change between the lookup and the subscription is not missed.
+	index := 0
+	if l, err := netlink.LinkByName(name); err == nil {
+		index = l.Attrs().Index
+	} else if !isNotFound(err) {
+		return fmt.Errorf("look up link %q: %w", name, err)
+	}
+	live()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case u, ok := <-links:
+			if !ok {
+				return fmt.Errorf("link events: %w", errLost)
+			}
+			if reason := linkEvent(u, name, &index); reason != "" {
+				trigger(reason)
+			}
+		case u, ok := <-addrs:
+			if !ok {
+				return fmt.Errorf("address events: %w", errLost)
+			}
+			if !u.NewAddr && index != 0 && u.LinkIndex == index {
+				trigger(ReasonAddrRemoved)
+			}
+		}
+	}
+}
+
+// linkEvent judges one link notification and keeps *index, our link's ifindex (0 when absent), current.
+func linkEvent(u netlink.LinkUpdate, name string, index *int) string {
+	a := u.Link.Attrs()
+	switch {
+	case a.Name == name && u.Header.Type == unix.RTM_DELLINK:
+		*index = 0
+		return ReasonLinkDeleted
+	case a.Name == name:
+		*index = a.Index
+		if a.Flags&net.FlagUp == 0 {
+			return ReasonLinkDown
+		}
+	case *index != 0 && a.Index == *index:
+		// Our ifindex under another name: renamed away (or deleted right after a rename).
+		*index = 0
+		return ReasonLinkRenamed
+	}
+	return ""
+}
