@@ -1,0 +1,29 @@
+package nft
+
+import (
+	"errors"
+	"strings"
+	"syscall"
+)
+
+// IsNotExist reports whether err is the kernel's ENOENT (no such table, chain or set).
+func IsNotExist(err error) bool { return isErrno(err, syscall.ENOENT, "no such file or directory") }
+
+// IsExist reports whether err is the kernel's EEXIST.
+func IsExist(err error) bool { return isErrno(err, syscall.EEXIST, "file exists") }
+
+// IsNotSupported reports whether err says the kernel lacks nf_tables or a feature we use (EOPNOTSUPP,
+// or EPROTONOSUPPORT when the nfnetlink subsystem is missing altogether).
+func IsNotSupported(err error) bool {
+	return isErrno(err, syscall.EOPNOTSUPP, "operation not supported") ||
+		isErrno(err, syscall.EPROTONOSUPPORT, "protocol not supported")
+}
+
+// isErrno matches errno through wrapping and, as a fallback, by its text: google/nftables v0.3.0 formats some
+// netlink errors with %v (GetRules, receiveAckAware), which drops the errno from the chain.
+func isErrno(err error, errno syscall.Errno, text string) bool {
+	if err == nil {
+		return false
+	}
+	return errors.Is(err, errno) || strings.Contains(err.Error(), text)
+}

@@ -1,0 +1,136 @@
+package nft
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"github.com/google/nftables/userdata"
+	"golang.org/x/sys/unix"
+)
+
+// Header offsets of the fields our rules match.
+const (
+	ip4SaddrOffset = 12
+	ip4DaddrOffset = 16
+	ip6SaddrOffset = 8
+	ip6DaddrOffset = 24
+	sportOffset    = 0
+	dportOffset    = 2
+)
+
+// exprs is the bytecode of r, the same nft itself generates for r.String() (compare `nft --debug=netlink`):
+// the nfproto and l4proto checks are the dependencies nft adds for `ip daddr` and `tcp dport` in an inet
+// table, which is what lets `nft list` print the rule back in its short form.
+func (r Rule) exprs() []expr.Any {
+	nfproto, set, addrLen := byte(unix.NFPROTO_IPV4), SetLocal4, uint32(4)
+	addrOff := uint32(ip4DaddrOffset)
+	if r.Dir == DirFrom {
+		addrOff = ip4SaddrOffset
+	}
+	if r.IPv6 {
+		nfproto, set, addrLen = unix.NFPROTO_IPV6, SetLocal6, 16
+		addrOff = ip6DaddrOffset
+		if r.Dir == DirFrom {
+			addrOff = ip6SaddrOffset
+		}
+	}
+	l4proto := byte(unix.IPPROTO_TCP)
+	if r.Proto == ProtoUDP {
+		l4proto = unix.IPPROTO_UDP
+	}
+	portOff := uint32(dportOffset)
+	if r.Dir == DirFrom {
+		portOff = sportOffset
+	}
+	var verdict expr.Any = &expr.Notrack{}
+	if r.Verdict == VerdictAccept {
+		verdict = &expr.Verdict{Kind: expr.VerdictAccept}
+	}
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{nfproto}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: addrOff, Len: addrLen},
+		&expr.Lookup{SourceRegister: 1, SetName: set},
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{l4proto}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: portOff, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(r.Port)},
+		&expr.Counter{},
+		verdict,
+	}
+}
+
+// userData is the rule's comment in the TLV format nft reads.
+func (r Rule) userData() []byte { return userdata.AppendString(nil, userdata.TypeComment, r.Comment) }
+
+// ruleKey is a normalised form of a rule for comparison with what the kernel returns: each expression printed
+// with the fields that identify it, leaving out what the kernel does not echo or fills in itself (set IDs,
+// counter values, handles, positions), plus the comment.
+func ruleKey(exprs []expr.Any, udata []byte) string {
+	parts := make([]string, 0, len(exprs)+1)
+	for _, e := range exprs {
+		parts = append(parts, exprKey(e))
+	}
+	comment, _ := userdata.GetString(udata, userdata.TypeComment)
+	parts = append(parts, fmt.Sprintf("comment %q", comment))
+	return strings.Join(parts, "; ")
+}
+
+func exprKey(e expr.Any) string {
+	switch e := e.(type) {
+	case *expr.Meta:
+		return fmt.Sprintf("meta key=%d sreg=%v reg=%d", e.Key, e.SourceRegister, e.Register)
+	case *expr.Cmp:
+		return fmt.Sprintf("cmp op=%d reg=%d data=%x", e.Op, e.Register, e.Data)
+	case *expr.Payload:
+		return fmt.Sprintf("payload op=%d base=%d off=%d len=%d dreg=%d sreg=%d csum=%d/%d/%d",
+			e.OperationType, e.Base, e.Offset, e.Len, e.DestRegister, e.SourceRegister, e.CsumType, e.CsumOffset, e.CsumFlags)
+	case *expr.Lookup:
+		return fmt.Sprintf("lookup set=%s sreg=%d dreg=%d/%v invert=%v", e.SetName, e.SourceRegister, e.DestRegister, e.IsDestRegSet, e.Invert)
+	case *expr.Counter:
+		return "counter"
+	case *expr.Notrack:
+		return "notrack"
+	case *expr.Verdict:
+		return fmt.Sprintf("verdict kind=%d chain=%q", e.Kind, e.Chain)
+	}
+	// Anything else cannot be ours; print it fully so that two foreign rules still compare sensibly.
+	return fmt.Sprintf("%T%+v", e, e)
+}
+
+// nftTable, nftSet and nftChain are the google/nftables objects for our names.
+func nftTable() *nftables.Table {
+	return &nftables.Table{Name: TableName, Family: nftables.TableFamilyINet}
+}
+
+func nftSet(t *nftables.Table, s Set) (*nftables.Set, []nftables.SetElement) {
+	set := &nftables.Set{Table: t, Name: s.Name, KeyType: nftables.TypeIPAddr}
+	if s.IPv6 {
+		set.KeyType = nftables.TypeIP6Addr
+	}
+	elems := make([]nftables.SetElement, 0, len(s.Elements))
+	for _, ip := range s.Elements {
+		elems = append(elems, nftables.SetElement{Key: ip.AsSlice()})
+	}
+	return set, elems
+}
+
+func nftChain(t *nftables.Table, c Chain) *nftables.Chain {
+	hook := map[Hook]*nftables.ChainHook{
+		HookPrerouting: nftables.ChainHookPrerouting,
+		HookInput:      nftables.ChainHookInput,
+		HookOutput:     nftables.ChainHookOutput,
+	}[c.Hook]
+	accept := nftables.ChainPolicyAccept
+	return &nftables.Chain{
+		Name:     c.Name,
+		Table:    t,
+		Type:     nftables.ChainTypeFilter,
+		Hooknum:  hook,
+		Priority: nftables.ChainPriorityRef(nftables.ChainPriority(c.Priority)),
+		Policy:   &accept,
+	}
+}

@@ -1,0 +1,86 @@
+package nft
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"github.com/google/nftables/userdata"
+)
+
+// RuleCounter is the counter of one of our rules, keyed by chain and comment (unique within a chain).
+type RuleCounter struct {
+	Chain   string
+	Comment string
+	Packets uint64
+	Bytes   uint64
+}
+
+// ForeignDropPolicies lists the base chains of other tables that hook input or output with policy drop, as
+// "family table/chain" (e.g. "inet filter/input"), sorted. Our accept cannot override them: a packet must be
+// accepted by every base chain on its hook, so such a chain needs its own accept rule for DNS.
+func (c *Conn) ForeignDropPolicies() ([]string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	chains, err := c.ops.ListChains()
+	if err != nil {
+		return nil, fmt.Errorf("list chains: %w", err)
+	}
+	var out []string
+	for _, ch := range chains {
+		if ch.Table == nil || ch.Hooknum == nil || ch.Policy == nil || *ch.Policy != nftables.ChainPolicyDrop {
+			continue
+		}
+		if ch.Table.Name == TableName && ch.Table.Family == nftables.TableFamilyINet {
+			continue
+		}
+		fam, ok := familyNames[ch.Table.Family]
+		if !ok {
+			continue // arp, bridge, netdev: their hooks are not the IP input/output path
+		}
+		if *ch.Hooknum != *nftables.ChainHookInput && *ch.Hooknum != *nftables.ChainHookOutput {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s %s/%s", fam, ch.Table.Name, ch.Name))
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+var familyNames = map[nftables.TableFamily]string{
+	nftables.TableFamilyIPv4: "ip",
+	nftables.TableFamilyIPv6: "ip6",
+	nftables.TableFamilyINet: "inet",
+}
+
+// Counters reads the packet and byte counters of our rules. An absent table has no counters (nil, nil).
+func (c *Conn) Counters() ([]RuleCounter, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	chains, err := c.ops.ListChains()
+	if err != nil {
+		return nil, fmt.Errorf("list chains: %w", err)
+	}
+	t := nftTable()
+	var out []RuleCounter
+	for _, ch := range chains {
+		if ch.Table == nil || ch.Table.Name != TableName || ch.Table.Family != nftables.TableFamilyINet {
+			continue
+		}
+		rules, err := c.ops.GetRules(t, ch)
+		if err != nil {
+			return nil, fmt.Errorf("list rules of chain %s: %w", ch.Name, err)
+		}
+		for _, r := range rules {
+			comment, _ := userdata.GetString(r.UserData, userdata.TypeComment)
+			for _, e := range r.Exprs {
+				if cnt, ok := e.(*expr.Counter); ok {
+					out = append(out, RuleCounter{Chain: ch.Name, Comment: comment, Packets: cnt.Packets, Bytes: cnt.Bytes})
+					break
+				}
+			}
+		}
+	}
+	return out, nil
+}
