@@ -1,0 +1,271 @@
+package image
+
+import (
+	"archive/tar"
+	"bytes"
+	"debug/elf"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+)
+
+// created is the timestamp of every test image: any fixed time will do.
+var created = time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
+
+// buildHello compiles testdata/hello as a static executable for the host and returns its bytes.
+func buildHello(t *testing.T) []byte {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "hello")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", out, "./testdata/hello")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build testdata/hello: %v\n%s", err, b)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func mustBuild(t *testing.T, s Spec) v1.Image {
+	t.Helper()
+	img, err := Build(s)
+	if err != nil {
+		t.Fatalf("Build: %v", err)
+	}
+	return img
+}
+
+func TestBuildConfig(t *testing.T) {
+	img := mustBuild(t, Spec{Binary: buildHello(t), Arch: runtime.GOARCH, Version: "v1.2.3", Created: created})
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cf.OS != "linux" || cf.Architecture != runtime.GOARCH {
+		t.Errorf("platform = %s/%s, want linux/%s", cf.OS, cf.Architecture, runtime.GOARCH)
+	}
+	if !cf.Created.Time.Equal(created) {
+		t.Errorf("created = %v, want %v", cf.Created.Time, created)
+	}
+	c := cf.Config
+	if strings.Join(c.Entrypoint, " ") != "/nodelocaldns" || len(c.Cmd) != 0 {
+		t.Errorf("entrypoint %q cmd %q, want [/nodelocaldns] and no cmd", c.Entrypoint, c.Cmd)
+	}
+	if c.User != "0:0" {
+		t.Errorf("user = %q, want 0:0", c.User)
+	}
+	if strings.Join(c.Env, " ") != "PATH=/" {
+		t.Errorf("env = %q, want [PATH=/]", c.Env)
+	}
+	if got := c.Labels["org.opencontainers.image.version"]; got != "v1.2.3" {
+		t.Errorf("version label = %q, want v1.2.3", got)
+	}
+	if got := c.Labels["org.opencontainers.image.title"]; got != "nodelocaldns" {
+		t.Errorf("title label = %q, want nodelocaldns", got)
+	}
+	if mt, _ := img.MediaType(); mt != types.OCIManifestSchema1 {
+		t.Errorf("manifest media type = %s, want %s", mt, types.OCIManifestSchema1)
+	}
+}
+
+// layerEntries returns the image's layers' tar headers and the content of regular files.
+func layerEntries(t *testing.T, img v1.Image) ([]*tar.Header, map[string][]byte) {
+	t.Helper()
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(layers) != 1 {
+		t.Fatalf("image has %d layers, want 1", len(layers))
+	}
+	rc, err := layers[0].Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	var hdrs []*tar.Header
+	files := map[string][]byte{}
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		hdrs = append(hdrs, h)
+		if h.Typeflag == tar.TypeReg {
+			if files[h.Name], err = io.ReadAll(tr); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return hdrs, files
+}
+
+func TestBuildLayer(t *testing.T) {
+	bin := buildHello(t)
+	hdrs, files := layerEntries(t, mustBuild(t, Spec{Binary: bin, Arch: runtime.GOARCH, Version: "dev", Created: created}))
+	if len(hdrs) != 2 {
+		t.Fatalf("layer has %d entries, want 2 (binary and alias)", len(hdrs))
+	}
+	b, a := hdrs[0], hdrs[1]
+	if b.Name != "nodelocaldns" || b.Typeflag != tar.TypeReg || b.Mode != 0o755 || b.Uid != 0 || b.Gid != 0 {
+		t.Errorf("binary entry = %q type %c mode %o uid %d gid %d, want nodelocaldns regular 0755 root", b.Name, b.Typeflag, b.Mode, b.Uid, b.Gid)
+	}
+	if !bytes.Equal(files["nodelocaldns"], bin) {
+		t.Errorf("binary in layer differs from the input (%d vs %d bytes)", len(files["nodelocaldns"]), len(bin))
+	}
+	if a.Name != "node-cache" || a.Typeflag != tar.TypeSymlink || a.Linkname != "nodelocaldns" {
+		t.Errorf("alias entry = %q type %c -> %q, want node-cache symlink -> nodelocaldns", a.Name, a.Typeflag, a.Linkname)
+	}
+	for _, h := range hdrs {
+		if !h.ModTime.Equal(created) {
+			t.Errorf("%s mtime = %v, want %v", h.Name, h.ModTime, created)
+		}
+	}
+}
+
+func TestBuildReproducible(t *testing.T) {
+	bin := buildHello(t)
+	digest := func(s Spec) v1.Hash {
+		d, err := mustBuild(t, s).Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	s := Spec{Binary: bin, Arch: runtime.GOARCH, Version: "dev", Created: created}
+	first, second := digest(s), digest(s)
+	if first != second {
+		t.Errorf("same input, different digests: %s, %s", first, second)
+	}
+	later := s
+	later.Created = created.Add(time.Second)
+	if d := digest(later); d == first {
+		t.Errorf("different timestamp, same digest %s", d)
+	}
+}
+
+func TestBuildRefuses(t *testing.T) {
+	hello := buildHello(t)
+	otherArch := "arm64"
+	if runtime.GOARCH == "arm64" {
+		otherArch = "amd64"
+	}
+	dynamic, err := os.ReadFile("/bin/true") // Debian's coreutils: dynamically linked against libc
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, arch, want string
+		bin              []byte
+	}{
+		{"dynamic", runtime.GOARCH, "dynamically linked (interpreter /lib", dynamic},
+		{"wrong arch", otherArch, "does not match architecture", hello},
+		{"unknown arch", "mips", `unsupported architecture "mips"`, hello},
+		{"not elf", runtime.GOARCH, "not an ELF file", []byte("#!/bin/sh\necho hi\n")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Build(Spec{Binary: tc.bin, Arch: tc.arch, Created: created})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Build error = %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestWriteTarballRoundTrip writes the tarball, reads it back as a docker-save archive, unpacks the layer and
+// runs the binary through its node-cache alias.
+func TestWriteTarballRoundTrip(t *testing.T) {
+	img := mustBuild(t, Spec{Binary: buildHello(t), Arch: runtime.GOARCH, Version: "dev", Created: created})
+	dir := t.TempDir()
+	path := filepath.Join(dir, "image.tar")
+	const ref = "example.test/nodelocaldns:t1"
+	if err := WriteTarball(path, ref, img); err != nil {
+		t.Fatal(err)
+	}
+	back, err := tarball.ImageFromPath(path, nil)
+	if err != nil {
+		t.Fatalf("read back: %v", err)
+	}
+	// The docker-save format keeps the config and layer blobs but not the manifest (the reader rebuilds one), so
+	// compare what it keeps.
+	wantCfg, _ := img.ConfigName()
+	if got, _ := back.ConfigName(); got != wantCfg {
+		t.Errorf("config digest read back = %s, want %s", got, wantCfg)
+	}
+	wantLayers, _ := img.Layers()
+	gotLayers, _ := back.Layers()
+	if len(gotLayers) != len(wantLayers) {
+		t.Fatalf("read back %d layers, want %d", len(gotLayers), len(wantLayers))
+	}
+	for i := range wantLayers {
+		want, _ := wantLayers[i].Digest()
+		if got, _ := gotLayers[i].Digest(); got != want {
+			t.Errorf("layer %d digest read back = %s, want %s", i, got, want)
+		}
+	}
+	m, err := tarball.LoadManifest(func() (io.ReadCloser, error) { return os.Open(path) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m) != 1 || strings.Join(m[0].RepoTags, ",") != ref {
+		t.Errorf("manifest.json repo tags = %v, want [%s]", m, ref)
+	}
+
+	root := filepath.Join(dir, "rootfs")
+	unpack(t, back, root)
+	f, err := elf.Open(filepath.Join(root, "nodelocaldns"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if interp := Interpreter(f); interp != "" {
+		t.Errorf("binary has interpreter %q, want a static executable", interp)
+	}
+	out, err := exec.Command(filepath.Join(root, "node-cache"), "-version").CombinedOutput()
+	if err != nil || string(out) != "hello [-version]\n" {
+		t.Errorf("running /node-cache -version: %v, output %q", err, out)
+	}
+	if err := WriteTarball(path, "Not A Reference", img); err == nil || !strings.Contains(err.Error(), "image reference") {
+		t.Errorf("bad reference: error = %v, want it to name the reference", err)
+	}
+}
+
+// unpack writes the image's single layer under root.
+func unpack(t *testing.T, img v1.Image, root string) {
+	t.Helper()
+	hdrs, files := layerEntries(t, img)
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hdrs {
+		p := filepath.Join(root, h.Name)
+		switch h.Typeflag {
+		case tar.TypeReg:
+			if err := os.WriteFile(p, files[h.Name], os.FileMode(h.Mode)); err != nil {
+				t.Fatal(err)
+			}
+		case tar.TypeSymlink:
+			if err := os.Symlink(h.Linkname, p); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			t.Fatalf("unexpected entry %q type %c", h.Name, h.Typeflag)
+		}
+	}
+}
