@@ -3,6 +3,7 @@ package nft
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/nftables"
@@ -34,7 +35,7 @@ type Conn struct {
 	log    *zap.Logger
 	dial   func() (nftOps, error)
 	ops    nftOps
-	portID uint32 // netlink port of our socket: the kernel stamps it on the notifications our writes cause
+	portID atomic.Uint32 // netlink port of our socket: the kernel stamps it on the notifications our writes cause
 }
 
 // Option configures [Open].
@@ -67,7 +68,7 @@ func Open(opts ...Option) (*Conn, error) {
 	if c.dial == nil {
 		c.dial = func() (nftOps, error) {
 			nopts := []nftables.ConnOption{nftables.AsLasting(), nftables.WithSockOptions(func(nc *netlink.Conn) error {
-				c.portID = nc.PID()
+				c.portID.Store(nc.PID())
 				return nil
 			})}
 			if o.netns != 0 {
@@ -95,11 +96,7 @@ func (c *Conn) Close() error {
 }
 
 // PortID is the netlink port id of c's socket; [IgnoreConn] uses it to recognise c's own writes.
-func (c *Conn) PortID() uint32 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.portID
-}
+func (c *Conn) PortID() uint32 { return c.portID.Load() }
 
 // Apply replaces our table with r in one netlink transaction: add table (so the delete cannot fail), delete
 // table, add table, sets and elements, chains, rules, one commit. Packets see the old table or the new one,

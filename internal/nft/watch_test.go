@@ -1,0 +1,187 @@
+package nft
+
+import (
+	"context"
+	"fmt"
+		"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+	"golang.org/x/sys/unix"
+)
+
+// startWatch runs Watch until the test ends and returns the channel of trigger reasons.
+func startWatch(t *testing.T, trigger func(string), opts ...WatchOption) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Watch(ctx, zaptest.NewLogger(t), trigger, opts...) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Watch returned %v after cancel, want nil", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Errorf("Watch did not return after cancel")
+		}
+	})
+	time.Sleep(50 * time.Millisecond) // let it subscribe
+}
+
+func collect() (func(string), <-chan string) {
+	ch := make(chan string, 1000)
+	return func(r string) { ch <- r }, ch
+}
+
+func next(t *testing.T, ch <-chan string) string {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(5 * time.Second):
+		t.Fatal("no trigger within 5s")
+		return ""
+	}
+}
+
+func TestWatchIgnoresOwnWritesAndSeesOthers(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts func(*Conn) []WatchOption
+	}{
+		{"by connection", func(c *Conn) []WatchOption { return []WatchOption{IgnoreConn(c)} }},
+		{"by pid", func(*Conn) []WatchOption { return nil }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := freshConn(t)
+			sh(t, "nft", "add", "table", "ip", "sentinel")
+			trigger, ch := collect()
+			startWatch(t, trigger, tc.opts(c)...)
+			rs := Build(goldenCases[2].spec)
+			for range 3 {
+				if err := c.Apply(rs); err != nil {
+					t.Fatalf("Apply: %v", err)
+				}
+			}
+			if err := c.Teardown(); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Apply(rs); err != nil {
+				t.Fatal(err)
+			}
+			// Notifications arrive in commit order: if our writes triggered, they would come first.
+			sh(t, "nft", "delete", "table", "ip", "sentinel")
+			if r := next(t, ch); !strings.Contains(r, "delete table ip sentinel") || !strings.Contains(r, "nft[") {
+				t.Errorf("first trigger = %q, want the sentinel's deletion by nft (our own writes must not trigger)", r)
+			}
+			sh(t, "nft", "add", "table", "ip", "unrelated")
+			sh(t, "nft", "add", "chain", "ip", "unrelated", "c")
+			sh(t, "nft", "add", "rule", "inet", TableName, ChainFilterInput, "tcp", "dport", "22", "accept")
+			if r := next(t, ch); !strings.Contains(r, "add rule in inet "+TableName) {
+				t.Errorf("trigger = %q, want the foreign rule in our table (unrelated table changes are no trigger)", r)
+			}
+			sh(t, "nft", "flush", "ruleset")
+			if r := next(t, ch); !strings.Contains(r, "inet "+TableName) {
+				t.Errorf("trigger after nft flush ruleset = %q, want one naming our table", r)
+			}
+			sh(t, "nft", "add", "table", "inet", "filter")
+			sh(t, "nft", "add", "chain", "inet", "filter", "input", "{ type filter hook input priority 0; policy drop; }")
+			if r := next(t, ch); !strings.Contains(r, "add chain (base chain) in inet filter") {
+				t.Errorf("trigger = %q, want a foreign base chain", r)
+			}
+		})
+	}
+}
+
+// TestGenerationCarriesWriterPort pins the kernel behaviour IgnoreConn relies on: the generation message that
+// ends a transaction carries the netlink port of the socket that committed it.
+func TestGenerationCarriesWriterPort(t *testing.T) {
+	c := freshConn(t)
+	nl, err := subscribe(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nl.Close()
+	if err := c.Apply(Build(goldenCases[0].spec)); err != nil {
+		t.Fatal(err)
+	}
+	if c.PortID() == 0 {
+		t.Fatal("PortID() = 0 after Apply")
+	}
+	_ = nl.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for {
+		msgs, err := nl.Receive()
+		if err != nil {
+			t.Fatalf("no generation message: %v", err)
+		}
+		for _, m := range msgs {
+			if ev, ok := parseEvent(m); ok && ev.typ == unix.NFT_MSG_NEWGEN {
+				if ev.portID != c.PortID() {
+					t.Errorf("generation port = %d, our socket = %d", ev.portID, c.PortID())
+				}
+				return
+			}
+		}
+	}
+}
+
+func TestWatchResubscribesAfterOverrun(t *testing.T) {
+	freshConn(t) // root, and a clean ruleset
+	sh(t, "nft", "add", "table", "ip", "sentinel")
+	var once sync.Once
+	release := make(chan struct{})
+	reasons := make(chan string, 1000)
+	trigger := func(r string) {
+		reasons <- r
+		once.Do(func() { <-release }) // stall the reader so the tiny socket buffer overflows
+	}
+	startWatch(t, trigger, WithReadBuffer(4096))
+	sh(t, "nft", "delete", "table", "ip", "sentinel") // first trigger; Watch now blocks in it
+	for i := range 50 {
+		sh(t, "nft", "add", "table", "ip", fmt.Sprintf("t%d", i))
+	}
+	close(release)
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case r := <-reasons:
+			if r == ReasonOverrun {
+				// And it keeps watching on the new socket.
+				sh(t, "nft", "delete", "table", "ip", "t0")
+				for r := range reasons {
+					if strings.Contains(r, "delete table ip t0") {
+						return
+					}
+				}
+			}
+		case <-deadline:
+			t.Fatal("no overrun trigger after overflowing a 4 KiB socket buffer")
+		}
+	}
+}
+
+func TestRelevant(t *testing.T) {
+	for _, tc := range []struct {
+		ev   event
+		want bool
+	}{
+		{event{typ: unix.NFT_MSG_NEWRULE, family: unix.NFPROTO_INET, table: TableName}, true},
+		{event{typ: unix.NFT_MSG_NEWRULE, family: unix.NFPROTO_IPV4, table: TableName}, false}, // ip nodelocaldns is not ours
+		{event{typ: unix.NFT_MSG_NEWRULE, family: unix.NFPROTO_IPV4, table: "kube-proxy"}, false},
+		{event{typ: unix.NFT_MSG_DELTABLE, family: unix.NFPROTO_IPV4, table: "filter"}, true},
+		{event{typ: unix.NFT_MSG_NEWTABLE, family: unix.NFPROTO_IPV4, table: "filter"}, false},
+		{event{typ: unix.NFT_MSG_NEWCHAIN, family: unix.NFPROTO_IPV4, table: "filter", baseChain: true}, true},
+		{event{typ: unix.NFT_MSG_NEWCHAIN, family: unix.NFPROTO_IPV4, table: "filter"}, false},
+		{event{typ: unix.NFT_MSG_NEWSETELEM, family: unix.NFPROTO_INET}, true},
+		{event{typ: unix.NFT_MSG_NEWSETELEM, family: unix.NFPROTO_IPV4, table: "kube-proxy"}, false},
+		{event{typ: unix.NFT_MSG_NEWOBJ, family: unix.NFPROTO_INET, table: TableName}, false},
+	} {
+		if _, got := relevant(tc.ev); got != tc.want {
+			t.Errorf("relevant(%+v) = %v, want %v", tc.ev, got, tc.want)
+		}
+	}
+}
