@@ -184,7 +184,7 @@ func TestCountersAndForeignDrop(t *testing.T) {
 	}
 	want := map[string]bool{
 		ChainRawOutput + "/" + CommentSkipConntrack + ": ipv4 udp host-network queries": false,
-		ChainFilterInput + "/" + CommentAllowDNS + ": ipv4 udp queries":                  false,
+		ChainFilterInput + "/" + CommentAllowDNS + ": ipv4 udp queries":                 false,
 	}
 	for _, rc := range counters {
 		k := rc.Chain + "/" + rc.Comment

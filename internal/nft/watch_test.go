@@ -3,7 +3,7 @@ package nft
 import (
 	"context"
 	"fmt"
-		"strings"
+	"strings"
 	"sync"
 	"testing"
 	"time"
