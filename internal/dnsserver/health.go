@@ -1,0 +1,138 @@
+package dnsserver
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/plugin"
+	"github.com/coredns/coredns/plugin/pkg/reuseport"
+	"go.uber.org/zap"
+)
+
+// The `health` directive keeps upstream's syntax (`health [ADDRESS] { lameduck DURATION }`) but its HTTP
+// listener belongs to the process, not to a CoreDNS instance.
+//
+// Upstream's health plugin shuts its server down on every in-process restart (waiting up to 5 s for its own
+// self-polling client) and starts a new one afterwards, so the kubelet's liveness probe can fail during a
+// reload and a reload can stall for seconds. Here a restart only tells the Server which addresses the new
+// Corefile wants; listeners that stay wanted are kept, so /health never blinks. The same listener serves
+// /ready, which answers 200 only when the agent's readiness check passes (CoreDNS serving, nftables table and
+// interface in place).
+
+const defaultHealthAddr = ":8080"
+
+func setupHealth(c *caddy.Controller) error {
+	addr, lameduck := defaultHealthAddr, time.Duration(0)
+	for c.Next() {
+		switch args := c.RemainingArgs(); len(args) {
+		case 0:
+		case 1:
+			if _, _, err := net.SplitHostPort(args[0]); err != nil {
+				return plugin.Error("health", err)
+			}
+			addr = args[0]
+		default:
+			return plugin.Error("health", c.ArgErr())
+		}
+		for c.NextBlock() {
+			if c.Val() != "lameduck" {
+				return plugin.Error("health", c.Errf("unknown property '%s'", c.Val()))
+			}
+			args := c.RemainingArgs()
+			if len(args) != 1 {
+				return plugin.Error("health", c.ArgErr())
+			}
+			d, err := time.ParseDuration(args[0])
+			if err != nil {
+				return plugin.Error("health", fmt.Errorf("unable to parse lameduck duration value: '%v' : %v", args[0], err))
+			}
+			lameduck = max(lameduck, d)
+		}
+	}
+	s := current.Load()
+	if s == nil {
+		return plugin.Error("health", fmt.Errorf("no nodelocaldns server is starting"))
+	}
+	s.pending.health[addr] = true
+	s.pending.lameduck = max(s.pending.lameduck, lameduck)
+	return nil
+}
+
+// healthListener is one HTTP server on one address, kept across reloads.
+type healthListener struct {
+	srv *http.Server
+	ln  net.Listener
+}
+
+// syncHealth opens listeners for wanted addresses and closes the ones no longer wanted. Called with s.mu held
+// after a successful start or restart; an address that cannot be bound is an error and keeps the others.
+func (s *Server) syncHealth(wanted map[string]bool) error {
+	var firstErr error
+	for addr := range wanted {
+		if _, ok := s.health[addr]; ok {
+			continue
+		}
+		ln, err := reuseport.Listen("tcp", addr)
+		if err != nil {
+			firstErr = fmt.Errorf("health listener %s: %w", addr, err)
+			continue
+		}
+		hl := &healthListener{ln: ln, srv: &http.Server{
+			Handler:           s.healthMux(),
+			ReadHeaderTimeout: 5 * time.Second,
+			ReadTimeout:       5 * time.Second,
+			WriteTimeout:      5 * time.Second,
+			IdleTimeout:       5 * time.Second,
+		}}
+		go hl.srv.Serve(ln)
+		s.health[addr] = hl
+		s.log.Info("health listening", zap.String("address", ln.Addr().String()))
+	}
+	for addr, hl := range s.health {
+		if !wanted[addr] {
+			hl.close()
+			delete(s.health, addr)
+		}
+	}
+	return firstErr
+}
+
+func (hl *healthListener) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := hl.srv.Shutdown(ctx); err != nil {
+		hl.srv.Close()
+	}
+}
+
+func (s *Server) healthMux() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/health", func(w http.ResponseWriter, _ *http.Request) {
+		io.WriteString(w, http.StatusText(http.StatusOK))
+	})
+	mux.HandleFunc("/ready", func(w http.ResponseWriter, _ *http.Request) {
+		if err := s.readiness(); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, err.Error()+"\n")
+			return
+		}
+		io.WriteString(w, http.StatusText(http.StatusOK))
+	})
+	return mux
+}
+
+// HealthAddrs lists the addresses the health listeners are bound to.
+func (s *Server) HealthAddrs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var addrs []string
+	for _, hl := range s.health {
+		addrs = append(addrs, hl.ln.Addr().String())
+	}
+	return addrs
+}

@@ -1,0 +1,177 @@
+// Package dnsserver runs CoreDNS embedded in the agent: started from a rendered Corefile, reloaded in-process
+// through its caddy instance, and stopped, without coremain (which registers global flags, traps signals and
+// may call os.Exit).
+//
+// caddy keeps its registry of plugins and server types per process, so there is one Server per process. A
+// reload that fails (a Corefile that does not parse, a plugin that fails to start, an address that cannot be
+// bound) leaves the running instance serving: caddy only swaps instances once the new one listens, and the
+// listeners of unchanged addresses are handed over, so no query is dropped by a reload.
+package dnsserver
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/plugin"
+	"go.uber.org/zap"
+)
+
+// current is the Server whose instance is being configured; the health directive's setup reaches it here,
+// since caddy calls setup functions with nothing but a Controller.
+var current atomic.Pointer[Server]
+
+var registerOnce = sync.OnceValue(func() error {
+	plugin.Register("reload", setupReload)
+	plugin.Register("health", setupHealth)
+	dnsserver.Directives = directives()
+	caddy.AppName, caddy.AppVersion = "CoreDNS", CoreDNSVersion()
+	caddy.Quiet, dnsserver.Quiet = true, true
+	return dnsserver.Register()
+})
+
+// Server is the embedded CoreDNS.
+type Server struct {
+	log *zap.Logger
+
+	mu       sync.Mutex // one start, reload or stop at a time
+	inst     *caddy.Instance
+	path     string
+	corefile []byte
+	health   map[string]*healthListener
+	lameduck time.Duration
+	pending  pendingConfig // filled by directive setups during a start or restart
+
+	ready atomic.Pointer[func() error]
+}
+
+type pendingConfig struct {
+	health   map[string]bool
+	lameduck time.Duration
+}
+
+// New prepares the embedded CoreDNS and routes its log output (the standard logger) into log.
+func New(log *zap.Logger) (*Server, error) {
+	if err := registerOnce(); err != nil {
+		return nil, fmt.Errorf("register coredns server type: %w", err)
+	}
+	s := &Server{log: log, health: map[string]*healthListener{}}
+	if !current.CompareAndSwap(nil, s) {
+		return nil, errors.New("an embedded coredns server already exists in this process")
+	}
+	routeStdLog(log.Named("coredns"))
+	s.SetReadiness(nil)
+	return s, nil
+}
+
+// SetReadiness sets the check behind /ready on the health listeners; nil means ready whenever CoreDNS serves.
+func (s *Server) SetReadiness(check func() error) {
+	if check == nil {
+		check = func() error { return nil }
+	}
+	s.ready.Store(&check)
+}
+
+func (s *Server) readiness() error {
+	s.mu.Lock()
+	running := s.inst != nil
+	s.mu.Unlock()
+	if !running {
+		return errors.New("coredns is not serving")
+	}
+	return (*s.ready.Load())()
+}
+
+// Start starts serving corefile. path names it in errors and logs (it is where the agent writes it).
+func (s *Server) Start(corefile []byte, path string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inst != nil {
+		return errors.New("coredns is already running")
+	}
+	s.path = path
+	s.pending = pendingConfig{health: map[string]bool{}}
+	inst, err := caddy.Start(s.input(corefile))
+	if err != nil {
+		return fmt.Errorf("start coredns from %s: %w", path, err)
+	}
+	s.inst, s.corefile = inst, corefile
+	return s.commit()
+}
+
+// Reload replaces the running configuration with corefile. It is a no-op when corefile is what already runs.
+// On error the running configuration keeps serving.
+func (s *Server) Reload(corefile []byte) (changed bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inst == nil {
+		return false, errors.New("coredns is not running")
+	}
+	if string(corefile) == string(s.corefile) {
+		return false, nil
+	}
+	s.pending = pendingConfig{health: map[string]bool{}}
+	inst, err := s.inst.Restart(s.input(corefile))
+	if err != nil {
+		return false, fmt.Errorf("reload coredns from %s: %w", s.path, err)
+	}
+	s.inst, s.corefile = inst, corefile
+	return true, s.commit()
+}
+
+// commit applies what the directives of the instance just started asked for.
+func (s *Server) commit() error {
+	s.lameduck = s.pending.lameduck
+	return s.syncHealth(s.pending.health)
+}
+
+// Stop waits out the Corefile's health lameduck, then stops every server and the health listeners.
+func (s *Server) Stop() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inst == nil {
+		return nil
+	}
+	if s.lameduck > 0 {
+		s.log.Info("lameduck", zap.Duration("duration", s.lameduck))
+		time.Sleep(s.lameduck)
+	}
+	errs := s.inst.ShutdownCallbacks()
+	errs = append(errs, s.inst.Stop())
+	s.inst.Wait()
+	s.inst = nil
+	s.syncHealth(nil)
+	current.CompareAndSwap(s, nil)
+	return errors.Join(errs...)
+}
+
+// Corefile returns the configuration that is serving.
+func (s *Server) Corefile() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.corefile
+}
+
+// Addrs lists the DNS listeners' addresses, e.g. "127.0.0.1:53" once per transport.
+func (s *Server) Addrs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inst == nil {
+		return nil
+	}
+	var addrs []string
+	for _, sl := range s.inst.Servers() {
+		if a := sl.LocalAddr(); a != nil {
+			addrs = append(addrs, a.String())
+		}
+	}
+	return addrs
+}
+
+func (s *Server) input(corefile []byte) caddy.Input {
+	return caddy.CaddyfileInput{Contents: corefile, Filepath: s.path, ServerTypeName: "dns"}
+}

@@ -1,0 +1,184 @@
+package dnsserver
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	"go.uber.org/zap/zaptest"
+)
+
+// Conventions: everything listens on 127.0.0.1 with kernel-chosen ports; the "upstream" is an in-process
+// miekg/dns server that answers A queries with 192.0.2.1 and counts what reaches it.
+
+type upstream struct {
+	addr  string
+	count atomic.Int64
+}
+
+func startUpstream(t *testing.T) *upstream {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &upstream{addr: pc.LocalAddr().String()}
+	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+		u.count.Add(1)
+		m := new(dns.Msg)
+		m.SetReply(r)
+		m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: r.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 300}, A: net.IPv4(192, 0, 2, 1)})
+		w.WriteMsg(m)
+	})}
+	go srv.ActivateAndServe()
+	t.Cleanup(func() { srv.Shutdown() })
+	return u
+}
+
+func query(t *testing.T, server, name string) *dns.Msg {
+	t.Helper()
+	m := new(dns.Msg)
+	m.SetQuestion(dns.Fqdn(name), dns.TypeA)
+	c := &dns.Client{Timeout: 2 * time.Second}
+	r, _, err := c.Exchange(m, server)
+	if err != nil {
+		t.Fatalf("query %s at %s: %v", name, server, err)
+	}
+	return r
+}
+
+func udpAddr(t *testing.T, s *Server) string {
+	t.Helper()
+	for _, a := range s.Addrs() {
+		if _, err := net.ResolveUDPAddr("udp", a); err == nil {
+			return a
+		}
+	}
+	t.Fatalf("no listener in %v", s.Addrs())
+	return ""
+}
+
+// The whole life of the embedded server in one test: caddy's registry is per process, so Servers cannot run in
+// parallel, and each step depends on the one before.
+func TestServeReloadStop(t *testing.T) {
+	up := startUpstream(t)
+	s, err := New(zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(zaptest.NewLogger(t)); err == nil {
+		t.Fatal("a second Server in the same process was allowed")
+	}
+	corefile := fmt.Sprintf(".:0 {\n  bind 127.0.0.1\n  errors\n  reload\n  health 127.0.0.1:0\n  cache 30\n  forward . %s\n}\n", up.addr)
+	if err := s.Start([]byte(corefile), "Corefile"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Stop() })
+	addr := udpAddr(t, s)
+
+	t.Run("forwards and caches", func(t *testing.T) {
+		r := query(t, addr, "cached.example")
+		if len(r.Answer) != 1 || r.Answer[0].(*dns.A).A.String() != "192.0.2.1" {
+			t.Fatalf("answer = %v, want the upstream's 192.0.2.1", r.Answer)
+		}
+		query(t, addr, "cached.example")
+		if n := up.count.Load(); n != 1 {
+			t.Errorf("upstream saw %d queries for two identical lookups, want 1 (second from cache)", n)
+		}
+	})
+
+	healthURL := "http://" + s.HealthAddrs()[0]
+	t.Run("health and ready", func(t *testing.T) {
+		if code, body := get(t, healthURL+"/health"); code != 200 || body != "OK" {
+			t.Errorf("/health = %d %q", code, body)
+		}
+		s.SetReadiness(func() error { return fmt.Errorf("nftables table missing") })
+		if code, body := get(t, healthURL+"/ready"); code != 503 || !strings.Contains(body, "table missing") {
+			t.Errorf("/ready while not ready = %d %q", code, body)
+		}
+		s.SetReadiness(nil)
+		if code, _ := get(t, healthURL+"/ready"); code != 200 {
+			t.Errorf("/ready = %d, want 200", code)
+		}
+	})
+
+	t.Run("reload keeps the listener and health", func(t *testing.T) {
+		// Same upstream, plus a template that answers one name locally: visible only if the reload took effect.
+		next := strings.Replace(corefile, "  cache 30\n", "  cache 30\n  template IN A reloaded.example {\n    answer \"{{ .Name }} 60 IN A 198.51.100.7\"\n  }\n", 1)
+		start := time.Now()
+		changed, err := s.Reload([]byte(next))
+		if err != nil || !changed {
+			t.Fatalf("Reload = %v, %v", changed, err)
+		}
+		t.Logf("reload took %v", time.Since(start))
+		if r := query(t, addr, "reloaded.example"); len(r.Answer) != 1 || r.Answer[0].(*dns.A).A.String() != "198.51.100.7" {
+			t.Errorf("after reload: %v", r.Answer)
+		}
+		if s.HealthAddrs()[0] != strings.TrimPrefix(healthURL, "http://") {
+			t.Errorf("health listener moved from %s to %v", healthURL, s.HealthAddrs())
+		}
+		if changed, err := s.Reload([]byte(next)); changed || err != nil {
+			t.Errorf("identical reload = %v, %v; want a no-op", changed, err)
+		}
+	})
+
+	t.Run("bad reload keeps serving", func(t *testing.T) {
+		for _, bad := range []string{
+			".:0 {\n  bind 127.0.0.1\n  kubernetes cluster.local\n}\n", // a plugin we do not ship
+			".:0 {\n  bind 127.0.0.1\n  forward\n}\n",                   // a plugin that refuses its arguments
+			".:0 {\n  bind 127.0.0.1\n",                                 // does not parse
+			".:0 {\n  bind 127.0.0.1\n  reload 1s\n}\n",                 // reload's own limits still apply
+		} {
+			if _, err := s.Reload([]byte(bad)); err == nil {
+				t.Errorf("Reload(%q) succeeded", bad)
+			}
+			if r := query(t, addr, "reloaded.example"); len(r.Answer) != 1 {
+				t.Errorf("after failed reload %q: %v", bad, r.Answer)
+			}
+		}
+	})
+
+	t.Run("stop", func(t *testing.T) {
+		if err := s.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		c := &dns.Client{Timeout: 300 * time.Millisecond}
+		m := new(dns.Msg)
+		m.SetQuestion("cached.example.", dns.TypeA)
+		if _, _, err := c.Exchange(m, addr); err == nil {
+			t.Error("still answering after Stop")
+		}
+		if _, err := http.Get(healthURL + "/health"); err == nil {
+			t.Error("health still answering after Stop")
+		}
+	})
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, strings.TrimSpace(string(b))
+}
+
+func TestPlugins(t *testing.T) {
+	got := strings.Join(Plugins(), " ")
+	want := "bind bufsize cache debug dns64 dnstap errors forward health hosts loadbalance log loop metadata pprof prometheus ready reload rewrite template timeouts trace whoami"
+	if got != want {
+		t.Errorf("Plugins() = %s\nwant         %s", got, want)
+	}
+	// Every plugin we list must be one CoreDNS knows how to order.
+	if d := directives(); len(d) != len(pluginNames) {
+		t.Errorf("directives() = %v: some plugin is not in CoreDNS's directive list", d)
+	}
+}
