@@ -1,0 +1,161 @@
+// Command nodelocaldns is an nftables-native, drop-in replacement for Kubernetes' NodeLocal DNSCache agent
+// (node-cache): it takes node-cache's flags, renders node-cache's Corefile template, serves DNS with embedded
+// CoreDNS, and steers traffic with one nftables table it owns.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/dnsserver"
+	"github.com/nodelocaldns/nodelocaldns/internal/link"
+	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
+	"github.com/nodelocaldns/nodelocaldns/internal/nft"
+	"github.com/nodelocaldns/nodelocaldns/internal/options"
+	"github.com/nodelocaldns/nodelocaldns/internal/supervisor"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+func run(args []string, stdout, stderr io.Writer) int {
+	o, err := options.Parse(args, stderr)
+	if errors.Is(err, options.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "nodelocaldns: %v\n", err)
+		return 2
+	}
+	switch o.Mode {
+	case options.ModeVersion:
+		fmt.Fprintf(stdout, "nodelocaldns %s (CoreDNS %s)\n", version, dnsserver.CoreDNSVersion())
+		return 0
+	case options.ModePlugins:
+		fmt.Fprintln(stdout, strings.Join(dnsserver.Plugins(), "\n"))
+		return 0
+	case options.ModePrintRules:
+		spec := nft.Spec{LocalIPs: o.LocalIPs, DNSPort: o.DNSPort, HealthPort: o.HealthPort}
+		if err := spec.Validate(); err != nil {
+			fmt.Fprintf(stderr, "nodelocaldns: %v\n", err)
+			return 2
+		}
+		fmt.Fprint(stdout, nft.Build(spec).String())
+		return 0
+	}
+
+	log, err := newLogger(o.LogLevel, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "nodelocaldns: %v\n", err)
+		return 1
+	}
+	defer log.Sync()
+	if o.Mode == options.ModeTeardown {
+		return teardown(o, log)
+	}
+	return serve(o, log)
+}
+
+func serve(o *options.Options, log *zap.Logger) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	var table *nft.Conn // opened lazily by the counters collector's first scrape
+	m, err := metrics.New(prometheus.DefaultRegisterer, func() ([]metrics.RuleCounter, error) {
+		if table == nil {
+			c, err := nft.Open()
+			if err != nil {
+				return nil, err
+			}
+			table = c
+		}
+		return ruleCounters(table)
+	})
+	if err != nil {
+		log.Error("register metrics", zap.Error(err))
+		return 1
+	}
+	go func() {
+		if err := metrics.Serve(ctx, o.MetricsListenAddress, prometheus.DefaultGatherer); err != nil {
+			// As in node-cache: the agent serves DNS without its own metrics endpoint rather than not at all.
+			log.Error("metrics server", zap.String("address", o.MetricsListenAddress), zap.Error(err))
+		}
+	}()
+
+	sup, err := supervisor.New(supervisor.Config{Options: o, Log: log, Getenv: os.Getenv, Metrics: m, Version: version})
+	if err != nil {
+		log.Error("invalid configuration", zap.Error(err))
+		return 2
+	}
+	log.Info("starting", zap.String("version", version), zap.String("coredns", dnsserver.CoreDNSVersion()),
+		zap.Stringers("localip", o.LocalIPs), zap.Bool("setupinterface", o.SetupInterface), zap.Bool("setupnftables", o.SetupNftables))
+	if err := sup.Run(ctx); err != nil {
+		log.Error("start-up failed", zap.Error(err))
+		return 1
+	}
+	return 0
+}
+
+func ruleCounters(c *nft.Conn) ([]metrics.RuleCounter, error) {
+	rcs, err := c.Counters()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]metrics.RuleCounter, len(rcs))
+	for i, rc := range rcs {
+		out[i] = metrics.RuleCounter{Chain: rc.Chain, Comment: rc.Comment, Packets: rc.Packets, Bytes: rc.Bytes}
+	}
+	return out, nil
+}
+
+// teardown removes what an earlier run left behind: the table, then the interface.
+func teardown(o *options.Options, log *zap.Logger) int {
+	code := 0
+	if c, err := nft.Open(); err != nil {
+		log.Error("open nftables", zap.Error(err))
+		code = 1
+	} else {
+		if err := c.Teardown(); err != nil {
+			log.Error("delete nftables table", zap.Error(err))
+			code = 1
+		}
+		c.Close()
+	}
+	if m, err := link.New(log.Named("link")); err != nil {
+		log.Error("open link manager", zap.Error(err))
+		code = 1
+	} else {
+		if err := m.Remove(o.InterfaceName); err != nil {
+			log.Error("remove interface", zap.Error(err))
+			code = 1
+		}
+		m.Close()
+	}
+	if code == 0 {
+		log.Info("removed table and interface", zap.String("table", "inet "+nft.TableName), zap.String("interface", o.InterfaceName))
+	}
+	return code
+}
+
+func newLogger(level string, w io.Writer) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(level)
+	if err != nil {
+		return nil, err
+	}
+	enc := zap.NewProductionEncoderConfig()
+	enc.EncodeTime = zapcore.ISO8601TimeEncoder
+	core := zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.Lock(zapcore.AddSync(w)), lvl)
+	return zap.New(core), nil
+}

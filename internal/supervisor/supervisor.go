@@ -1,0 +1,335 @@
+// Package supervisor owns the agent's lifecycle: the ordered start-up, the event-driven reconcile of the
+// nftables table and the interface, ConfigMap reloads, readiness, and the deadline-bounded shutdown.
+//
+// Start-up: validate -> render the Corefile -> interface -> CoreDNS listening -> nftables table -> ready. The
+// interface comes before CoreDNS because `bind` needs the listen addresses to exist; an address on the interface
+// steers nothing until the table's notrack rules exist, so the table still appears only once CoreDNS listens.
+// Shutdown: delete the table first (ClusterIP traffic falls back to kube-dns through kube-proxy), then the
+// interface (unless -skipteardown), then stop CoreDNS; or, when a newer instance is waiting (surge rollout),
+// leave both to it. Nothing here exits the process: errors travel up to main.
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/corefile"
+	"github.com/nodelocaldns/nodelocaldns/internal/dnsserver"
+	"github.com/nodelocaldns/nodelocaldns/internal/link"
+	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
+	"github.com/nodelocaldns/nodelocaldns/internal/nft"
+	"github.com/nodelocaldns/nodelocaldns/internal/options"
+)
+
+// Timing of the reconcile loop and of shutdown.
+const (
+	minPassInterval  = 5 * time.Millisecond  // floor between passes: bounds the cost of an adversary flushing in a loop
+	configDebounce   = 20 * time.Millisecond // coalesces a ConfigMap update's burst of inotify events
+	shutdownDeadline = 20 * time.Second      // below the pod's default 30 s grace period
+	defaultKubeDNSCM = "/etc/kube-dns"
+)
+
+// Config is what the supervisor needs besides the options.
+type Config struct {
+	Options *options.Options
+	Log     *zap.Logger
+	Getenv  func(string) string // os.Getenv in production
+	Metrics *metrics.Metrics    // nil: a private registry
+	Version string
+}
+
+// Supervisor runs one agent.
+type Supervisor struct {
+	opts *options.Options
+	log  *zap.Logger
+	m    *metrics.Metrics
+
+	params     corefile.Params
+	kubeDNSDir string
+	ruleset    *nft.Ruleset
+	linkSpec   link.Spec
+
+	dns   *dnsserver.Server
+	table *nft.Conn
+	links *link.Manager
+	lease *lease
+
+	runner     *Runner
+	reloads    *Runner
+	leader     atomic.Bool
+	lastPass   atomic.Pointer[error] // result of the last reconcile pass
+	warnedDrop sync.Map              // foreign drop chains already warned about
+}
+
+// New validates cfg and prepares an agent; nothing is started yet.
+func New(cfg Config) (*Supervisor, error) {
+	o := cfg.Options
+	s := &Supervisor{opts: o, log: cfg.Log, m: cfg.Metrics}
+	s.kubeDNSDir = o.KubeDNSConfigDir
+	if s.kubeDNSDir == "" {
+		if st, err := os.Stat(defaultKubeDNSCM); err == nil && st.IsDir() {
+			s.kubeDNSDir = defaultKubeDNSCM
+		}
+	}
+	env := corefile.ServiceHostEnv(o.UpstreamSvc)
+	s.params = corefile.Params{
+		LocalIPs: o.LocalIPs, DNSPort: o.DNSPort, ClusterDNS: cfg.Getenv(env), ClusterDNSEnv: env,
+		PrometheusEndpoint: o.PrometheusListenAddress,
+	}
+	spec := nft.Spec{LocalIPs: o.LocalIPs, DNSPort: o.DNSPort, HealthPort: o.HealthPort}
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	s.ruleset = nft.Build(spec)
+	s.linkSpec = link.Spec{Name: o.InterfaceName, IPs: o.LocalIPs}
+	if err := s.linkSpec.Validate(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Run starts the agent, serves until ctx is done, then shuts down. It returns an error only when start-up
+// fails; a failing reconcile pass or reload is logged, counted and retried.
+func (s *Supervisor) Run(ctx context.Context) (err error) {
+	start := time.Now()
+	step := func(name string, t time.Time) {
+		s.log.Info("start-up step done", zap.String("step", name), zap.Duration("elapsed", time.Since(t)))
+	}
+
+	t := time.Now()
+	watcher, err := corefile.NewWatcher(s.log, s.watchDirs(), configDebounce)
+	if err != nil {
+		return err
+	}
+	defer watcher.Close()
+	cf, err := s.render()
+	if err != nil {
+		return fmt.Errorf("render corefile: %w", err)
+	}
+	s.writeCorefile(cf)
+	step("render corefile", t)
+
+	// Leadership first: a standby must not touch the kernel, and must find the interface the leader made.
+	if s.manages() {
+		t = time.Now()
+		if err := s.openKernel(); err != nil {
+			return err
+		}
+		defer s.closeKernel()
+		l, ok, err := tryAcquireLease(leaseName(s.opts.InterfaceName))
+		if err != nil {
+			return fmt.Errorf("acquire lease %s: %w", leaseName(s.opts.InterfaceName), err)
+		}
+		if ok {
+			s.becomeLeader(l)
+			if err := s.ensureLink(); err != nil {
+				return err
+			}
+		} else {
+			s.log.Info("another instance manages this node; serving as its successor until it hands over")
+			if err := s.waitForLink(ctx); err != nil {
+				return err
+			}
+		}
+		step("interface", t)
+	}
+
+	t = time.Now()
+	if s.dns, err = dnsserver.New(s.log.Named("dns")); err != nil {
+		return err
+	}
+	s.dns.SetReadiness(s.readiness)
+	if err := s.dns.Start(cf, s.opts.Corefile); err != nil {
+		return err
+	}
+	s.log.Info("serving dns", zap.Strings("listeners", s.dns.Addrs()))
+	step("coredns listening", t)
+	s.writePIDFile()
+
+	runCtx, stopRunning := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() {
+		s.shutdown(stopRunning, &wg)
+	}()
+
+	s.reloads = NewRunner(RunnerConfig{MaxInterval: 24 * time.Hour, BackoffMin: time.Second, BackoffMax: 30 * time.Second}, s.reloadPass)
+	wg.Go(func() { s.reloads.Run(runCtx) })
+	wg.Go(func() { watcher.Run(runCtx, func() { s.reloads.Trigger("configmap") }) })
+	wg.Go(func() { s.onSIGUSR1(runCtx) })
+
+	if s.manages() {
+		t = time.Now()
+		s.runner = NewRunner(RunnerConfig{MinInterval: minPassInterval, MaxInterval: s.opts.SyncInterval}, s.pass)
+		if s.leader.Load() {
+			if err := s.pass(ctx, []string{"start"}); err != nil {
+				s.log.Error("first reconcile pass failed; retrying", zap.Error(err))
+			}
+			step("nftables table", t)
+		}
+		s.startWatchers(runCtx, &wg)
+		wg.Go(func() { s.runner.Run(runCtx) })
+		if !s.leader.Load() {
+			wg.Go(func() { s.awaitHandover(runCtx) })
+		}
+	}
+	s.log.Info("ready", zap.Duration("elapsed", time.Since(start)), zap.Bool("leader", s.leader.Load()))
+	<-ctx.Done()
+	s.log.Info("shutting down", zap.String("reason", context.Cause(ctx).Error()))
+	return nil
+}
+
+// manages reports whether this agent touches the kernel at all.
+func (s *Supervisor) manages() bool { return s.opts.SetupInterface || s.opts.SetupNftables }
+
+func (s *Supervisor) watchDirs() []string {
+	dirs := []string{dirOf(s.opts.BaseCorefile)}
+	if s.kubeDNSDir != "" {
+		dirs = append(dirs, s.kubeDNSDir)
+	}
+	return dirs
+}
+
+func (s *Supervisor) openKernel() error {
+	var err error
+	if s.opts.SetupNftables {
+		if s.table, err = nft.Open(nft.WithLogger(s.log.Named("nft"))); err != nil {
+			return fmt.Errorf("open nftables: %w", err)
+		}
+	}
+	if s.opts.SetupInterface {
+		if s.links, err = link.New(s.log.Named("link")); err != nil {
+			return fmt.Errorf("open link manager: %w", err)
+		}
+	}
+	return nil
+}
+
+func (s *Supervisor) closeKernel() {
+	if s.table != nil {
+		s.table.Close()
+	}
+	if s.links != nil {
+		s.links.Close()
+	}
+}
+
+func (s *Supervisor) becomeLeader(l *lease) {
+	s.lease = l
+	s.leader.Store(true)
+	s.setGauge(func(m *metrics.Metrics) { m.Leader.Set(1) })
+}
+
+// awaitHandover waits for the current leader to go away, then takes over with a full pass.
+func (s *Supervisor) awaitHandover(ctx context.Context) {
+	l, err := waitForLease(ctx, leaseName(s.opts.InterfaceName))
+	if err != nil {
+		return
+	}
+	s.becomeLeader(l)
+	s.log.Info("took over from the previous instance")
+	s.runner.Trigger("handover")
+}
+
+func (s *Supervisor) writePIDFile() {
+	if s.opts.PIDFile == "" {
+		return
+	}
+	if err := os.WriteFile(s.opts.PIDFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+		s.log.Warn("write pidfile", zap.String("path", s.opts.PIDFile), zap.Error(err))
+	}
+}
+
+// shutdown stops the loops, then tears down in order within the deadline.
+func (s *Supervisor) shutdown(stopRunning context.CancelFunc, wg *sync.WaitGroup) {
+	start := time.Now()
+	stopRunning()
+	wg.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownDeadline)
+	defer cancel()
+	switch {
+	case !s.leader.Load():
+	case s.lease.hasSuccessor():
+		s.log.Info("a successor serves; leaving the table and interface to it")
+	case s.opts.SkipTeardown:
+		s.log.Info("-skipteardown: leaving the table and interface in place")
+	default:
+		s.teardown()
+	}
+	if s.dns != nil {
+		done := make(chan error, 1)
+		go func() { done <- s.dns.Stop() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				s.log.Warn("stop coredns", zap.Error(err))
+			}
+		case <-ctx.Done():
+			s.log.Error("coredns did not stop before the deadline", zap.Duration("deadline", shutdownDeadline))
+		}
+	}
+	if s.lease != nil {
+		s.lease.release()
+	}
+	if s.opts.PIDFile != "" {
+		os.Remove(s.opts.PIDFile)
+	}
+	s.log.Info("stopped", zap.Duration("elapsed", time.Since(start)))
+}
+
+// teardown deletes the table first, then the interface.
+func (s *Supervisor) teardown() {
+	if s.table != nil {
+		t := time.Now()
+		if err := s.table.Teardown(); err != nil {
+			s.log.Error("delete nftables table", zap.Error(err))
+		} else {
+			s.log.Info("deleted nftables table", zap.String("table", "inet "+nft.TableName), zap.Duration("elapsed", time.Since(t)))
+		}
+	}
+	if s.links != nil {
+		t := time.Now()
+		if err := s.links.Remove(s.opts.InterfaceName); err != nil {
+			s.log.Error("remove interface", zap.Error(err))
+		} else {
+			s.log.Info("removed interface", zap.String("interface", s.opts.InterfaceName), zap.Duration("elapsed", time.Since(t)))
+		}
+	}
+}
+
+func (s *Supervisor) setGauge(f func(*metrics.Metrics)) {
+	if s.m != nil {
+		f(s.m)
+	}
+}
+
+// readiness is /ready: CoreDNS serves (checked by dnsserver) and the kernel state is in place.
+func (s *Supervisor) readiness() error {
+	var err error
+	switch {
+	case !s.manages():
+	case s.leader.Load():
+		if p := s.lastPass.Load(); p == nil {
+			err = errors.New("no reconcile pass yet")
+		} else {
+			err = *p
+		}
+	default:
+		err = s.checkKernel()
+	}
+	s.setGauge(func(m *metrics.Metrics) {
+		if err == nil {
+			m.Ready.Set(1)
+		} else {
+			m.Ready.Set(0)
+		}
+	})
+	return err
+}
