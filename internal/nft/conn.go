@@ -105,7 +105,9 @@ func (c *Conn) Apply(r *Ruleset) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	start := time.Now()
-	c.log.Debug("applying nftables table", zap.String("ruleset", r.String()))
+	if ce := c.log.Check(zap.DebugLevel, "applying nftables table"); ce != nil {
+		ce.Write(zap.String("ruleset", r.String())) // printed only when someone reads it
+	}
 	t := nftTable()
 	c.ops.AddTable(t)
 	c.ops.DelTable(t)
