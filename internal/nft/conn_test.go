@@ -1,0 +1,129 @@
+package nft
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"go.uber.org/zap/zaptest"
+	"golang.org/x/sys/unix"
+)
+
+// These tests run everywhere, against fakeKernel; the kernel tests check the same behaviour for real.
+
+func fakeConn(t *testing.T) (*Conn, *fakeKernel) {
+	t.Helper()
+	k := &fakeKernel{}
+	c, err := Open(withOps(k), WithLogger(zaptest.NewLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, k
+}
+
+func TestFakeApplyTwiceKeepsOneCopy(t *testing.T) {
+	c, k := fakeConn(t)
+	rs := Build(goldenCases[3].spec)
+	for range 2 {
+		if err := c.Apply(rs); err != nil {
+			t.Fatalf("Apply: %v", err)
+		}
+	}
+	if len(k.tables) != 1 || k.flushes != 2 {
+		t.Fatalf("%d tables after %d flushes, want 1 table after 2 (one batch per Apply)", len(k.tables), k.flushes)
+	}
+	n := 0
+	for _, rules := range k.tables[0].rules {
+		n += len(rules)
+	}
+	if n != 24 || len(k.tables[0].elems[SetLocal4]) != 3 {
+		t.Errorf("%d rules and %d local4 elements, want 24 and 3", n, len(k.tables[0].elems[SetLocal4]))
+	}
+	if d, err := c.Check(rs); err != nil || d != nil {
+		t.Errorf("Check = %v, %v; want in sync", d, err)
+	}
+	counters, err := c.Counters()
+	if err != nil || len(counters) != 24 || counters[0].Packets != 7 || counters[0].Bytes != 700 {
+		t.Errorf("Counters = %v, %v; want 24 counters read back", counters, err)
+	}
+}
+
+func TestFakeApplyFailureKeepsOldTable(t *testing.T) {
+	c, k := fakeConn(t)
+	old := Build(goldenCases[0].spec)
+	if err := c.Apply(old); err != nil {
+		t.Fatal(err)
+	}
+	k.flushErr = unix.EOPNOTSUPP
+	err := c.Apply(Build(goldenCases[2].spec))
+	if !IsNotSupported(err) || !strings.Contains(err.Error(), "apply table inet nodelocaldns") {
+		t.Errorf("Apply = %v; want a wrapped EOPNOTSUPP naming the table", err)
+	}
+	if d, err := c.Check(old); err != nil || d != nil {
+		t.Errorf("after a failed Apply, Check(old) = %v, %v; the old table must be intact", d, err)
+	}
+}
+
+func TestFakeTeardown(t *testing.T) {
+	c, k := fakeConn(t)
+	if err := c.Teardown(); err != nil {
+		t.Errorf("Teardown of an absent table = %v, want nil", err)
+	}
+	if err := c.Apply(Build(goldenCases[0].spec)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Teardown(); err != nil || len(k.tables) != 0 {
+		t.Errorf("Teardown = %v, %d tables left", err, len(k.tables))
+	}
+	k.flushErr = unix.EPERM
+	if err := c.Teardown(); err == nil || !errors.Is(err, unix.EPERM) || !strings.Contains(err.Error(), "delete table") {
+		t.Errorf("Teardown with EPERM = %v; want it wrapped", err)
+	}
+}
+
+func TestFakeCheckDrift(t *testing.T) {
+	c, k := fakeConn(t)
+	rs := Build(goldenCases[2].spec)
+	if d, _ := c.Check(rs); len(d) != 1 || d[0].Kind != DriftMissingTable {
+		t.Errorf("Check before Apply = %v, want missing table", d)
+	}
+	if err := c.Apply(rs); err != nil {
+		t.Fatal(err)
+	}
+	ft := k.tables[0]
+	ft.rules[ChainFilterInput] = ft.rules[ChainFilterInput][1:]
+	ft.elems[SetLocal6] = nil
+	d, err := c.Check(rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := fmt.Sprint(d)
+	for _, want := range []string{
+		"missing element: set local6 element fd00::a",
+		"missing rule: rule filter-input: " + rs.Chains[2].Rules[0].String(),
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("Check = %s\nwant it to contain %q", got, want)
+		}
+	}
+}
+
+func TestErrorPredicates(t *testing.T) {
+	for _, tc := range []struct {
+		err                 error
+		notExist, exist, ns bool
+	}{
+		{fmt.Errorf("delete: %w", unix.ENOENT), true, false, false},
+		{errors.New("receiveAckAware: netlink receive: no such file or directory"), true, false, false}, // google/nftables' %v
+		{fmt.Errorf("add: %w", unix.EEXIST), false, true, false},
+		{fmt.Errorf("add: %w", unix.EOPNOTSUPP), false, false, true},
+		{fmt.Errorf("dial: %w", unix.EPROTONOSUPPORT), false, false, true},
+		{nil, false, false, false},
+		{unix.EPERM, false, false, false},
+	} {
+		if IsNotExist(tc.err) != tc.notExist || IsExist(tc.err) != tc.exist || IsNotSupported(tc.err) != tc.ns {
+			t.Errorf("%v: IsNotExist=%v IsExist=%v IsNotSupported=%v", tc.err, IsNotExist(tc.err), IsExist(tc.err), IsNotSupported(tc.err))
+		}
+	}
+}
