@@ -19,6 +19,10 @@ import (
 // well under the 300 ms target from the ..data rename to the first answer.
 const DefaultDebounce = 50 * time.Millisecond
 
+// maxWaitFactor bounds a debounce window: events keep pushing the re-read back by one debounce, but never beyond
+// this many debounces after the first event, so a directory that never stops changing is still re-read.
+const maxWaitFactor = 10
+
 // Watcher reports changes to ConfigMap volume directories. Kubernetes updates such a volume by writing a new
 // ..<timestamp> directory, pointing a ..data_tmp symlink at it and renaming that over ..data; the visible keys are
 // symlinks (key -> ..data/key) that get no events of their own. So every event in a directory only means "maybe
@@ -71,11 +75,22 @@ func NewWatcher(log *zap.Logger, dirs []string, debounce time.Duration) (*Watche
 // handled after it returns. Call Run at most once.
 func (w *Watcher) Run(ctx context.Context, onChange func()) error {
 	defer w.fsw.Close()
-	var fire <-chan time.Time // non-nil while a debounce window is open
+	// A debounce window opens at the first event and closes once no event came for one debounce (at most
+	// maxWaitFactor debounces after it opened); then the directories are re-read once.
+	var (
+		timer *time.Timer
+		fire  <-chan time.Time // non-nil while a window is open
+		limit time.Time
+	)
 	arm := func() {
+		now := time.Now()
 		if fire == nil {
-			fire = time.After(w.debounce)
+			limit = now.Add(maxWaitFactor * w.debounce)
+			timer = time.NewTimer(w.debounce)
+			fire = timer.C
+			return
 		}
+		timer.Reset(min(w.debounce, limit.Sub(now)))
 	}
 	for {
 		select {
