@@ -1,0 +1,89 @@
+package harness
+
+import (
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// Upstream is an authoritative-for-everything DNS server on one address (UDP and TCP) that answers every A
+// query with its own fixed address, so a test can tell which server an answer came from, and counts queries.
+type Upstream struct {
+	Addr    string // host:port it listens on
+	Answer  net.IP // the A record it gives for every name
+	TTL     uint32
+	Queries atomic.Int64
+}
+
+// StartUpstream serves on addr ("127.0.0.53:53", "10.0.0.2:53", "127.0.0.1:0") until the test ends.
+func StartUpstream(t testing.TB, addr, answer string) *Upstream {
+	t.Helper()
+	u := &Upstream{Answer: net.ParseIP(answer), TTL: 300}
+	pc, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		t.Fatalf("upstream listen udp %s: %v", addr, err)
+	}
+	u.Addr = pc.LocalAddr().String()
+	ln, err := net.Listen("tcp", u.Addr)
+	if err != nil {
+		t.Fatalf("upstream listen tcp %s: %v", u.Addr, err)
+	}
+	h := dns.HandlerFunc(u.serve)
+	udp := &dns.Server{PacketConn: pc, Handler: h}
+	tcp := &dns.Server{Listener: ln, Handler: h}
+	go udp.ActivateAndServe()
+	go tcp.ActivateAndServe()
+	t.Cleanup(func() { udp.Shutdown(); tcp.Shutdown() })
+	return u
+}
+
+func (u *Upstream) serve(w dns.ResponseWriter, r *dns.Msg) {
+	u.Queries.Add(1)
+	m := new(dns.Msg)
+	m.SetReply(r)
+	m.Authoritative = true
+	if len(r.Question) == 1 && r.Question[0].Qtype == dns.TypeA {
+		m.Answer = append(m.Answer, &dns.A{
+			Hdr: dns.RR_Header{Name: r.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: u.TTL},
+			A:   u.Answer,
+		})
+	}
+	w.WriteMsg(m)
+}
+
+// Lookup sends one A query for name to server over net ("udp" or "tcp") and returns the first A record's
+// address, or an error (timeout, no answer, non-success rcode).
+func Lookup(server, netw, name string, timeout time.Duration) (string, error) {
+	m := new(dns.Msg)
+	m.SetQuestion(dns.Fqdn(name), dns.TypeA)
+	c := &dns.Client{Net: netw, Timeout: timeout}
+	r, _, err := c.Exchange(m, server)
+	if err != nil {
+		return "", err
+	}
+	if r.Rcode != dns.RcodeSuccess {
+		return "", &RcodeError{Rcode: r.Rcode}
+	}
+	for _, rr := range r.Answer {
+		if a, ok := rr.(*dns.A); ok {
+			return a.A.String(), nil
+		}
+	}
+	return "", &RcodeError{Rcode: r.Rcode, NoData: true}
+}
+
+// RcodeError is a DNS answer that is not a usable A record.
+type RcodeError struct {
+	Rcode  int
+	NoData bool
+}
+
+func (e *RcodeError) Error() string {
+	if e.NoData {
+		return "no A record in the answer"
+	}
+	return "rcode " + dns.RcodeToString[e.Rcode]
+}
