@@ -1,0 +1,22 @@
+# deploy/deploy.mk: `make image` builds the container image as a tarball, offline: no Docker engine, no registry,
+# nothing from the network but Go modules. Included from the top Makefile; also works alone:
+#   make -f deploy/deploy.mk image [IMAGE_OUT=dir] [IMAGE_REF=repo:tag] [IMAGE_GOARCH=arm64]
+# Load the result with `docker load -i out/nodelocaldns-image.tar` (or podman load, ctr images import).
+# deploy/Dockerfile builds the same binary with the same flags for people who use Docker.
+
+IMAGE_OUT     ?= out
+IMAGE_TAR     ?= $(IMAGE_OUT)/nodelocaldns-image.tar
+IMAGE_REF     ?= ghcr.io/nodelocaldns/nodelocaldns:dev
+IMAGE_GOARCH  ?= $(shell go env GOARCH)
+IMAGE_VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The last commit's time stamps the image, so the same commit gives the same digest.
+IMAGE_EPOCH   ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+# Static (no libc in the image), no build paths, no build id: reproducible.
+IMAGE_GOBUILD ?= CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_GOARCH) go build -trimpath -ldflags='-s -w -buildid='
+
+.PHONY: image
+image:
+	mkdir -p $(IMAGE_OUT)
+	$(IMAGE_GOBUILD) -o $(IMAGE_OUT)/nodelocaldns ./cmd/nodelocaldns
+	go run ./cmd/mkimage -binary $(IMAGE_OUT)/nodelocaldns -arch $(IMAGE_GOARCH) -version $(IMAGE_VERSION) \
+		-created $(IMAGE_EPOCH) -ref $(IMAGE_REF) -o $(IMAGE_TAR)

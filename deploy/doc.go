@@ -1,0 +1,8 @@
+// Package deploy holds the Kubernetes manifests (base/ and overlays/, kustomize layout), the Dockerfile and the
+// `make image` fragment; it has no code of its own.
+//
+// Its tests are the manifests' contract: every overlay renders with kustomize's own library (krusty), decodes
+// strictly into the Kubernetes API types, keeps the standard nodelocaldns.yaml's objects and arguments, and holds
+// the least-privilege invariants (capabilities, no hostPath, read-only root, probes on the Corefile's health
+// port). The image tests run `make image` and inspect the tarball it writes.
+package deploy
