@@ -1,0 +1,139 @@
+package reconcile
+
+import (
+	"bufio"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nodelocaldns/nodelocaldns/test/harness"
+)
+
+// The IP plan (see the package comment) and the agent's names.
+const (
+	LinkName      = "nodelocaldns"
+	TableName     = "nodelocaldns" // in the inet family
+	LocalIP       = "169.254.20.10"
+	ClusterIP     = "10.96.0.10"
+	UpstreamAddr  = "127.0.0.53:53"
+	UpstreamReply = "192.0.2.53"
+	Domain        = "cluster.local"
+	passesMetric  = "nodelocaldns_reconcile_passes_total"
+)
+
+// LocalIPs are the agent's -localip values.
+func LocalIPs() []netip.Addr {
+	return []netip.Addr{netip.MustParseAddr(LocalIP), netip.MustParseAddr(ClusterIP)}
+}
+
+// Args are the agent's flags: node-cache's, with the safety-net pass an hour away.
+func Args() []string {
+	return []string{"-localip", LocalIP + "," + ClusterIP, "-upstreamsvc", "kube-dns-upstream", "-syncinterval", "1h"}
+}
+
+// StartAgent starts the test upstream and the agent, and waits until it is ready.
+func StartAgent(t testing.TB) *harness.Agent {
+	t.Helper()
+	harness.StartUpstream(t, UpstreamAddr, UpstreamReply)
+	a := harness.Start(t, harness.Config{
+		Args:         Args(),
+		BaseCorefile: harness.StandardCorefile(LocalIP, ClusterIP, Domain),
+		Env:          []string{"KUBE_DNS_UPSTREAM_SERVICE_HOST=" + strings.Split(UpstreamAddr, ":")[0]},
+	})
+	// Registered after the harness's SIGKILL, so it runs first: a clean stop removes the table and the
+	// interface, and the next agent of the package starts from nothing.
+	t.Cleanup(func() { a.Stop(10 * time.Second) })
+	a.WaitReady()
+	return a
+}
+
+// PrintRules is the table the agent's flags ask for, as `nodelocaldns -print-rules` prints it.
+func PrintRules(t testing.TB) string {
+	t.Helper()
+	out, err := exec.Command(harness.Binary(t), append(Args(), "-print-rules")...).Output()
+	if err != nil {
+		t.Fatalf("nodelocaldns -print-rules: %v", err)
+	}
+	return string(out)
+}
+
+var counterValues = regexp.MustCompile(`counter packets \d+ bytes \d+`)
+
+// ListTable is `nft list table inet nodelocaldns` with counter values removed, comparable with -print-rules.
+// ok is false when the table does not exist.
+func ListTable() (string, bool) {
+	out, err := exec.Command("nft", "list", "table", "inet", "nodelocaldns").Output()
+	if err != nil {
+		return "", false
+	}
+	return counterValues.ReplaceAllString(string(out), "counter"), true
+}
+
+// Passes scrapes the agent's reconcile passes, keyed by their labels (`result="repaired",trigger="nft"`).
+func Passes(a *harness.Agent) (map[string]float64, error) {
+	resp, err := http.Get("http://" + a.Metrics + "/metrics")
+	if err != nil {
+		return nil, fmt.Errorf("scrape metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		series, value, ok := strings.Cut(sc.Text(), " ")
+		labels, isPass := strings.CutPrefix(series, passesMetric+"{")
+		if !ok || !isPass {
+			continue
+		}
+		var v float64
+		if _, err := fmt.Sscan(value, &v); err != nil {
+			return nil, fmt.Errorf("parse %q: %w", sc.Text(), err)
+		}
+		out[strings.TrimSuffix(labels, "}")] = v
+	}
+	return out, sc.Err()
+}
+
+// PassCount sums passes whose labels contain every one of match (e.g. `result="repaired"`); none: all passes.
+func PassCount(p map[string]float64, match ...string) float64 {
+	var n float64
+	for labels, v := range p {
+		all := true
+		for _, m := range match {
+			all = all && strings.Contains(labels, m)
+		}
+		if all {
+			n += v
+		}
+	}
+	return n
+}
+
+// Quiesce waits until the agent's pass count has not moved for quiet, and returns the passes then.
+func Quiesce(a *harness.Agent, quiet, timeout time.Duration) (map[string]float64, error) {
+	deadline := time.Now().Add(timeout)
+	last, err := Passes(a)
+	if err != nil {
+		return nil, err
+	}
+	since := time.Now()
+	for time.Since(since) < quiet {
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("agent still running passes after %v: %v", timeout, last)
+		}
+		time.Sleep(quiet / 5)
+		p, err := Passes(a)
+		if err != nil {
+			return nil, err
+		}
+		if PassCount(p) != PassCount(last) {
+			last, since = p, time.Now()
+		}
+	}
+	return last, nil
+}

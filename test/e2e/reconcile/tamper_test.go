@@ -1,0 +1,173 @@
+package reconcile
+
+import (
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
+	"github.com/nodelocaldns/nodelocaldns/test/harness"
+)
+
+// Bounds of the matrix. The repair bound is generous for a loaded 2-core CI machine; bench/reconcile measures
+// the real figure. quiet is how long the pass counter must stand still before we call the agent idle.
+const (
+	repairBound = 2 * time.Second
+	quiet       = 300 * time.Millisecond
+)
+
+// TestTamperMatrix breaks the agent's table and interface in each way of issue 4, with the admin's tools and
+// through netlink, and checks that each is repaired within repairBound by an event (the periodic pass is an
+// hour away), that the result is exactly what -print-rules prints and what the flags ask of the link, that
+// DNS is served again on both listen IPs, and that the repair cost one pass plus at most one confirming pass
+// (our own writes must not trigger more).
+func TestTamperMatrix(t *testing.T) {
+	testenv.RequireRoot(t)
+	a := StartAgent(t)
+	want := PrintRules(t)
+	harness.Eventually(t, 5*time.Second, "the nft listing equals -print-rules", func() bool {
+		got, ok := ListTable()
+		return ok && got == want
+	})
+	obs, err := NewObserver(LinkName, LocalIPs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(obs.Close)
+	if err := obs.Baseline(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := obs.WaitWhole(5 * time.Second); err != nil {
+		t.Fatalf("before any tamper: %v", err)
+	}
+	checkLink(t)
+	checkDNS(t)
+
+	for _, tm := range Tampers() {
+		for _, way := range []struct {
+			name string
+			do   func() error
+		}{{"cli", tm.CLI}, {"netlink", tm.Netlink}} {
+			t.Run(tm.Name+"/"+way.name, func(t *testing.T) {
+				before, err := Quiesce(a, quiet, 5*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				start := time.Now()
+				if err := way.do(); err != nil {
+					t.Fatalf("tamper: %v", err)
+				}
+				// The bound runs from the tool's exit: nft's own start-up on a loaded machine is not the agent's.
+				tampered := time.Now()
+				done, err := obs.WaitWhole(repairBound)
+				if err != nil {
+					t.Fatalf("%s: %v", tm.Name, err)
+				}
+				t.Logf("%s (%s): tamper took %v, repaired %v after it", tm.Name, way.name,
+					tampered.Sub(start).Round(time.Microsecond), done.Sub(tampered).Round(time.Microsecond))
+
+				if got, ok := ListTable(); !ok || got != want {
+					t.Errorf("after repair, nft list table inet %s:\n%s\nwant (-print-rules):\n%s", TableName, got, want)
+				}
+				checkLink(t)
+				after, err := Quiesce(a, quiet, 5*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				repaired := PassCount(after, `result="repaired"`) - PassCount(before, `result="repaired"`)
+				total := PassCount(after) - PassCount(before)
+				if repaired < 1 {
+					t.Errorf("no repairing pass counted (passes before %v, after %v)", before, after)
+				}
+				// The repair and at most one confirming pass; a link tamper may need one more (see Tamper.Link).
+				// A loop or a storm would fail Quiesce above.
+				maxPasses := 2.0
+				if tm.Link {
+					maxPasses = 3
+				}
+				t.Logf("passes: %v (%v repairing)", total, repaired)
+				if total > maxPasses {
+					t.Errorf("%v passes for one tamper, want at most %v (before %v, after %v)", total, maxPasses, before, after)
+				}
+				if n := PassCount(after, `trigger="periodic"`); n > 0 {
+					t.Errorf("%v periodic passes with -syncinterval 1h", n)
+				}
+				checkDNS(t)
+			})
+		}
+	}
+}
+
+// TestIdle leaves a settled agent alone for 10 s: with nothing changing and the periodic pass an hour away, it
+// must run no pass at all.
+func TestIdle(t *testing.T) {
+	testenv.RequireRoot(t)
+	a := StartAgent(t)
+	before, err := Quiesce(a, quiet, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Second)
+	after, err := Passes(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if PassCount(after) != PassCount(before) {
+		t.Errorf("passes while idle: before %v, after %v", before, after)
+	}
+	if PassCount(after) < 1 {
+		t.Errorf("no pass counted at all (%v): the metric is not what this test reads", after)
+	}
+}
+
+// checkLink asks iproute2 whether the link is UP and carries exactly the listen IPs as /32.
+func checkLink(t *testing.T) {
+	t.Helper()
+	out, err := exec.Command("ip", "-j", "addr", "show", "dev", LinkName).Output()
+	if err != nil {
+		t.Errorf("ip -j addr show dev %s: %v", LinkName, err)
+		return
+	}
+	var links []struct {
+		Flags    []string `json:"flags"`
+		AddrInfo []struct {
+			Family    string `json:"family"`
+			Local     string `json:"local"`
+			Prefixlen int    `json:"prefixlen"`
+		} `json:"addr_info"`
+	}
+	if err := json.Unmarshal(out, &links); err != nil || len(links) != 1 {
+		t.Errorf("ip -j addr: %v: %s", err, out)
+		return
+	}
+	var addrs []string
+	for _, a := range links[0].AddrInfo {
+		if a.Family == "inet" {
+			addrs = append(addrs, fmt.Sprintf("%s/%d", a.Local, a.Prefixlen))
+		}
+	}
+	slices.Sort(addrs)
+	if !slices.Contains(links[0].Flags, "UP") || !slices.Equal(addrs, []string{ClusterIP + "/32", LocalIP + "/32"}) {
+		t.Errorf("ip -j addr: flags %v, IPv4 addresses %v; want UP with %s/32 and %s/32", links[0].Flags, addrs, LocalIP, ClusterIP)
+	}
+}
+
+var lookupSeq atomic.Int64
+
+// checkDNS resolves a fresh name (so the cache cannot answer) on each listen IP over UDP and TCP.
+func checkDNS(t *testing.T) {
+	t.Helper()
+	for _, ip := range []string{LocalIP, ClusterIP} {
+		for _, netw := range []string{"udp", "tcp"} {
+			name := fmt.Sprintf("tamper%d.%s", lookupSeq.Add(1), Domain)
+			got, err := harness.Lookup(ip+":53", netw, name, 2*time.Second)
+			if err != nil || got != UpstreamReply {
+				t.Errorf("lookup %s at %s over %s: %q, %v; want %s", name, ip, netw, got, err, UpstreamReply)
+			}
+		}
+	}
+}
