@@ -1,0 +1,211 @@
+package lifecycle
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
+	"github.com/nodelocaldns/nodelocaldns/test/harness"
+)
+
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+
+// Conventions. The test's own throwaway namespace is the node: the agent runs there and creates its interface
+// (ifname) holding localIP and clusterIP. Two peer namespaces hang off it by veth:
+//
+//	pod       192.0.2.2 (node side 192.0.2.1)        sends the load to localIP:53 and clusterIP:53
+//	kube-dns  198.51.100.2 (node side 198.51.100.1)  the ClusterIP's backend: kube-proxy DNATs clusterIP:53 here
+//	          198.51.100.3                           kube-dns-upstream: the agent forwards cluster.local here
+//
+// Both kube-dns addresses answer every A query with their own fixed address, so an answer says whether the agent
+// (through kube-dns-upstream) or kube-dns itself (through the DNAT) served it.
+const (
+	localIP   = "169.254.20.10"
+	clusterIP = "10.96.0.10"
+	ifname    = "nodelocaldns"
+	table     = "inet nodelocaldns"
+
+	podHost, podAddr         = "192.0.2.1", "192.0.2.2"
+	kubeDNSHost, kubeDNSAddr = "198.51.100.1", "198.51.100.2"
+	upstreamAddr             = "198.51.100.3"
+
+	answerKubeDNS = "203.0.113.1" // kube-dns reached through the DNAT: the agent is not in the path
+	answerAgent   = "203.0.113.2" // kube-dns-upstream: the agent served (or forwarded) it
+
+	readyURL = "http://" + localIP + ":8080/ready"
+)
+
+// kubeProxyRuleset is what kube-proxy's nftables mode boils down to for one UDP+TCP Service with one endpoint:
+// DNAT at prerouting dstnat (pods) and output dstnat (host clients). Our notrack at raw priority runs before it.
+var kubeProxyRuleset = fmt.Sprintf(`table ip kube-proxy {
+	chain prerouting {
+		type nat hook prerouting priority -100; policy accept;
+		ip daddr %[1]s udp dport 53 dnat to %[2]s:53
+		ip daddr %[1]s tcp dport 53 dnat to %[2]s:53
+	}
+	chain output {
+		type nat hook output priority -100; policy accept;
+		ip daddr %[1]s udp dport 53 dnat to %[2]s:53
+		ip daddr %[1]s tcp dport 53 dnat to %[2]s:53
+	}
+}
+`, clusterIP, kubeDNSAddr)
+
+// node is the fixture around the agents: peers, kube-proxy's DNAT, the two kube-dns servers.
+type node struct {
+	t        *testing.T
+	pod      *harness.Peer
+	kubeDNS  *harness.Peer
+	upstream *harness.Upstream // kube-dns-upstream, the agent's forward target
+	direct   *harness.Upstream // kube-dns behind the ClusterIP's DNAT
+}
+
+func newNode(t *testing.T) *node {
+	t.Helper()
+	n := &node{t: t}
+	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
+		t.Fatalf("enable forwarding in the node namespace: %v", err)
+	}
+	n.pod = harness.AddPeer(t, "pod", podHost, podAddr)
+	n.kubeDNS = harness.AddPeer(t, "kubedns", kubeDNSHost, kubeDNSAddr)
+	n.kubeDNS.Exec(t, "ip", "addr", "add", upstreamAddr+"/24", "dev", "eth0")
+	n.kubeDNS.Do(t, func() {
+		n.direct = harness.StartUpstream(t, kubeDNSAddr+":53", answerKubeDNS)
+		n.upstream = harness.StartUpstream(t, upstreamAddr+":53", answerAgent)
+	})
+	nftApply(t, kubeProxyRuleset)
+	t.Cleanup(func() { exec.Command("nft", "delete", "table", "ip", "kube-proxy").Run() })
+	return n
+}
+
+// start runs an agent with node-cache's DaemonSet flags plus extra.
+func (n *node) start(extra ...string) *harness.Agent {
+	n.t.Helper()
+	args := append([]string{"-localip", localIP + "," + clusterIP, "-upstreamsvc", "kube-dns-upstream", "-health-port", "8080"}, extra...)
+	var stderr io.Writer
+	if os.Getenv("LIFECYCLE_AGENT_LOG") != "" {
+		stderr = os.Stderr
+	}
+	return harness.Start(n.t, harness.Config{
+		Args:         args,
+		BaseCorefile: harness.StandardCorefile(localIP, clusterIP, "cluster.local"),
+		Env:          []string{"KUBE_DNS_UPSTREAM_SERVICE_HOST=" + upstreamAddr},
+		Stderr:       stderr,
+	})
+}
+
+func nftApply(t *testing.T, ruleset string) {
+	t.Helper()
+	cmd := exec.Command("nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(ruleset)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("nft -f: %v\n%s\n%s", err, out, ruleset)
+	}
+}
+
+// ourTables counts our table in the kernel's list, as the nft tool sees it.
+func ourTables(t *testing.T) int {
+	t.Helper()
+	return strings.Count(harness.Run(t, "nft", "list", "tables")+"\n", "table "+table+"\n")
+}
+
+var countersRE = regexp.MustCompile(`counter packets \d+ bytes \d+`)
+
+// listing is our table as `nft list table` prints it, counters zeroed, "" when absent.
+func listing(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("nft", "list", "table", "inet", "nodelocaldns").CombinedOutput()
+	if err != nil {
+		if strings.Contains(string(out), "No such file or directory") {
+			return ""
+		}
+		t.Fatalf("nft list table %s: %v\n%s", table, err, out)
+	}
+	return countersRE.ReplaceAllString(string(out), "counter packets 0 bytes 0")
+}
+
+// requireOneCopy checks the kernel holds exactly one table of ours with no rule twice, and returns its listing.
+func requireOneCopy(t *testing.T) string {
+	t.Helper()
+	if n := ourTables(t); n != 1 {
+		t.Fatalf("nft list tables shows %d copies of table %s, want 1:\n%s", n, table, harness.Run(t, "nft", "list", "tables"))
+	}
+	l := listing(t)
+	seen := map[string]bool{}
+	for _, line := range strings.Split(l, "\n") {
+		line = strings.TrimSpace(line)
+		if !strings.Contains(line, "comment ") {
+			continue
+		}
+		if seen[line] {
+			t.Fatalf("rule listed twice in table %s: %s\n%s", table, line, l)
+		}
+		seen[line] = true
+	}
+	if len(seen) == 0 {
+		t.Fatalf("table %s has no rules:\n%s", table, l)
+	}
+	return l
+}
+
+// linkExists reports whether our interface exists in the node namespace, per `ip link`.
+func linkExists(t *testing.T) bool {
+	t.Helper()
+	out, err := exec.Command("ip", "-o", "link", "show", "dev", ifname).CombinedOutput()
+	if err == nil {
+		return true
+	}
+	if strings.Contains(string(out), "does not exist") {
+		return false
+	}
+	t.Fatalf("ip link show dev %s: %v\n%s", ifname, err, out)
+	return false
+}
+
+// requireNothingLeft checks a graceful stop removed both the table and the interface.
+func requireNothingLeft(t *testing.T) {
+	t.Helper()
+	if n := ourTables(t); n != 0 {
+		t.Errorf("table %s left behind after a graceful stop:\n%s", table, listing(t))
+	}
+	if linkExists(t) {
+		t.Errorf("interface %s left behind after a graceful stop:\n%s", ifname, harness.Run(t, "ip", "addr", "show", "dev", ifname))
+	}
+}
+
+// ready asks /ready on the Corefile's health address: the HTTP status, or 0 when nothing answers.
+func ready() (int, string) {
+	c := &http.Client{Timeout: 500 * time.Millisecond}
+	resp, err := c.Get(readyURL)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, strings.TrimSpace(string(body))
+}
+
+// holdLease takes the lease an agent would take (the abstract unix socket named after the interface), so the
+// next agent starts as a standby; closing the listener lets it take over.
+func holdLease(t *testing.T) *net.UnixListener {
+	t.Helper()
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: "@nodelocaldns/" + ifname, Net: "unix"})
+	if errors.Is(err, syscall.EADDRINUSE) {
+		t.Fatal("the lease is held: an agent still runs")
+	}
+	if err != nil {
+		t.Fatalf("hold lease: %v", err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}

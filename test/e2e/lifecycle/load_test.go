@@ -1,0 +1,252 @@
+package lifecycle
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	"github.com/vishvananda/netns"
+)
+
+// Load: every tick, one UDP query from a fresh socket (a new source port, as a pod's resolver does) to each
+// target. A query fails when no usable answer arrives within queryTimeout: a timeout, an ICMP error, an rcode
+// other than NOERROR, or an answer from neither kube-dns address.
+const (
+	loadInterval = 5 * time.Millisecond // 200 queries/s per target
+	queryTimeout = time.Second
+)
+
+// targets are the pod's two ways to the node's DNS, in report order.
+var targets = []string{clusterIP, localIP}
+
+// counts is what happened to the queries sent to one target during one phase.
+type counts struct {
+	sent, failed, viaAgent, viaKubeDNS int
+	reasons                            map[string]int
+	firstFail, lastFail                time.Duration // send times of the first and last failed query, from the phase's start
+}
+
+// load sends the queries from the pod namespace and files each one under the phase current when it was sent.
+type load struct {
+	stop  chan struct{}
+	done  sync.WaitGroup
+	phase atomic.Int32
+	seq   atomic.Uint32
+
+	mu     sync.Mutex
+	names  []string
+	starts []time.Time
+	counts map[int]map[string]*counts // phase -> target -> counts
+}
+
+// startLoad starts the load in the pod namespace; it runs until the test ends.
+func startLoad(t *testing.T, podNS string) *load {
+	t.Helper()
+	l := &load{stop: make(chan struct{}), counts: map[int]map[string]*counts{}}
+	l.begin("before any agent")
+	started := make(chan error, 1)
+	l.done.Add(1)
+	go l.send(podNS, started)
+	if err := <-started; err != nil {
+		t.Fatalf("start load in %s: %v", podNS, err)
+	}
+	t.Cleanup(func() { close(l.stop); l.done.Wait() })
+	return l
+}
+
+// begin starts a new phase; queries sent from now on count for it.
+func (l *load) begin(name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.names = append(l.names, name)
+	l.starts = append(l.starts, time.Now())
+	l.counts[len(l.names)-1] = map[string]*counts{}
+	l.phase.Store(int32(len(l.names) - 1))
+}
+
+// send runs on a thread that it moves into the pod namespace for good (the thread dies with the goroutine), so
+// every socket it opens belongs to the pod.
+func (l *load) send(podNS string, started chan<- error) {
+	defer l.done.Done()
+	runtime.LockOSThread()
+	ns, err := netns.GetFromName(podNS)
+	if err == nil {
+		err = netns.Set(ns)
+		ns.Close()
+	}
+	started <- err
+	if err != nil {
+		return
+	}
+	tick := time.NewTicker(loadInterval)
+	defer tick.Stop()
+	var inflight sync.WaitGroup
+	defer inflight.Wait()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-tick.C:
+		}
+		for _, target := range targets {
+			phase, sent := int(l.phase.Load()), time.Now()
+			name := fmt.Sprintf("svc%d.default.svc.cluster.local.", l.seq.Add(1)%64)
+			conn, err := net.DialUDP("udp", nil, &net.UDPAddr{IP: net.ParseIP(target), Port: 53})
+			if err != nil {
+				l.record(phase, target, sent, "", fmt.Errorf("dial: %w", err))
+				continue
+			}
+			inflight.Add(1)
+			go func() {
+				defer inflight.Done()
+				defer conn.Close()
+				answer, err := query(conn, name)
+				l.record(phase, target, sent, answer, err)
+			}()
+		}
+	}
+}
+
+// query sends one A query on conn and waits for its answer.
+func query(conn *net.UDPConn, name string) (string, error) {
+	m := new(dns.Msg)
+	m.SetQuestion(name, dns.TypeA)
+	c := &dns.Conn{Conn: conn}
+	conn.SetDeadline(time.Now().Add(queryTimeout))
+	if err := c.WriteMsg(m); err != nil {
+		return "", err
+	}
+	for {
+		r, err := c.ReadMsg()
+		if err != nil {
+			return "", err
+		}
+		if r.Id != m.Id {
+			continue
+		}
+		if r.Rcode != dns.RcodeSuccess {
+			return "", fmt.Errorf("rcode %s", dns.RcodeToString[r.Rcode])
+		}
+		for _, rr := range r.Answer {
+			if a, ok := rr.(*dns.A); ok {
+				return a.A.String(), nil
+			}
+		}
+		return "", errors.New("no A record")
+	}
+}
+
+func (l *load) record(phase int, target string, sent time.Time, answer string, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := l.counts[phase][target]
+	if c == nil {
+		c = &counts{reasons: map[string]int{}}
+		l.counts[phase][target] = c
+	}
+	c.sent++
+	failed := c.failed
+	defer func() {
+		if c.failed > failed {
+			at := sent.Sub(l.starts[phase])
+			if failed == 0 {
+				c.firstFail = at
+			}
+			c.lastFail = at
+		}
+	}()
+	switch {
+	case err != nil:
+		c.failed++
+		c.reasons[reason(err)]++
+	case answer == answerAgent:
+		c.viaAgent++
+	case answer == answerKubeDNS:
+		c.viaKubeDNS++
+	default:
+		c.failed++
+		c.reasons["wrong answer "+answer]++
+	}
+}
+
+func reason(err error) string {
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "refused"
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return "unreachable"
+	}
+	return err.Error()
+}
+
+// settle waits until every query of the current phase has had its answer or its timeout.
+func (l *load) settle() { time.Sleep(queryTimeout + 100*time.Millisecond) }
+
+// get returns the counts of one phase and target.
+func (l *load) get(phase int, target string) counts {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c := l.counts[phase][target]; c != nil {
+		r := *c
+		r.reasons = map[string]int{}
+		for k, v := range c.reasons {
+			r.reasons[k] = v
+		}
+		return r
+	}
+	return counts{}
+}
+
+// current is the index of the phase queries are filed under now.
+func (l *load) current() int { return int(l.phase.Load()) }
+
+// table renders the failed-query counts of every phase, one row per phase and target.
+func (l *load) table() string {
+	l.mu.Lock()
+	names := append([]string(nil), l.names...)
+	l.mu.Unlock()
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-48s %-10s %6s %6s %8s %11s  %s\n", "case", "target", "sent", "failed", "by agent", "by kube-dns", "failures (sent at, from the case's start)")
+	for i, name := range names {
+		for _, target := range targets {
+			c := l.get(i, target)
+			label := map[string]string{clusterIP: "clusterip", localIP: "link-local"}[target]
+			when := ""
+			if c.failed > 0 {
+				when = fmt.Sprintf(" (%v..%v)", c.firstFail.Round(time.Millisecond), c.lastFail.Round(time.Millisecond))
+			}
+			fmt.Fprintf(&b, "%-48s %-10s %6d %6d %8d %11d  %s%s\n", name, label, c.sent, c.failed, c.viaAgent, c.viaKubeDNS, reasons(c.reasons), when)
+		}
+	}
+	return b.String()
+}
+
+func reasons(m map[string]int) string {
+	var out []string
+	for k, v := range m {
+		out = append(out, fmt.Sprintf("%s=%d", k, v))
+	}
+	sort.Strings(out)
+	return strings.Join(out, " ")
+}
+
+// report prints the table to the test log and to stdout, where `make test` shows it.
+func (l *load) report(t *testing.T) {
+	tbl := l.table()
+	t.Logf("failed queries per case (each query %v timeout, %v between queries per target):\n%s", queryTimeout, loadInterval, tbl)
+	fmt.Fprintf(os.Stdout, "\nlifecycle matrix: failed DNS queries from the pod namespace per case (%d/s per target, %v timeout)\n%s\n",
+		int(time.Second/loadInterval), queryTimeout, tbl)
+}
