@@ -52,8 +52,8 @@ func bench(rounds int) error {
 	}
 	defer c.Close()
 
-	var apply, teardown samples
-	var setupExecs, teardownExecs int
+	var apply, resync, teardown samples
+	var setupExecs, resyncExecs, teardownExecs int
 	ours := func() error {
 		if err := clean(); err != nil {
 			return err
@@ -63,9 +63,12 @@ func bench(rounds int) error {
 			return err
 		}
 		apply.ours = append(apply.ours, d)
-		if drift, err := c.Check(rs); err != nil || drift != nil {
+		var drift []nft.Drift
+		d, err = timed(func() (err error) { drift, err = c.Check(rs); return err })
+		if err != nil || drift != nil {
 			return fmt.Errorf("after Apply: drift %v, %v", drift, err)
 		}
+		resync.ours = append(resync.ours, d)
 		d, err = timed(c.Teardown)
 		teardown.ours = append(teardown.ours, d)
 		return err
@@ -80,6 +83,13 @@ func bench(rounds int) error {
 			return err
 		}
 		apply.nodeCache, setupExecs = append(apply.nodeCache, d), x.execs
+		x.execs = 0
+		// node-cache's periodic sync when nothing changed: EnsureRule again, i.e. one -C per rule.
+		d, err = timed(func() error { return x.setup(rules) })
+		if err != nil {
+			return err
+		}
+		resync.nodeCache, resyncExecs = append(resync.nodeCache, d), x.execs
 		if n := countRules(); n != len(rules) {
 			return fmt.Errorf("after node-cache setup: %d rules listed, want %d", n, len(rules))
 		}
@@ -106,14 +116,15 @@ func bench(rounds int) error {
 
 	fmt.Printf("nft bench: %d listen IPs, %d rounds each way, alternating; ours = table inet %s (%d rules) in one netlink batch,\n",
 		len(ips), rounds, nft.TableName, ruleCount(rs))
-	fmt.Printf("node-cache = %d iptables rules via `iptables -w 5` (%d processes to set up, %d to tear down)\n\n",
-		len(rules), setupExecs, teardownExecs)
+	fmt.Printf("node-cache = %d iptables rules via `iptables -w 5` (%d processes to set up, %d to re-check, %d to tear down)\n",
+		len(rules), setupExecs, resyncExecs, teardownExecs)
+	fmt.Printf("in-sync check: ours = Check (read the table back and compare), node-cache = its periodic EnsureRule pass\n\n")
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "operation\tmedian ours\tmedian node-cache\tratio\t")
 	for _, row := range []struct {
 		name string
 		s    samples
-	}{{"apply (clean state)", apply}, {"teardown", teardown}} {
+	}{{"apply (clean state)", apply}, {"in-sync check", resync}, {"teardown", teardown}} {
 		o, n := median(row.s.ours), median(row.s.nodeCache)
 		fmt.Fprintf(w, "%s\t%v\t%v\t%.0fx\t\n", row.name, o.Round(time.Microsecond), n.Round(time.Microsecond), float64(n)/float64(o))
 	}

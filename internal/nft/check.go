@@ -2,10 +2,12 @@ package nft
 
 import (
 	"fmt"
+	"math/bits"
 	"net/netip"
 	"slices"
 
 	"github.com/google/nftables"
+	"golang.org/x/sys/unix"
 )
 
 // Drift is one difference between the kernel and the desired table.
@@ -23,6 +25,7 @@ type DriftKind string
 // in our table in the kernel but not desired; a mismatch is an object whose type, hook, priority or policy differ.
 const (
 	DriftMissingTable   DriftKind = "missing table"
+	DriftTableDormant   DriftKind = "table dormant"
 	DriftMissingSet     DriftKind = "missing set"
 	DriftExtraSet       DriftKind = "extra set"
 	DriftSetMismatch    DriftKind = "set mismatch"
@@ -48,19 +51,32 @@ func (c *Conn) Check(r *Ruleset) ([]Drift, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list inet tables: %w", err)
 	}
-	if !slices.ContainsFunc(tables, func(t *nftables.Table) bool { return t.Name == TableName }) {
+	i := slices.IndexFunc(tables, func(t *nftables.Table) bool { return t.Name == TableName })
+	if i < 0 {
 		return []Drift{{Kind: DriftMissingTable, Object: "table inet " + TableName}}, nil
 	}
+	var drifts []Drift
+	if isDormant(tables[i].Flags) {
+		// A dormant table keeps its rules but has no hooks: nothing would be notracked.
+		drifts = append(drifts, Drift{Kind: DriftTableDormant, Object: "table inet " + TableName})
+	}
 	t := nftTable()
-	drifts, err := c.checkSets(t, r.Sets)
+	sets, err := c.checkSets(t, r.Sets)
 	if err != nil {
 		return nil, err
 	}
+	drifts = append(drifts, sets...)
 	more, err := c.checkChains(t, r.Chains)
 	if err != nil {
 		return nil, err
 	}
 	return append(drifts, more...), nil
+}
+
+// isDormant reads the table flags in either byte order: google/nftables v0.3.0 decodes NFTA_TABLE_FLAGS
+// without setting big endian, so on x86 the dormant bit arrives as 1<<24 (no real flag uses that bit).
+func isDormant(flags uint32) bool {
+	return flags&unix.NFT_TABLE_F_DORMANT != 0 || bits.ReverseBytes32(flags)&unix.NFT_TABLE_F_DORMANT != 0
 }
 
 func (c *Conn) checkSets(t *nftables.Table, want []Set) ([]Drift, error) {

@@ -69,6 +69,7 @@ func TestCheckReportsDrift(t *testing.T) {
 		object string
 	}{
 		{"table deleted", []string{"delete", "table", "inet", TableName}, DriftMissingTable, "table inet " + TableName},
+		{"table dormant", []string{"add", "table", "inet", TableName, "{ flags dormant; }"}, DriftTableDormant, "table inet " + TableName},
 		{"chain deleted", []string{"delete", "chain", "inet", TableName, ChainFilterOutput}, DriftMissingChain, "chain " + ChainFilterOutput},
 		{"chain flushed", []string{"flush", "chain", "inet", TableName, ChainRawPrerouting}, DriftMissingRule, "rule " + ChainRawPrerouting + ": " + rs.Chains[0].Rules[1].String()},
 		{"set flushed", []string{"flush", "set", "inet", TableName, SetLocal4}, DriftMissingElement, "set local4 element 169.254.20.10"},
