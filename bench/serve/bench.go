@@ -1,0 +1,192 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/nodelocaldns/nodelocaldns/test/harness"
+)
+
+const (
+	tunedName   = "nodelocaldns"
+	untunedName = "node-cache-like"
+	unboundName = "unbound"
+	warmQPS     = 20000 // warm-up rate, below every server's capacity
+)
+
+// variants are the nodelocaldns configurations measured: the default, node-cache's way of running the same
+// engine, and (with -variants) the default with one knob reverted, so the table shows what each knob buys.
+func variants(withKnobs bool) []variant {
+	vs := []variant{
+		{name: tunedName, hint: "default tuning"},
+		{name: untunedName, env: []string{"NODELOCALDNS_TUNING=off"}, hint: "NODELOCALDNS_TUNING=off: Go runtime defaults, as node-cache runs CoreDNS"},
+	}
+	if withKnobs {
+		vs = append(vs, knobVariants()...)
+	}
+	return vs
+}
+
+func bench(p params) (err error) {
+	defer func() {
+		r := recover()
+		if f, ok := r.(fatal); ok {
+			err = fmt.Errorf("%s", f.msg)
+		} else if r != nil {
+			panic(r)
+		}
+	}()
+	if err := checkTools(); err != nil {
+		return err
+	}
+	work, err := os.MkdirTemp("", "bench-serve-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	bin := harness.Binary(tb{})
+	var logTo io.Writer = io.Discard
+	if p.verbose {
+		logTo = os.Stderr
+	}
+
+	if err := pinSelf(loadCPU); err != nil {
+		return err
+	}
+	up, err := startUpstream(p.names)
+	if err != nil {
+		return err
+	}
+	defer up.stop()
+	if err := waitAnswer(upstreamIP, hitName(0)); err != nil {
+		return fmt.Errorf("upstream: %w", err)
+	}
+
+	var servers []*server
+	defer func() {
+		for _, s := range servers {
+			s.stop()
+		}
+	}()
+	hints := map[string]string{}
+	for i, v := range variants(p.variants) {
+		s, err := startNodeLocalDNS(bin, work, v, i, logTo)
+		if s != nil {
+			servers = append(servers, s)
+		}
+		if err != nil {
+			return err
+		}
+		hints[v.name] = v.hint
+	}
+	ub, err := startUnbound(work, len(servers), logTo)
+	if ub != nil {
+		servers = append(servers, ub)
+	}
+	if err != nil {
+		return err
+	}
+	hints[unboundName] = "unbound " + "1 thread, forwarding cache, same TTL caps"
+
+	fmt.Printf("bench/serve: %d servers on CPU %s, dnsperf and the upstream on CPU %s, %d runs of %v each, %d hit names\n",
+		len(servers), serverCPU, loadCPU, p.runs, p.duration, p.names)
+	hits := filepath.Join(work, "hits.txt")
+	if err := writeLines(hits, p.names, hitName); err != nil {
+		return err
+	}
+	warm := func(s *server) error {
+		_, err := load(work, s, hits, 5*time.Second, true, warmQPS)
+		return err
+	}
+
+	hitRows := newRows(servers, hints)
+	for run := range p.runs {
+		for i := range servers {
+			s := servers[(i+run)%len(servers)] // rotate who goes first
+			if err := warm(s); err != nil {
+				return err
+			}
+			r, err := load(work, s, hits, p.duration, false, 0)
+			if err != nil {
+				return err
+			}
+			hitRows[s.name].runs = append(hitRows[s.name].runs, r)
+			fmt.Fprintf(os.Stderr, "hit   run %d %-22s %8.0f qps p99 %s ms\n", run+1, s.name, r.qps, ms(r.p99))
+		}
+	}
+
+	// The mixed workload goes once through a file long enough for the fastest server's run; its misses are
+	// unique per run.
+	var peak float64
+	for _, r := range hitRows {
+		peak = max(peak, median(pick(r.runs, func(x result) float64 { return x.qps })))
+	}
+	lines := int(peak*p.duration.Seconds()*1.3) + 1000
+	mixed := []*server{}
+	for _, s := range servers {
+		if s.name == tunedName || s.name == untunedName || s.name == unboundName {
+			mixed = append(mixed, s)
+		}
+	}
+	mixRows := newRows(mixed, hints)
+	for run := range p.runs {
+		for i := range mixed {
+			s := mixed[(i+run)%len(mixed)]
+			data := filepath.Join(work, "mixed.txt")
+			if err := writeLines(data, lines, mixedName(fmt.Sprintf("r%d%s", run, s.ip), p.names)); err != nil {
+				return err
+			}
+			if err := warm(s); err != nil {
+				return err
+			}
+			r, err := load(work, s, data, p.duration, true, 0)
+			if err != nil {
+				return err
+			}
+			mixRows[s.name].runs = append(mixRows[s.name].runs, r)
+			fmt.Fprintf(os.Stderr, "mixed run %d %-22s %8.0f qps p99 %s ms\n", run+1, s.name, r.qps, ms(r.p99))
+		}
+	}
+
+	printTable(os.Stdout, "cache-hit workload", ordered(hitRows, servers), untunedName, unboundName)
+	printRuns(os.Stdout, ordered(hitRows, servers))
+	printTable(os.Stdout, "mixed workload: 85% hits, 10% misses (unique names), 5% NXDOMAIN", ordered(mixRows, mixed), untunedName, unboundName)
+	printRuns(os.Stdout, ordered(mixRows, mixed))
+
+	if p.soak > 0 {
+		return soak(work, p, servers)
+	}
+	return nil
+}
+
+func newRows(servers []*server, hints map[string]string) map[string]*row {
+	m := map[string]*row{}
+	for _, s := range servers {
+		m[s.name] = &row{s: s, hint: hints[s.name]}
+	}
+	return m
+}
+
+func ordered(m map[string]*row, servers []*server) []row {
+	var out []row
+	for _, s := range servers {
+		if r, ok := m[s.name]; ok {
+			out = append(out, *r)
+		}
+	}
+	return out
+}
+
+func waitAnswer(ip, name string) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := harness.Lookup(ip+":53", "udp", name, 200*time.Millisecond)
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,60 @@
+// Command serve measures DNS serving from cache, side by side in one run: nodelocaldns with the standard
+// manifest's Corefile and its default tuning, the same binary as node-cache runs the engine (no nodelocaldns
+// tuning: Go's GC and scheduler defaults), unbound as a forwarding cache, and optionally variants that switch
+// single tuning knobs off. All share one upstream (a kube-dns-like server with a long TTL, upstream.go), the same cache size and the same
+// core: every server is pinned to CPU 0 and dnsperf (the load generator) plus the upstream to CPU 1. Runs
+// alternate between servers so drift on a shared machine spreads evenly, and the table shows medians.
+//
+// Run it as root: `go run ./bench/serve` (make bench-serve installs unbound and dnsperf first).
+// It re-executes itself in a throwaway network namespace, puts its addresses on that namespace's loopback and
+// touches nothing else.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"time"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
+)
+
+func main() { os.Exit(run()) }
+
+// params are the bench's knobs; defaults keep the whole run near five minutes.
+type params struct {
+	runs     int
+	duration time.Duration
+	names    int
+	soak     time.Duration
+	variants bool
+	verbose  bool
+}
+
+func run() int {
+	if code, reexeced := testenv.Reexec(); reexeced {
+		return code
+	}
+	var p params
+	flag.IntVar(&p.runs, "runs", 3, "runs of each workload per server, alternating")
+	flag.DurationVar(&p.duration, "duration", 10*time.Second, "length of one run")
+	flag.IntVar(&p.names, "names", 300, "names in the cache-hit set")
+	flag.DurationVar(&p.soak, "soak", 60*time.Second, "memory soak: load beyond the cache size this long (10m for the issue's figure; 0 = skip)")
+	flag.BoolVar(&p.variants, "variants", true, "also run nodelocaldns with single tuning knobs switched off (cache-hit workload)")
+	flag.BoolVar(&p.verbose, "v", false, "copy the servers' logs to stderr")
+	flag.Parse()
+	if !testenv.IsRoot() || !testenv.InThrowawayNetNS() {
+		fmt.Fprintln(os.Stderr, "bench/serve: needs root, to run in a throwaway network namespace")
+		return 2
+	}
+	if runtime.NumCPU() < 2 {
+		fmt.Fprintln(os.Stderr, "bench/serve: needs two CPUs: one for the servers, one for the load generator")
+		return 2
+	}
+	if err := bench(p); err != nil {
+		fmt.Fprintf(os.Stderr, "bench/serve: %v\n", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// row is one server's runs of one workload.
+type row struct {
+	s    *server
+	hint string
+	runs []result
+}
+
+func median[T int64 | float64 | time.Duration](xs []T) T {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
+}
+
+func pick[T any](rs []result, f func(result) T) []T {
+	out := make([]T, len(rs))
+	for i, r := range rs {
+		out[i] = f(r)
+	}
+	return out
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.3f", float64(d)/1e6) }
+
+func mib(kb int64) string { return fmt.Sprintf("%.1f", float64(kb)/1024) }
+
+// printTable prints one workload: medians per server and QPS ratios against the untuned engine and unbound.
+func printTable(w io.Writer, title string, rows []row, untuned, unbound string) {
+	qps := map[string]float64{}
+	for _, r := range rows {
+		qps[r.s.name] = median(pick(r.runs, func(x result) float64 { return x.qps }))
+	}
+	fmt.Fprintf(w, "\n%s (medians of %d runs)\n", title, len(rows[0].runs))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "server\tQPS\tx untuned\tx unbound\tavg ms\tp50 ms\tp99 ms\tmax ms\tCPU s/100k\tRSS idle MiB\tRSS peak MiB\tlost\t")
+	for _, r := range rows {
+		q := qps[r.s.name]
+		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%.3f\t%s\t%s\t%d\t\n", r.s.name, q,
+			ratio(q, qps[untuned]), ratio(q, qps[unbound]),
+			ms(median(pick(r.runs, func(x result) time.Duration { return x.avg }))),
+			ms(median(pick(r.runs, func(x result) time.Duration { return x.p50 }))),
+			ms(median(pick(r.runs, func(x result) time.Duration { return x.p99 }))),
+			ms(median(pick(r.runs, func(x result) time.Duration { return x.max }))),
+			median(pick(r.runs, func(x result) float64 { return x.cpuPer100k })),
+			mib(r.s.idleRSS), mib(slices.Max(pick(r.runs, func(x result) int64 { return x.hwm }))),
+			slices.Max(pick(r.runs, func(x result) int64 { return x.lost })))
+	}
+	tw.Flush()
+	var legend []string
+	for _, r := range rows {
+		if r.hint != "" {
+			legend = append(legend, fmt.Sprintf("  %s: %s", r.s.name, r.hint))
+		}
+	}
+	if len(legend) > 0 {
+		fmt.Fprintln(w, strings.Join(legend, "\n"))
+	}
+}
+
+func ratio(a, b float64) string {
+	if b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", a/b)
+}
+
+// printRuns prints every run's QPS, so the spread behind a median is visible.
+func printRuns(w io.Writer, rows []row) {
+	for _, r := range rows {
+		qs := pick(r.runs, func(x result) string { return fmt.Sprintf("%.0f", x.qps) })
+		ps := pick(r.runs, func(x result) string { return ms(x.p99) })
+		fmt.Fprintf(w, "  %-22s QPS %s  p99 ms %s\n", r.s.name, strings.Join(qs, " "), strings.Join(ps, " "))
+	}
+}

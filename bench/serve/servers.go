@@ -1,0 +1,214 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nodelocaldns/nodelocaldns/test/harness"
+)
+
+// server is one DNS server under test, pinned to serverCPU.
+type server struct {
+	name    string
+	ip      string
+	cmd     *exec.Cmd
+	metrics string // URL of CoreDNS's prometheus plugin; "" for unbound
+	idleRSS int64  // KiB, after start-up, before any query
+}
+
+// variant is a nodelocaldns configuration: the environment it runs with.
+type variant struct {
+	name string
+	env  []string
+	hint string // what differs, for the table's legend
+}
+
+// goRuntimeEnv are the variables that change the Go runtime's behaviour; the servers start without any of them
+// from the bench's own environment, so each variant's env alone decides.
+var goRuntimeEnv = []string{"GOGC", "GOMEMLIMIT", "GOMAXPROCS", "GODEBUG", "NODELOCALDNS_TUNING"}
+
+func cleanEnv(extra []string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		keep := true
+		for _, g := range goRuntimeEnv {
+			keep = keep && k != g
+		}
+		if keep {
+			env = append(env, kv)
+		}
+	}
+	return append(env, extra...)
+}
+
+// startNodeLocalDNS runs the real binary with node-cache's flags and the standard manifest's Corefile. The
+// listen IPs are loopback aliases (-setupinterface=false -setupiptables=false), so that several instances can
+// run side by side; the Corefile's prometheus port is the only thing changed, for the same reason.
+func startNodeLocalDNS(bin, work string, v variant, n int, logTo io.Writer) (*server, error) {
+	ip, ip2 := fmt.Sprintf("169.254.20.%d", 10+n), fmt.Sprintf("10.96.0.%d", 10+n)
+	for _, a := range []string{ip, ip2} {
+		if err := sh("ip", "addr", "add", a+"/32", "dev", "lo"); err != nil {
+			return nil, err
+		}
+	}
+	dir := filepath.Join(work, v.name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	promPort := strconv.Itoa(9253 + n)
+	base := strings.ReplaceAll(harness.StandardCorefile(ip, ip2, domain), "prometheus :9253", "prometheus "+ip+":"+promPort)
+	if err := os.WriteFile(filepath.Join(dir, "Corefile.base"), []byte(base), 0o644); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command("taskset", "-c", serverCPU, bin, "-localip", ip+","+ip2,
+		"-setupinterface=false", "-setupiptables=false", "-upstreamsvc", "kube-dns-upstream",
+		"-basecorefile", filepath.Join(dir, "Corefile.base"), "-conf", filepath.Join(dir, "Corefile"),
+		"-metrics-listen-address", fmt.Sprintf("127.0.0.1:%d", 9353+n), "-health-port", "8080")
+	cmd.Env = cleanEnv(append([]string{"KUBE_DNS_UPSTREAM_SERVICE_HOST=" + upstreamIP}, v.env...))
+	s := &server{name: v.name, ip: ip, cmd: cmd, metrics: "http://" + ip + ":" + promPort + "/metrics"}
+	return s, s.start(logTo)
+}
+
+// unboundConf makes unbound a forwarding cache of the same size and TTL caps as the standard Corefile's
+// cluster.local block: 9984 entries are about 4 MiB of message cache; TTLs capped at 30 s (5 s negative);
+// one thread, as the servers share one core; upstream over TCP like the Corefile's force_tcp.
+const unboundConf = `server:
+  interface: %[1]s
+  port: 53
+  num-threads: 1
+  do-daemonize: no
+  chroot: ""
+  username: ""
+  directory: "%[2]s"
+  pidfile: ""
+  use-syslog: no
+  logfile: ""
+  verbosity: 0
+  do-ip6: no
+  access-control: 0.0.0.0/0 allow
+  module-config: "iterator"
+  do-not-query-localhost: no
+  msg-cache-size: 4m
+  rrset-cache-size: 8m
+  cache-max-ttl: 30
+  cache-max-negative-ttl: 5
+  prefetch: no
+  tcp-upstream: yes
+  domain-insecure: "%[3]s"
+forward-zone:
+  name: "%[3]s."
+  forward-addr: %[4]s
+`
+
+func startUnbound(work string, n int, logTo io.Writer) (*server, error) {
+	ip := fmt.Sprintf("169.254.20.%d", 10+n)
+	if err := sh("ip", "addr", "add", ip+"/32", "dev", "lo"); err != nil {
+		return nil, err
+	}
+	conf := filepath.Join(work, "unbound.conf")
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf(unboundConf, ip, work, domain, upstreamIP)), 0o644); err != nil {
+		return nil, err
+	}
+	s := &server{name: "unbound", ip: ip, cmd: exec.Command("taskset", "-c", serverCPU, "unbound", "-d", "-c", conf)}
+	return s, s.start(logTo)
+}
+
+// start starts the process (taskset execs it, so the pid is the server's) and waits until it answers.
+func (s *server) start(logTo io.Writer) error {
+	s.cmd.Stdout, s.cmd.Stderr = logTo, logTo
+	if err := s.cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", s.name, err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		// A name outside the workload, so that no workload name is cached before its warm-up.
+		if _, err := harness.Lookup(s.ip+":53", "udp", "probe."+missZone, 200*time.Millisecond); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			return fmt.Errorf("%s does not answer on %s: %v", s.name, s.ip, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // let start-up allocations settle before the idle RSS
+	st, err := s.stat()
+	s.idleRSS = st.rss
+	return err
+}
+
+func (s *server) stop() {
+	if s.cmd.Process != nil {
+		s.cmd.Process.Kill()
+		s.cmd.Wait()
+	}
+}
+
+// procStat is what /proc says about a server: CPU time in clock ticks (USER_HZ, 100 on Linux), RSS and its
+// high-water mark in KiB.
+type procStat struct {
+	ticks    int64
+	rss, hwm int64
+}
+
+func (s *server) stat() (procStat, error) {
+	pid := s.cmd.Process.Pid
+	var st procStat
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return st, err
+	}
+	// Fields after the command (which may contain spaces) start at state, field 3; utime and stime are 14 and 15.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	stt, _ := strconv.ParseInt(f[12], 10, 64)
+	st.ticks = ut + stt
+	sf, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return st, err
+	}
+	defer sf.Close()
+	sc := bufio.NewScanner(sf)
+	for sc.Scan() {
+		k, v, _ := strings.Cut(sc.Text(), ":")
+		kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		switch k {
+		case "VmRSS":
+			st.rss = kb
+		case "VmHWM":
+			st.hwm = kb
+		}
+	}
+	return st, sc.Err()
+}
+
+// cacheEntries sums coredns_cache_entries of the given type (success or denial) over the server's zones.
+func (s *server) cacheEntries(typ string) (int64, error) {
+	if s.metrics == "" {
+		return -1, nil
+	}
+	resp, err := http.Get(s.metrics)
+	if err != nil {
+		return 0, fmt.Errorf("scrape %s: %w", s.name, err)
+	}
+	defer resp.Body.Close()
+	var sum float64
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "coredns_cache_entries{") && strings.Contains(line, `type="`+typ+`"`) {
+			_, val, _ := strings.Cut(line[strings.LastIndexByte(line, '}'):], " ")
+			v, _ := strconv.ParseFloat(val, 64)
+			sum += v
+		}
+	}
+	return int64(sum), sc.Err()
+}

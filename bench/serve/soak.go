@@ -1,0 +1,69 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"text/tabwriter"
+	"time"
+)
+
+const (
+	soakNames = 40000 // distinct names, four times the manifest's `success 9984`, so the cache fills and evicts
+	soakQPS   = 5000  // a busy node's rate; every query that is not cached goes to the upstream
+	soakEvery = 10 * time.Second
+)
+
+// soak loads each CoreDNS server in turn with more distinct names than its cache holds and samples the cache's
+// entry count and the RSS: once the cache is full both must stay flat.
+func soak(work string, p params, servers []*server) error {
+	data := filepath.Join(work, "soak.txt")
+	if err := writeLines(data, soakNames, func(i int) string { return fmt.Sprintf("soak%05d.%s", i, missZone) }); err != nil {
+		return err
+	}
+	fmt.Printf("\nmemory soak: %d distinct names at %d qps for %v per server (cache: success 9984); -soak 10m for the long run\n",
+		soakNames, soakQPS, p.soak)
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "server\tt s\tcache entries (success)\tRSS MiB\tRSS peak MiB\t")
+	for _, s := range servers {
+		if s.metrics == "" && s.name != unboundName {
+			continue
+		}
+		if s.name != tunedName && s.name != untunedName && s.name != unboundName {
+			continue
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := load(work, s, data, p.soak, false, soakQPS)
+			done <- err
+		}()
+		start := time.Now()
+		tick := time.NewTicker(soakEvery)
+	sample:
+		for {
+			select {
+			case err := <-done:
+				tick.Stop()
+				if err != nil {
+					return err
+				}
+				break sample
+			case <-tick.C:
+				st, err := s.stat()
+				if err != nil {
+					return err
+				}
+				n, err := s.cacheEntries("success")
+				if err != nil {
+					return err
+				}
+				entries := "-"
+				if n >= 0 {
+					entries = fmt.Sprint(n)
+				}
+				fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t\n", s.name, time.Since(start).Seconds(), entries, mib(st.rss), mib(st.hwm))
+			}
+		}
+	}
+	return tw.Flush()
+}
