@@ -1,10 +1,9 @@
 package corefile
 
 import (
-	"bytes"
 	"fmt"
 	"net/netip"
-	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -81,18 +80,23 @@ func Render(base []byte, kd KubeDNS, p Params) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkVariables(base, v, p); err != nil {
+	r := replacer(kd, v)
+	if err := checkVariables(base, r, p); err != nil {
 		return nil, fmt.Errorf("base Corefile: %w", err)
 	}
-	out := substitute(base, kd, v)
-	if err := Validate(out); err != nil {
+	out := substitute(base, kd, r)
+	if err := checkNoVariables(out); err != nil {
 		return nil, fmt.Errorf("base Corefile after substitution: %w", err)
 	}
-	out = append(out, stubBlocks(kd, v.local, p.DNSPort)...)
-	if err := Validate(out); err != nil {
-		return nil, fmt.Errorf("rendered Corefile: %w", err)
+	port := ""
+	if p.DNSPort != 0 {
+		port = strconv.Itoa(int(p.DNSPort))
 	}
-	return out, nil
+	baseBlocks, err := validate(out, port)
+	if err != nil {
+		return nil, fmt.Errorf("base Corefile after substitution: %w", err)
+	}
+	return appendStubs(out, len(baseBlocks), kd, v.local, p.DNSPort)
 }
 
 // values are the checked, formatted substitutions; an empty field means "not available".
@@ -139,44 +143,38 @@ func (p Params) clusterDNSEnv() string {
 	return "the -upstreamsvc Service's <NAME>_SERVICE_HOST env var"
 }
 
-// substitute applies node-cache's replacements, in node-cache's order.
-func substitute(base []byte, kd KubeDNS, v values) []byte {
-	out := bytes.Clone(base)
-	if len(kd.UpstreamNameservers) == 0 {
-		out = bytes.ReplaceAll(out, []byte(varUpstreamServers), []byte(defaultUpstream))
-	} else {
-		servers := strings.Join(kd.UpstreamNameservers, " ")
-		udp := strings.ReplaceAll(upstreamUDPBlock, varUpstreamServers, servers)
-		out = bytes.ReplaceAll(out, []byte(upstreamTCPBlock), []byte(udp))
-		// Different indentation, or no force_tcp (the stock manifest): node-cache replaces the variable as is.
-		out = bytes.ReplaceAll(out, []byte(varUpstreamServers), []byte(servers))
-	}
-	if v.clusterDNS != "" {
-		out = bytes.ReplaceAll(out, []byte(varClusterDNS), []byte(v.clusterDNS))
-	}
-	if v.local != "" {
-		out = bytes.ReplaceAll(out, []byte("["+varLocalDNS+"]"), []byte(v.localHost))
-		out = bytes.ReplaceAll(out, []byte(varLocalDNS+":"), []byte(v.localHost+":"))
-		out = bytes.ReplaceAll(out, []byte(varLocalDNS), []byte(v.local))
+// replacer performs node-cache's substitutions in one pass, leftmost match first, so that one value can never
+// complete or break another variable's name. node-cache replaced variable after variable over the whole text; the
+// results differ only for variables run together without a separator (e.g. `__PILLAR__DNS__SERVER__PILLAR__...`),
+// which node-cache turned into half-substituted text. A variable whose value is unavailable is left in place
+// and refused by checkVariables.
+func replacer(kd KubeDNS, v values) *strings.Replacer {
+	upstream := defaultUpstream
+	if len(kd.UpstreamNameservers) > 0 {
+		upstream = strings.Join(kd.UpstreamNameservers, " ")
 	}
 	// Its IP is already among the local IPs; node-cache leaves the space before it (`bind 169.254.20.10 `).
-	out = bytes.ReplaceAll(out, []byte(varDNSServer), nil)
-	if v.prometheus != "" {
-		out = bytes.ReplaceAll(out, []byte(varPrometheusEndpoint), []byte(v.prometheus))
+	pairs := []string{varUpstreamServers, upstream, varDNSServer, ""}
+	if v.local != "" {
+		// Used as a host, the variable gets one address; listed first so they win over the plain variable.
+		pairs = append(pairs, "["+varLocalDNS+"]", v.localHost, varLocalDNS+":", v.localHost+":", varLocalDNS, v.local)
 	}
-	return out
+	if v.clusterDNS != "" {
+		pairs = append(pairs, varClusterDNS, v.clusterDNS)
+	}
+	if v.prometheus != "" {
+		pairs = append(pairs, varPrometheusEndpoint, v.prometheus)
+	}
+	return strings.NewReplacer(pairs...)
 }
 
-// stubBlocks renders one block per stub domain, sorted by domain.
-func stubBlocks(kd KubeDNS, local string, port uint16) []byte {
-	domains := make([]string, 0, len(kd.StubDomains))
-	for d := range kd.StubDomains {
-		domains = append(domains, d)
+// substitute swaps node-cache's force_tcp upstream block for a UDP one when upstreamNameservers is set (custom
+// upstreams get UDP; a base with other indentation or without force_tcp, like the stock manifest, keeps its
+// forward line as is), then replaces the variables.
+func substitute(base []byte, kd KubeDNS, r *strings.Replacer) []byte {
+	out := string(base)
+	if len(kd.UpstreamNameservers) > 0 {
+		out = strings.ReplaceAll(out, upstreamTCPBlock, upstreamUDPBlock)
 	}
-	slices.Sort(domains)
-	var b bytes.Buffer
-	for _, d := range domains {
-		fmt.Fprintf(&b, stubBlock, d, port, stubCacheTTL, local, strings.Join(kd.StubDomains[d], " "))
-	}
-	return b.Bytes()
+	return []byte(r.Replace(out))
 }

@@ -25,16 +25,23 @@ const corefileName = "Corefile"
 // would fail. Plugin arguments are left to the plugins' own setup when the server starts. Errors carry line
 // numbers.
 func Validate(corefile []byte) error {
+	_, err := validate(corefile, "")
+	return err
+}
+
+// validate is Validate returning the server blocks; dnsPort, when known, is the port of keys without one
+// (CoreDNS's -dns.port), so that "a" and "a:53" are the same server.
+func validate(corefile []byte, dnsPort string) ([]caddyfile.ServerBlock, error) {
 	blocks, err := caddyfile.Parse(corefileName, bytes.NewReader(corefile), dnsserver.Directives)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if len(blocks) == 0 {
-		return errors.New("no server blocks")
+		return nil, errors.New("no server blocks")
 	}
 	lines, err := scanKeys(corefile)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	seen := zoneSet{}
 	for _, b := range blocks {
@@ -43,9 +50,9 @@ func Validate(corefile []byte) error {
 		addrs := bindAddrs(b)
 		for _, k := range b.Keys {
 			line := lines.find(k)
-			zones, err := parseKey(k)
+			zones, err := parseKey(k, dnsPort)
 			if err != nil {
-				return fmt.Errorf("%s server block key %q: %w", at(line), k, err)
+				return nil, fmt.Errorf("%s server block key %q: %w", at(line), k, err)
 			}
 			if filtered {
 				continue
@@ -54,13 +61,13 @@ func Validate(corefile []byte) error {
 				for _, a := range addrs {
 					z.addr = a
 					if err := seen.add(z, line); err != nil {
-						return fmt.Errorf("%s %w", at(line), err)
+						return nil, fmt.Errorf("%s %w", at(line), err)
 					}
 				}
 			}
 		}
 	}
-	return nil
+	return blocks, nil
 }
 
 func at(line int) string {
@@ -86,8 +93,8 @@ func (z zoneAddr) String() string {
 }
 
 // parseKey reads a server block key as dnsserver.InspectServerBlocks does, including the expansion of a reverse
-// CIDR into its in-addr.arpa zones. A DNS key without a port is on -dns.port, kept as "" here.
-func parseKey(k string) ([]zoneAddr, error) {
+// CIDR into its in-addr.arpa zones. A DNS key without a port is on dnsPort ("" when unknown).
+func parseKey(k, dnsPort string) ([]zoneAddr, error) {
 	trans, rest := parse.Transport(k)
 	hosts, port, err := plugin.SplitHostPort(rest)
 	if err != nil {
@@ -99,7 +106,7 @@ func parseKey(k string) ([]zoneAddr, error) {
 		}
 	}
 	if port == "" {
-		port = map[string]string{transport.TLS: transport.TLSPort, transport.QUIC: transport.QUICPort,
+		port = map[string]string{transport.DNS: dnsPort, transport.TLS: transport.TLSPort, transport.QUIC: transport.QUICPort,
 			transport.GRPC: transport.GRPCPort, transport.HTTPS: transport.HTTPSPort, transport.HTTPS3: transport.HTTPSPort}[trans]
 	}
 	zones := make([]zoneAddr, 0, len(hosts))

@@ -93,6 +93,12 @@ func TestRenderParams(t *testing.T) {
 			"-prometheus-listen-address"},
 		{"unknown variable", ".:53 {\n    forward . __PILLAR__FOO__\n}\n", KubeDNS{}, nil, `unknown template variable in "__PILLAR__FOO__"`},
 		{"not UTF-8", ".:53 {\n    whoami \xff\n}\n", KubeDNS{}, nil, "not valid UTF-8"},
+		{"base ends inside a quote", ".:53 {\n    whoami\n}\n\"x", stub, nil, "rendered Corefile"},
+		{"variable split by a carriage return", ".:53 {\n    forward . __PILLAR__CLUSTER\r__DNS__\n}\n", KubeDNS{}, nil,
+			`Corefile:2: template variable left in "__PILLAR__CLUSTER__DNS__"`},
+		{"stub domain equal to a port-less base zone", "acme.local {\n    whoami\n}\n", stub, nil,
+			"Corefile:5: cannot serve dns://acme.local.:53 on 169.254.20.10 - zone overlap listener capacity with dns://acme.local.:53 (line 1)"},
+		{"variables run together", ".:53 {\n    bind __PILLAR__DNS__SERVER__PILLAR__LOCAL__DNS__\n}\n", KubeDNS{}, nil, ""},
 		// Unset values are fine when the template does not use them, even in a comment.
 		{"unused values", "# __PILLAR__CLUSTER__DNS__\n.:53 {\n    whoami\n}\n", KubeDNS{}, func(p *Params) {
 			p.ClusterDNS, p.PrometheusEndpoint, p.LocalIPs = "", "", nil

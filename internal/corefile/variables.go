@@ -16,25 +16,26 @@ import (
 // would otherwise reach CoreDNS as text (node-cache rendered `<nil>` for an unset ClusterIP, and a zone literally
 // named __PILLAR__DNS__DOMAIN__ when the deploy-time sed was skipped). Comments are not tokens, so a variable
 // mentioned in a comment is fine.
-func checkVariables(base []byte, v values, p Params) error {
-	substituted := []string{varUpstreamServers, varDNSServer}
-	if v.local != "" {
-		substituted = append(substituted, varLocalDNS)
-	}
-	if v.clusterDNS != "" {
-		substituted = append(substituted, varClusterDNS)
-	}
-	if v.prometheus != "" {
-		substituted = append(substituted, varPrometheusEndpoint)
-	}
+// Each token is substituted as the whole text will be (a variable name never spans tokens), so what is checked is
+// exactly what CoreDNS would get, with the line of the base.
+func checkVariables(base []byte, r *strings.Replacer, p Params) error {
 	d := caddyfile.NewDispenser(corefileName, bytes.NewReader(base))
 	for d.Next() {
-		tok := d.Val()
-		for _, s := range substituted {
-			tok = strings.ReplaceAll(tok, s, "")
-		}
-		if err := leftover(tok, p); err != nil {
+		if err := leftover(r.Replace(d.Val()), p); err != nil {
 			return fmt.Errorf("line %d: %w", d.Line(), err)
+		}
+	}
+	return nil
+}
+
+// checkNoVariables is the backstop after substitution: no token may still hold a template variable, whatever
+// the base's bytes (caddyfile drops a '\r' inside a token, for instance, so a variable can appear only once the
+// text is tokenized).
+func checkNoVariables(corefile []byte) error {
+	d := caddyfile.NewDispenser(corefileName, bytes.NewReader(corefile))
+	for d.Next() {
+		if strings.Contains(d.Val(), pillarPrefix) || strings.Contains(d.Val(), varPrometheusEndpoint) {
+			return fmt.Errorf("%s template variable left in %q", at(d.Line()), d.Val())
 		}
 	}
 	return nil
