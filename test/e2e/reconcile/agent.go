@@ -16,14 +16,15 @@ import (
 
 // The IP plan (see the package comment) and the agent's names.
 const (
-	LinkName      = "nodelocaldns"
-	TableName     = "nodelocaldns" // in the inet family
-	LocalIP       = "169.254.20.10"
-	ClusterIP     = "10.96.0.10"
-	UpstreamAddr  = "127.0.0.53:53"
-	UpstreamReply = "192.0.2.53"
-	Domain        = "cluster.local"
-	passesMetric  = "nodelocaldns_reconcile_passes_total"
+	LinkName        = "nodelocaldns"
+	TableName       = "nodelocaldns" // in the inet family
+	LocalIP         = "169.254.20.10"
+	ClusterIP       = "10.96.0.10"
+	UpstreamAddr    = "127.0.0.53:53"
+	UpstreamReply   = "192.0.2.53"
+	Domain          = "cluster.local"
+	passesMetric    = "nodelocaldns_reconcile_passes_total"
+	passCountMetric = "nodelocaldns_reconcile_duration_seconds_count"
 )
 
 // LocalIPs are the agent's -localip values.
@@ -74,35 +75,48 @@ func ListTable() (string, bool) {
 	return counterValues.ReplaceAllString(string(out), "counter"), true
 }
 
-// Passes scrapes the agent's reconcile passes, keyed by their labels (`result="repaired",trigger="nft"`).
-func Passes(a *harness.Agent) (map[string]float64, error) {
+// PassStats are the agent's reconcile passes as its metrics count them.
+type PassStats struct {
+	// ByLabel is nodelocaldns_reconcile_passes_total by its labels (`result="repaired",trigger="nft"`). A pass
+	// asked for by several kinds of trigger counts under each.
+	ByLabel map[string]float64
+	// Total is the number of passes: the count of the pass duration histogram.
+	Total float64
+}
+
+// Passes scrapes the agent's reconcile pass metrics.
+func Passes(a *harness.Agent) (PassStats, error) {
+	p := PassStats{ByLabel: map[string]float64{}}
 	resp, err := http.Get("http://" + a.Metrics + "/metrics")
 	if err != nil {
-		return nil, fmt.Errorf("scrape metrics: %w", err)
+		return p, fmt.Errorf("scrape metrics: %w", err)
 	}
 	defer resp.Body.Close()
-	out := map[string]float64{}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		series, value, ok := strings.Cut(sc.Text(), " ")
 		labels, isPass := strings.CutPrefix(series, passesMetric+"{")
-		if !ok || !isPass {
+		if !ok || (!isPass && series != passCountMetric) {
 			continue
 		}
 		var v float64
 		if _, err := fmt.Sscan(value, &v); err != nil {
-			return nil, fmt.Errorf("parse %q: %w", sc.Text(), err)
+			return p, fmt.Errorf("parse %q: %w", sc.Text(), err)
 		}
-		out[strings.TrimSuffix(labels, "}")] = v
+		if isPass {
+			p.ByLabel[strings.TrimSuffix(labels, "}")] = v
+		} else {
+			p.Total = v
+		}
 	}
-	return out, sc.Err()
+	return p, sc.Err()
 }
 
-// PassCount sums passes whose labels contain every one of match (e.g. `result="repaired"`); none: all passes.
-func PassCount(p map[string]float64, match ...string) float64 {
+// Count sums the passes whose labels contain every one of match (e.g. `result="repaired"`).
+func (p PassStats) Count(match ...string) float64 {
 	var n float64
-	for labels, v := range p {
+	for labels, v := range p.ByLabel {
 		all := true
 		for _, m := range match {
 			all = all && strings.Contains(labels, m)
@@ -115,23 +129,23 @@ func PassCount(p map[string]float64, match ...string) float64 {
 }
 
 // Quiesce waits until the agent's pass count has not moved for quiet, and returns the passes then.
-func Quiesce(a *harness.Agent, quiet, timeout time.Duration) (map[string]float64, error) {
+func Quiesce(a *harness.Agent, quiet, timeout time.Duration) (PassStats, error) {
 	deadline := time.Now().Add(timeout)
 	last, err := Passes(a)
 	if err != nil {
-		return nil, err
+		return last, err
 	}
 	since := time.Now()
 	for time.Since(since) < quiet {
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("agent still running passes after %v: %v", timeout, last)
+			return last, fmt.Errorf("agent still running passes after %v: %v", timeout, last)
 		}
 		time.Sleep(quiet / 5)
 		p, err := Passes(a)
 		if err != nil {
-			return nil, err
+			return p, err
 		}
-		if PassCount(p) != PassCount(last) {
+		if p.Total != last.Total {
 			last, since = p, time.Now()
 		}
 	}

@@ -31,10 +31,10 @@ type Tamper struct {
 	// NodeCache is what node-cache's design does about it (a 60 s re-check loop that only re-adds what is
 	// missing); "" when it repairs it at its next tick.
 	NodeCache string
-	// Link is true for the tampers of the interface. Their repair takes one more pass than the table's: the
-	// kernel stamps no writer on link notifications (nlmsg_pid 0, unlike nftables' and address notifications),
-	// so the agent cannot ignore the NEWLINK of the link it re-creates, and `ip link del` is itself a burst of
-	// five notifications (down, three addresses, the link) that a loaded machine may deliver across two passes.
+	// Link is true for the tampers of the interface. Their repair may cost one confirming pass: the kernel
+	// stamps no writer on link notifications (nlmsg_pid 0, unlike nftables' and address notifications), so the
+	// agent cannot ignore the NEWLINK of the link it re-creates, and `ip link del` is itself a burst of five
+	// notifications (down, three addresses, the link) that arrive around the repairing pass.
 	Link    bool
 	CLI     func() error
 	Netlink func() error
@@ -50,8 +50,11 @@ func Tampers() []Tamper {
 			CLI:     deleteRuleCLI,
 			Netlink: nftBatch(deleteRuleNetlink)},
 		{Name: "delete chain",
-			CLI:     nftCLI(fmt.Sprintf("delete chain inet %s %s", TableName, deleteChain)),
-			Netlink: nftBatch(func(c *nftables.Conn) error { c.DelChain(&nftables.Chain{Table: table(), Name: deleteChain}); return nil })},
+			CLI: nftCLI(fmt.Sprintf("delete chain inet %s %s", TableName, deleteChain)),
+			Netlink: nftBatch(func(c *nftables.Conn) error {
+				c.DelChain(&nftables.Chain{Table: table(), Name: deleteChain})
+				return nil
+			})},
 		{Name: "flush set",
 			CLI:     nftCLI(fmt.Sprintf("flush set inet %s %s", TableName, flushSet)),
 			Netlink: nftBatch(func(c *nftables.Conn) error { c.FlushSet(&nftables.Set{Table: table(), Name: flushSet}); return nil })},
