@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -177,15 +178,28 @@ func (s *Supervisor) checkForeignDrop() {
 	})
 }
 
+// countPass counts a pass once under each kind of trigger that asked for it. "nft:delete table ..." and
+// "nft:overrun" are both kind "nft"; a pass that coalesced five link notifications is one link pass, not five.
+// Only a pass asked for by several kinds (nft and link) counts under each; the duration histogram's count is
+// the number of passes.
 func (s *Supervisor) countPass(reasons []string, result string, start time.Time) {
 	s.setGauge(func(m *metrics.Metrics) {
 		m.PassDuration.Observe(time.Since(start).Seconds())
-		for _, r := range reasons {
-			// "nft:ruleset" and "nft:overrun" both count as trigger "nft".
-			trigger, _, _ := strings.Cut(r, ":")
+		for _, trigger := range triggerKinds(reasons) {
 			m.Passes.WithLabelValues(trigger, result).Inc()
 		}
 	})
+}
+
+// triggerKinds returns the distinct kinds (the part before ':') of reasons, sorted.
+func triggerKinds(reasons []string) []string {
+	kinds := make([]string, 0, len(reasons))
+	for _, r := range reasons {
+		kind, _, _ := strings.Cut(r, ":")
+		kinds = append(kinds, kind)
+	}
+	slices.Sort(kinds)
+	return slices.Compact(kinds)
 }
 
 func (s *Supervisor) repair(object string, n int) {
