@@ -61,7 +61,10 @@ func (s *Supervisor) reloadPass(_ context.Context, reasons []string) error {
 		return nil // a bad ConfigMap is retried on its next change, not in a loop
 	}
 	result := "unchanged"
-	if changed {
+	if !changed {
+		// Said at info level: an operator who sends SIGUSR1 (or edits a key nothing reads) learns it was heard.
+		s.log.Info("configuration unchanged; coredns keeps running", zap.Strings("triggers", reasons), zap.Duration("elapsed", time.Since(start)))
+	} else {
 		result = "reloaded"
 		s.writeCorefile(cf)
 		s.setGauge(func(m *metrics.Metrics) { m.ReloadDuration.Observe(time.Since(start).Seconds()) })

@@ -1,0 +1,187 @@
+package configmap
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nodelocaldns/nodelocaldns/test/harness"
+)
+
+// An update of the node-local-dns ConfigMap (the directory of -basecorefile) re-renders with the latest kube-dns
+// ConfigMap and applies: here the first block's zone moves from cluster.local to corp.internal.
+func TestBaseCorefileUpdate(t *testing.T) {
+	e := start(t, setup{kubeDNS: map[string]string{
+		"upstreamNameservers": upstreams(upX),
+		"stubDomains":         stubs(map[string][]string{"acme.local": {stubA}}),
+	}})
+	e.expectAnswer("corp.internal", ansUpX)
+	e.expectAnswer("svc."+domain, ansCluster)
+
+	t0 := time.Now()
+	e.base.Update(t, map[string]string{"Corefile.base": harness.StandardCorefile(localIP, dnsServer, "corp.internal")})
+	t.Logf("Corefile.base changed: answered after %v", e.waitAnswer(t0, "corp.internal", ansCluster))
+	e.expectAnswer("svc."+domain, ansUpX)
+	e.expectAnswer("acme.local", ansStubA) // the kube-dns ConfigMap still applies
+}
+
+// A burst of 20 updates in quick succession ends in the last one, through few reloads: the watcher's debounce and
+// the runner's channel of one coalesce them.
+func TestBurstOfUpdatesCoalesces(t *testing.T) {
+	const n = 20
+	e := start(t, setup{kubeDNS: map[string]string{"upstreamNameservers": upstreams(upX)}})
+	before := e.metric(reloadsOK)
+	var t0 time.Time
+	for i := range n {
+		t0 = e.updateKubeDNS(map[string]string{
+			"upstreamNameservers": upstreams(upX),
+			"stubDomains":         stubs(map[string][]string{fmt.Sprintf("burst%d.local", i): {stubA}}),
+		})
+	}
+	t.Logf("burst of %d updates: the last answered %v after it was written", n, e.waitAnswer(t0, fmt.Sprintf("burst%d.local", n-1), ansStubA))
+	e.expectAnswer(fmt.Sprintf("burst%d.local", n-2), ansUpX)
+	// Let stragglers land before counting.
+	time.Sleep(300 * time.Millisecond)
+	reloads := e.metric(reloadsOK) - before
+	t.Logf("%d updates -> %v reloads", n, reloads)
+	if reloads < 1 || reloads > 5 {
+		t.Errorf("%d quick updates caused %v reloads, want 1..5", n, reloads)
+	}
+}
+
+// Queries sent continuously during 20 reloads (4 UDP clients and 1 TCP client, each query with a 1 s timeout,
+// cluster, stub and "." names) all get a right answer (TCP after at most one retry), and the liveness probe keeps
+// answering 200. The standard
+// Corefile's `reload` and `health` directives are present throughout: each change reloads exactly once.
+func TestNoFailureDuringReloads(t *testing.T) {
+	const changes = 20
+	stub := func(server string) map[string]string {
+		return map[string]string{
+			"upstreamNameservers": upstreams(upX),
+			"stubDomains":         stubs(map[string][]string{"acme.local": {server}}),
+		}
+	}
+	e := start(t, setup{kubeDNS: stub(stubA)})
+	reloadsBefore, logsBefore := e.metric(reloadsOK), len(e.agent.Lines())
+
+	ctx, stop := context.WithCancel(context.Background())
+	var (
+		wg                sync.WaitGroup
+		queries, failures atomic.Int64
+		probes            atomic.Int64
+		tcpRetries        atomic.Int64
+		mu                sync.Mutex
+		firstFailures     []string
+	)
+	fail := func(format string, args ...any) {
+		failures.Add(1)
+		mu.Lock()
+		if len(firstFailures) < 10 {
+			firstFailures = append(firstFailures, fmt.Sprintf(format, args...))
+		}
+		mu.Unlock()
+	}
+	zones := []struct{ zone, want1, want2 string }{
+		{"svc." + domain, ansCluster, ansCluster}, // forward with force_tcp to kube-dns-upstream
+		{"acme.local", ansStubA, ansStubB},        // the stub moving between A and B
+		{"example.org", ansUpX, ansUpX},           // the . block
+	}
+	client := func(netw string, id int) {
+		defer wg.Done()
+		for i := 0; ctx.Err() == nil; i++ {
+			z := zones[i%len(zones)]
+			name := fmt.Sprintf("%s%d-%d.%s", netw, id, i, z.zone)
+			got, err := harness.Lookup(dnsAddr, netw, name, queryTimeout)
+			queries.Add(1)
+			if netw == "tcp" && err != nil {
+				// Known limitation (reported): a TCP connection the old instance accepted in the instant before
+				// it stops is closed unanswered (CoreDNS's graceful stop sets a past read deadline on open
+				// connections). Stub resolvers retry; so do we, once, and count it.
+				tcpRetries.Add(1)
+				got, err = harness.Lookup(dnsAddr, netw, name, queryTimeout)
+			}
+			if err != nil || (got != z.want1 && got != z.want2) {
+				fail("%s %s: %q, %v", netw, name, got, err)
+			}
+		}
+	}
+	for id := range 4 {
+		wg.Add(1)
+		go client("udp", id)
+	}
+	wg.Add(1)
+	go client("tcp", 0)
+	wg.Add(1)
+	go func() { // the kubelet's liveness probe, much more often than its default 10 s
+		defer wg.Done()
+		c := &http.Client{Timeout: time.Second}
+		for ctx.Err() == nil {
+			if err := health(c); err != nil {
+				fail("liveness probe: %v", err)
+			}
+			probes.Add(1)
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+
+	var worst time.Duration
+	for i := range changes {
+		server, want := stubB, ansStubB
+		if i%2 == 1 {
+			server, want = stubA, ansStubA
+		}
+		t0 := e.updateKubeDNS(stub(server))
+		worst = max(worst, e.waitAnswer(t0, "acme.local", want))
+		time.Sleep(50 * time.Millisecond) // queries in flight across the swap, and some steady state
+	}
+	stop()
+	wg.Wait()
+
+	t.Logf("%d reloads: %d queries, %d liveness probes, %d failures, %d TCP queries retried; slowest change answered after %v",
+		changes, queries.Load(), probes.Load(), failures.Load(), tcpRetries.Load(), worst)
+	if failures.Load() > 0 {
+		t.Errorf("%d failures during reloads, first ones:\n%v", failures.Load(), firstFailures)
+	}
+	if queries.Load() < 100 || probes.Load() < 20 {
+		t.Errorf("too little traffic to prove anything: %d queries, %d probes", queries.Load(), probes.Load())
+	}
+	// One reload per change: neither the `reload` directive nor a second event doubled any.
+	if got := e.metric(reloadsOK) - reloadsBefore; got != changes {
+		t.Errorf("%d changes caused %v reloads, want exactly %d", changes, got, changes)
+	}
+	if got := len(e.logsSince(logsBefore, "Reloading complete")); got != changes {
+		t.Errorf("coredns logged %d completed reloads for %d changes", got, changes)
+	}
+}
+
+// With -reloadwithsignal (node-cache's way to reload without the reload plugin), SIGUSR1 runs the same in-process
+// reload pass: nothing changed, so it reloads nothing and says so. A real change still applies without a signal.
+func TestReloadWithSignal(t *testing.T) {
+	e := start(t, setup{args: []string{"-reloadwithsignal"}, kubeDNS: map[string]string{"upstreamNameservers": upstreams(upX)}})
+	before, reloadedBefore := e.metric(reloadsSame), e.metric(reloadsOK)
+	logsBefore := len(e.agent.Lines())
+	e.agent.Signal(syscall.SIGUSR1)
+	e.waitMetric(reloadsSame, before)
+	if got := e.metric(reloadsOK); got != reloadedBefore {
+		t.Errorf("SIGUSR1 without a change reloaded coredns: %s %v -> %v", reloadsOK, reloadedBefore, got)
+	}
+	if n := len(e.logsSince(logsBefore, "Reloading")); n != 0 {
+		t.Errorf("SIGUSR1 without a change restarted coredns %d times", n)
+	}
+	e.agent.WaitLog(time.Second, "the sigusr1 trigger", func(l harness.LogLine) bool {
+		tr, _ := l.Raw["triggers"].([]any)
+		return len(tr) == 1 && tr[0] == "sigusr1"
+	})
+	e.expectAnswer("example.org", ansUpX)
+
+	t0 := e.updateKubeDNS(map[string]string{"upstreamNameservers": upstreams(upY)})
+	t.Logf("change with -reloadwithsignal: answered after %v", e.waitAnswer(t0, "example.org", ansUpY))
+	if got := e.metric(reloadsError); got != 0 {
+		t.Errorf("%s = %v", reloadsError, got)
+	}
+}
