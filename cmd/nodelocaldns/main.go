@@ -133,7 +133,7 @@ func teardown(o *options.Options, log *zap.Logger) int {
 		}
 		c.Close()
 	}
-	if m, err := link.New(log.Named("link")); err != nil {
+	if m, err := link.New(log); err != nil {
 		log.Error("open link manager", zap.Error(err))
 		code = 1
 	} else {

@@ -43,6 +43,7 @@ func Binary(t testing.TB) string {
 		}
 		binPath = filepath.Join(dir, "nodelocaldns")
 		cmd := exec.Command("go", "build", "-o", binPath, "github.com/nodelocaldns/nodelocaldns/cmd/nodelocaldns")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // as `make build` and the image build it
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}
@@ -311,4 +312,17 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 		}
 	}
 	return time.Since(start)
+}
+
+// RunBinary runs the binary to completion with args and returns its combined output and exit code.
+func RunBinary(t testing.TB, bin string, args ...string) (string, int) {
+	t.Helper()
+	out, err := exec.Command(bin, args...).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return string(out), ee.ExitCode()
+	}
+	if err != nil {
+		t.Fatalf("run %s: %v", bin, err)
+	}
+	return string(out), 0
 }

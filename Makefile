@@ -1,0 +1,60 @@
+# nodelocaldns: the README's two commands are `make demo` and `make test`; both install what they need.
+GO       ?= go
+BIN      := bin/nodelocaldns
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -s -w -X main.version=$(VERSION)
+export GOFLAGS ?= -buildvcs=false
+# One build configuration for the binary, the tests and the image: static, and one build cache.
+export CGO_ENABLED = 0
+
+.PHONY: all build deps test test-unit demo bench bench-nft bench-reconcile bench-configmap bench-serve clean
+
+all: build
+
+build:
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/nodelocaldns
+
+deps:
+	scripts/deps.sh test
+
+# Everything, as root: unit and golden tests, kernel tests in throwaway network namespaces, the real binary end to
+# end, and the kernel matrix in a VM where QEMU can be installed. Tests that need root skip with a message otherwise.
+test: deps
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 20m ./...
+	$(MAKE) --no-print-directory test-kernel-if-possible
+
+test-unit:
+	$(GO) test -count=1 ./...
+
+# A throwaway network namespace with a small upstream DNS server (dnsmasq), the agent serving in it, a few lookups.
+demo: build
+	scripts/deps.sh demo
+	unshare --net scripts/demo.sh $(BIN)
+
+bench: bench-nft bench-reconcile bench-configmap bench-serve
+
+bench-nft:
+	$(GO) run ./bench/nft
+
+bench-reconcile:
+	$(GO) run ./bench/reconcile
+
+bench-configmap:
+	$(GO) run ./bench/configmap
+
+bench-serve:
+	scripts/deps.sh bench
+	$(GO) run ./bench/serve
+
+clean:
+	rm -rf bin out
+
+-include deploy/deploy.mk
+-include kernel/kernel.mk
+
+# kernel/kernel.mk defines test-kernel; without it there is nothing to run.
+.PHONY: test-kernel-if-possible
+test-kernel-if-possible:
+	@if $(MAKE) -n test-kernel >/dev/null 2>&1; then $(MAKE) --no-print-directory test-kernel; \
+	else echo "test-kernel: not defined, skipped"; fi

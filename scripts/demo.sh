@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The demo, run by `make demo` inside `unshare --net`: a throwaway network namespace that disappears with this
+# script. In it: dnsmasq as the cluster's DNS (the kube-dns-upstream Service) and as the node's upstream, the agent
+# with the standard manifest's Corefile and node-cache's flags, a few lookups, the nftables table, then SIGTERM.
+set -euo pipefail
+bin=$(realpath "$1")
+work=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
+
+say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+ip link set lo up
+ip addr add 127.0.0.53/8 dev lo 2>/dev/null || true
+
+say "upstream: dnsmasq on 127.0.0.53 (cluster DNS for cluster.local, upstream for everything else)"
+dnsmasq --keep-in-foreground --no-resolv --no-hosts --listen-address=127.0.0.53 --bind-interfaces --port=53 \
+  --pid-file="$work/dnsmasq.pid" --log-facility=- --quiet-dhcp \
+  --address=/kubernetes.default.svc.cluster.local/10.96.0.1 \
+  --address=/demo.example/192.0.2.80 --address=/corp.internal/198.51.100.7 2>"$work/dnsmasq.log" &
+sleep 0.3
+
+mkdir -p "$work/coredns" "$work/kube-dns"
+# The standard nodelocaldns.yaml Corefile after the documented sed (link-local 169.254.20.10, kube-dns 10.96.0.10).
+cat >"$work/coredns/Corefile.base" <<'COREFILE'
+cluster.local:53 {
+    errors
+    cache {
+            success 9984 30
+            denial 9984 5
+    }
+    reload
+    loop
+    bind 169.254.20.10 10.96.0.10
+    forward . __PILLAR__CLUSTER__DNS__ {
+            force_tcp
+    }
+    prometheus :9253
+    health 169.254.20.10:8080
+    }
+.:53 {
+    errors
+    cache 30
+    reload
+    loop
+    bind 169.254.20.10 10.96.0.10
+    forward . __PILLAR__UPSTREAM__SERVERS__
+    prometheus :9253
+    }
+COREFILE
+# The kube-dns ConfigMap: upstreams for "." and one stub domain.
+echo '["127.0.0.53"]' >"$work/kube-dns/upstreamNameservers"
+echo '{"corp.internal": ["127.0.0.53:53"]}' >"$work/kube-dns/stubDomains"
+
+say "agent: $bin -localip 169.254.20.10,10.96.0.10 -conf $work/Corefile -upstreamsvc kube-dns-upstream"
+KUBE_DNS_UPSTREAM_SERVICE_HOST=127.0.0.53 "$bin" -localip 169.254.20.10,10.96.0.10 \
+  -basecorefile "$work/coredns/Corefile.base" -kubednscm "$work/kube-dns" -conf "$work/Corefile" \
+  -upstreamsvc kube-dns-upstream -metrics-listen-address 127.0.0.1:9353 2>"$work/agent.log" &
+agent=$!
+for _ in $(seq 100); do grep -q '"msg":"ready"' "$work/agent.log" && break; sleep 0.05; done
+grep -q '"msg":"ready"' "$work/agent.log" || { cat "$work/agent.log"; exit 1; }
+grep -E '"msg":"(start-up step done|ready)"' "$work/agent.log" | sed 's/^/  /'
+
+for q in "kubernetes.default.svc.cluster.local @169.254.20.10" "demo.example @10.96.0.10" "corp.internal @169.254.20.10" "demo.example @169.254.20.10 +tcp"; do
+  say "dig $q"
+  # shellcheck disable=SC2086
+  dig +noall +answer +stats $q | grep -vE '^;; (WHEN|MSG SIZE)' | sed 's/^/  /'
+done
+
+say "the second lookup of demo.example came from cache: dnsmasq saw it once"
+kill -USR1 "$(cat "$work/dnsmasq.pid")" 2>/dev/null || true
+curl -s 127.0.0.1:9253/metrics | grep -E '^coredns_cache_(hits|misses)_total' | sed 's/^/  /'
+
+say "nft list table inet nodelocaldns (programmed over netlink in one transaction)"
+nft list table inet nodelocaldns | sed 's/^/  /' | head -24
+echo "  ..."
+say "interface"
+ip -br addr show nodelocaldns | sed 's/^/  /'
+say "health and readiness on 169.254.20.10:8080"
+printf '  /health: %s   /ready: %s\n' "$(curl -s 169.254.20.10:8080/health)" "$(curl -s 169.254.20.10:8080/ready)"
+
+say "SIGTERM: the table goes first, then the interface, then CoreDNS"
+kill -TERM "$agent"; wait "$agent" || true
+grep -E '"msg":"(shutting down|deleted table|link removed|stopped)"' "$work/agent.log" | sed 's/^/  /' || true
+if nft list table inet nodelocaldns >/dev/null 2>&1; then echo "  table still present!"; exit 1; fi
+ip link show nodelocaldns >/dev/null 2>&1 && { echo "  interface still present!"; exit 1; }
+echo "  nothing left behind; the namespace disappears with this script"
