@@ -57,8 +57,9 @@ func FuzzRender(f *testing.F) {
 			t.Fatalf("%d server blocks, want %d from the base + %d stub domains:\n%s",
 				len(all), len(baseBlocks), len(kd.StubDomains), out)
 		}
+		// The base may serve a stub's zone too, on other addresses; the stub blocks are the ones after the base's.
 		for d, servers := range kd.StubDomains {
-			checkStubBlock(t, all, fmt.Sprintf("%s:%d", d, p.DNSPort), servers, out)
+			checkStubBlock(t, all[len(baseBlocks):], fmt.Sprintf("%s:%d", d, p.DNSPort), servers, out)
 		}
 		d := caddyfile.NewDispenser(corefileName, bytes.NewReader(out))
 		for d.Next() {

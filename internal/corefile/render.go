@@ -56,9 +56,9 @@ func ServiceHostEnv(svc string) string {
 }
 
 // Render substitutes p and kd into base with node-cache's semantics and appends one block per stub domain,
-// sorted by domain. The base is parsed on its own first (so a broken base is reported as such and cannot swallow
-// the stub blocks), then the whole result is checked with [Validate]. kd is re-validated, so a hand-built KubeDNS
-// cannot inject text either.
+// sorted by domain. The substituted base is validated on its own first (so a broken base is reported as such),
+// then the whole result, which must parse as the base's blocks followed by one block per stub domain. kd is
+// re-validated, so a hand-built KubeDNS cannot inject text either.
 //
 // Deliberate differences from node-cache, each a fix:
 //   - `__PILLAR__LOCAL__DNS__:port` and `[__PILLAR__LOCAL__DNS__]` get the first local IP (IPv6 in brackets)
@@ -67,6 +67,8 @@ func ServiceHostEnv(svc string) string {
 //     local IP or Prometheus endpoint the template uses;
 //   - a template variable left in the base (such as __PILLAR__DNS__DOMAIN__, which only the deploy-time sed
 //     replaces) is refused with its line instead of producing a server block for a zone named after it;
+//   - a stub domain that duplicates a zone of the base is refused here rather than by CoreDNS at start;
+//   - variables are replaced in one pass, so values cannot complete or break another variable's name;
 //   - stub blocks come sorted, not in Go map order.
 func Render(base []byte, kd KubeDNS, p Params) ([]byte, error) {
 	kd, err := kd.canonical(func(key string) string { return key })
