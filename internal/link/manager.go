@@ -9,6 +9,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 )
 
 // Manager creates, repairs, checks and removes our interface. Its methods are safe for concurrent use; each
@@ -44,7 +45,9 @@ func New(log *zap.Logger, opts ...Option) (*Manager, error) {
 	}
 	log = log.Named("link")
 	if c.ops == nil {
-		h, err := netlink.NewHandle()
+		// Route only: with no argument NewHandle also opens XFRM and netfilter sockets, and fails on a kernel
+		// without xfrm_user loaded ("protocol not supported"), as in the kernel-matrix VM.
+		h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 		if err != nil {
 			return nil, fmt.Errorf("open netlink handle: %w", err)
 		}

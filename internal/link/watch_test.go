@@ -116,19 +116,23 @@ func TestKernelWatchTriggers(t *testing.T) {
 	ready(t, m, events)
 	tampers := []struct {
 		name   string
-		args   []string
+		cmds   [][]string
 		reason string
 	}{
-		{"address deleted", []string{"addr", "del", "169.254.20.10/32", "dev", s.Name}, ReasonAddrRemoved},
-		{"ipv6 address deleted", []string{"addr", "del", "fd00::10/128", "dev", s.Name}, ReasonAddrRemoved},
-		{"link down", []string{"link", "set", s.Name, "down"}, ReasonLinkDown},
-		{"link deleted", []string{"link", "del", s.Name}, ReasonLinkDeleted},
-		{"link renamed", []string{"link", "set", s.Name, "name", "nldns-moved"}, ReasonLinkRenamed},
+		{"address deleted", [][]string{{"addr", "del", "169.254.20.10/32", "dev", s.Name}}, ReasonAddrRemoved},
+		{"ipv6 address deleted", [][]string{{"addr", "del", "fd00::10/128", "dev", s.Name}}, ReasonAddrRemoved},
+		{"link down", [][]string{{"link", "set", s.Name, "down"}}, ReasonLinkDown},
+		{"link deleted", [][]string{{"link", "del", s.Name}}, ReasonLinkDeleted},
+		// Kernels before 6.2 refuse to rename a link that is up (EBUSY), so set it down first.
+		{"link renamed", [][]string{{"link", "set", s.Name, "down"}, {"link", "set", s.Name, "name", "nldns-moved"}},
+			ReasonLinkRenamed},
 	}
 	for _, tc := range tampers {
 		t.Run(tc.name, func(t *testing.T) {
 			start := time.Now()
-			ip(t, tc.args...)
+			for _, args := range tc.cmds {
+				ip(t, args...)
+			}
 			d := waitFor(t, events, tc.reason, start)
 			t.Logf("%s -> trigger %q after %v", tc.name, tc.reason, d.Round(time.Microsecond))
 			if tc.reason == ReasonLinkRenamed {

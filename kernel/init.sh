@@ -1,0 +1,28 @@
+#!/bin/sh
+# /init of the kernel-matrix VM (built by kernel/run.sh): mount the pseudo file systems, load the modules in
+# dependency order, run each test binary in its package directory, print one result marker, power off.
+# The host judges the run by that marker only: QEMU exits 0 even when the guest panics.
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mkdir -p /run /tmp /var && mount -t tmpfs tmpfs /run && mount -t tmpfs tmpfs /tmp && ln -s /run /var/run
+
+while read -r ko args; do
+	insmod "$ko" $args || echo "kernel-vm: insmod $ko failed"
+done </modules.order
+ip link set lo up
+
+# NODELOCALDNS_VM gates the VM-only tests; NODELOCALDNS_TEST_NETNS tells testenv that this whole VM is the
+# throwaway network namespace, so the tests run here directly instead of re-executing into a new one.
+export NODELOCALDNS_VM=1 NODELOCALDNS_TEST_NETNS=1 HOME=/tmp TMPDIR=/tmp GOTRACEBACK=all
+echo "kernel-vm: $(uname -r), $(nproc) cpus, modules: $(cut -d' ' -f1 /proc/modules | tr '\n' ' ')"
+
+rc=0
+while read -r pkg bin; do
+	echo "kernel-vm: === $pkg"
+	(cd "/src/$pkg" && "/tests/$bin" -test.v -test.timeout=10m $(cat /tests/args)) || rc=1
+done </tests/list
+echo "NODELOCALDNS-KERNEL-RESULT rc=$rc"
+sync
+poweroff -f
