@@ -7,12 +7,20 @@
 IMAGE_OUT     ?= out
 IMAGE_TAR     ?= $(IMAGE_OUT)/nodelocaldns-image.tar
 IMAGE_REF     ?= ghcr.io/nodelocaldns/nodelocaldns:dev
-IMAGE_GOARCH  ?= $(shell go env GOARCH)
-IMAGE_VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# Computed once (:=), not at every use.
+ifndef IMAGE_GOARCH
+IMAGE_GOARCH  := $(shell go env GOARCH)
+endif
+ifndef IMAGE_VERSION
+IMAGE_VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+endif
 # The last commit's time stamps the image, so the same commit gives the same digest.
-IMAGE_EPOCH   ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
-# Static (no libc in the image), no build paths, no build id: reproducible.
-IMAGE_GOBUILD ?= CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_GOARCH) go build -trimpath -ldflags='-s -w -buildid='
+ifndef IMAGE_EPOCH
+IMAGE_EPOCH   := $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+endif
+# Static (no libc in the image), no build paths, no build id: reproducible. `nodelocaldns -version` prints IMAGE_VERSION.
+IMAGE_GOBUILD ?= CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_GOARCH) go build -trimpath \
+	-ldflags='-s -w -buildid= -X main.version=$(IMAGE_VERSION)'
 
 .PHONY: image
 image:

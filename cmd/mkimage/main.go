@@ -25,7 +25,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	binary := fs.String("binary", "out/nodelocaldns", "statically linked nodelocaldns binary (CGO_ENABLED=0)")
 	out := fs.String("o", "out/nodelocaldns-image.tar", "image tarball to write")
-	ref := fs.String("ref", "ghcr.io/nodelocaldns/nodelocaldns:dev", "image reference (repository:tag) recorded in the tarball")
+	ref := fs.String("ref", image.DefaultRef, "image reference (repository:tag) recorded in the tarball")
 	arch := fs.String("arch", runtime.GOARCH, "GOARCH the binary was built for")
 	version := fs.String("version", "dev", "value of the org.opencontainers.image.version label")
 	// SOURCE_DATE_EPOCH is the reproducible-builds convention (https://reproducible-builds.org/specs/source-date-epoch/).

@@ -35,6 +35,8 @@ const (
 	// User is root: Kubernetes cannot grant ambient capabilities, so a non-root agent would lose NET_ADMIN at
 	// exec. The manifests drop every other capability and make the root filesystem read-only.
 	User = "0:0"
+	// DefaultRef is the reference the manifests name and `make image` tags by default.
+	DefaultRef = "ghcr.io/nodelocaldns/nodelocaldns:dev"
 	// PathEnv lets `kubectl exec ... -- nodelocaldns -version` and `command: [node-cache]` find the binary.
 	PathEnv = "PATH=/"
 )

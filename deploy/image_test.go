@@ -1,0 +1,252 @@
+package deploy
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"debug/elf"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/image"
+)
+
+// What TestMakeImage asks `make image` for.
+const (
+	testRef     = "example.test/nodelocaldns:deploy-test"
+	testVersion = "v0.0.0-deploy-test"
+	testEpoch   = 1700000000
+)
+
+// TestMakeImage runs `make image` as a user would (deploy/deploy.mk alone, from the repository root) and checks
+// the tarball: the Dockerfile's config, one layer with exactly the static binary and its /node-cache alias, and
+// a binary that runs and accepts every manifest's arguments.
+func TestMakeImage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping in -short mode: builds the agent binary")
+	}
+	out := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "make", "--no-print-directory", "-C", "..", "-f", "deploy/deploy.mk", "image",
+		"IMAGE_OUT="+out, "IMAGE_REF="+testRef, "IMAGE_VERSION="+testVersion, "IMAGE_EPOCH="+strconv.Itoa(testEpoch))
+	start := time.Now()
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("make image: %v\n%s", err, b)
+	}
+	t.Logf("make image took %v", time.Since(start).Round(time.Millisecond))
+	tarPath := filepath.Join(out, "nodelocaldns-image.tar")
+
+	m, err := tarball.LoadManifest(func() (io.ReadCloser, error) { return os.Open(tarPath) })
+	if err != nil {
+		t.Fatalf("read %s: %v", tarPath, err)
+	}
+	if len(m) != 1 || !slices.Equal(m[0].RepoTags, []string{testRef}) {
+		t.Fatalf("manifest.json = %+v, want one image tagged %s", m, testRef)
+	}
+	img, err := tarball.ImageFromPath(tarPath, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkImageConfig(t, img)
+	root := filepath.Join(out, "rootfs")
+	unpackOnly(t, img, root)
+	checkStaticBinary(t, filepath.Join(root, "nodelocaldns"))
+
+	// The binary runs, under both names, and reports the version it was built with.
+	for _, name := range []string{"nodelocaldns", "node-cache"} {
+		b, err := exec.Command(filepath.Join(root, name), "-version").CombinedOutput()
+		if err != nil || !strings.Contains(string(b), testVersion) {
+			t.Errorf("/%s -version: %v, output %q, want it to name %s", name, err, b, testVersion)
+		}
+	}
+	// The built binary's own flag parser accepts every manifest's arguments and the standard ones:
+	// -print-rules parses and validates them and prints the ruleset without touching the kernel.
+	argSets := map[string][]string{}
+	for _, v := range variants {
+		m, err := decodeStrict(sed(render(t, v.dir), v.sed))
+		if err != nil {
+			t.Fatal(err)
+		}
+		argSets[v.dir] = m.daemonSets["kube-system/node-local-dns"].Spec.Template.Spec.Containers[0].Args
+	}
+	for _, s := range readStandardArgs(t) {
+		argSets["standard: "+s.Name] = s.Args
+	}
+	for name, args := range argSets {
+		b, err := exec.Command(filepath.Join(root, "node-cache"), append([]string{"-print-rules"}, args...)...).CombinedOutput()
+		if err != nil || !strings.Contains(string(b), "table inet nodelocaldns") {
+			t.Errorf("%s: node-cache -print-rules %q: %v\n%s", name, args, err, b)
+		}
+	}
+}
+
+// checkImageConfig: the config is what deploy/Dockerfile sets, for the requested version and time.
+func checkImageConfig(t *testing.T, img v1.Image) {
+	t.Helper()
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := parseDockerfile("Dockerfile", testVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cf.Config
+	if !slices.Equal(c.Entrypoint, want.Entrypoint) || len(c.Cmd) != 0 {
+		t.Errorf("entrypoint %q cmd %q, want the Dockerfile's %q and no cmd", c.Entrypoint, c.Cmd, want.Entrypoint)
+	}
+	if c.User != want.User || c.WorkingDir != want.WorkingDir {
+		t.Errorf("user %q workdir %q, want the Dockerfile's %q, %q", c.User, c.WorkingDir, want.User, want.WorkingDir)
+	}
+	if !slices.Equal(c.Env, want.Env) {
+		t.Errorf("env = %q, want the Dockerfile's %q", c.Env, want.Env)
+	}
+	if len(c.Labels) != len(want.Labels) {
+		t.Errorf("labels = %q, want the Dockerfile's %q", c.Labels, want.Labels)
+	}
+	for k, v := range want.Labels {
+		if c.Labels[k] != v {
+			t.Errorf("label %s = %q, want the Dockerfile's %q", k, c.Labels[k], v)
+		}
+	}
+	if cf.OS != "linux" || cf.Architecture != runtime.GOARCH || cf.Created.Unix() != testEpoch {
+		t.Errorf("platform %s/%s created %v, want linux/%s created at %d", cf.OS, cf.Architecture, cf.Created.Time, runtime.GOARCH, testEpoch)
+	}
+}
+
+// unpackOnly unpacks the image's single layer under root, checking that it holds exactly the binary and the
+// node-cache alias: no shell, no iptables, no nft, nothing else.
+func unpackOnly(t *testing.T, img v1.Image, root string) {
+	t.Helper()
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(layers) != 1 {
+		t.Fatalf("image has %d layers, want 1", len(layers))
+	}
+	rc, err := layers[0].Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, h.Name)
+		switch base := path.Base(h.Name); {
+		case slices.Contains([]string{"sh", "bash", "ash", "dash", "busybox", "nft", "ip", "xtables-nft-multi", "xtables-legacy-multi"}, base),
+			strings.HasPrefix(base, "iptables"), strings.HasPrefix(base, "ip6tables"):
+			t.Errorf("image contains %s", h.Name)
+		}
+		switch {
+		case h.Name == image.BinaryName && h.Typeflag == tar.TypeReg && h.Mode == 0o755 && h.Uid == 0:
+			f, err := os.OpenFile(filepath.Join(root, h.Name), os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o755)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.Copy(f, tr); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+		case h.Name == image.AliasName && h.Typeflag == tar.TypeSymlink && h.Linkname == image.BinaryName:
+			if err := os.Symlink(h.Linkname, filepath.Join(root, h.Name)); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			t.Errorf("unexpected layer entry %q (type %c, mode %o, link %q)", h.Name, h.Typeflag, h.Mode, h.Linkname)
+		}
+	}
+	if want := []string{image.BinaryName, image.AliasName}; !slices.Equal(got, want) {
+		t.Fatalf("layer entries = %q, want exactly %q", got, want)
+	}
+}
+
+// checkStaticBinary: no program interpreter and no shared libraries, so it runs on an empty filesystem.
+func checkStaticBinary(t *testing.T, p string) {
+	t.Helper()
+	f, err := elf.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, prog := range f.Progs {
+		if prog.Type == elf.PT_INTERP {
+			t.Errorf("%s has a PT_INTERP program header (%s): dynamically linked", p, image.Interpreter(f))
+		}
+	}
+	if libs, err := f.ImportedLibraries(); err != nil || len(libs) != 0 {
+		t.Errorf("%s imports shared libraries %q (%v)", p, libs, err)
+	}
+}
+
+// TestDefaultImageRef: the manifests run the image `make image` tags by default.
+func TestDefaultImageRef(t *testing.T) {
+	if got := makeVar(t, "IMAGE_REF"); got != image.DefaultRef {
+		t.Errorf("deploy.mk IMAGE_REF = %q, want image.DefaultRef %q", got, image.DefaultRef)
+	}
+	for _, v := range variants {
+		m, err := decodeStrict(render(t, v.dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := m.daemonSets["kube-system/node-local-dns"].Spec.Template.Spec.Containers[0].Image; got != image.DefaultRef {
+			t.Errorf("%s: image %q, want %q", v.dir, got, image.DefaultRef)
+		}
+	}
+}
+
+// TestImageConfigMatchesDockerfile: the offline image and the Dockerfile describe the same container.
+func TestImageConfigMatchesDockerfile(t *testing.T) {
+	d, err := parseDockerfile("Dockerfile", "v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lbl := image.Labels("v1")
+	if !slices.Equal(d.Entrypoint, []string{image.Entrypoint}) || d.User != image.User || !slices.Equal(d.Env, image.Env()) ||
+		len(d.Labels) != len(lbl) || d.WorkingDir != "/" {
+		t.Errorf("Dockerfile: entrypoint %q user %q env %q workdir %q labels %q;\nimage: entrypoint %q user %q env %q workdir / labels %q",
+			d.Entrypoint, d.User, d.Env, d.WorkingDir, d.Labels, image.Entrypoint, image.User, image.Env(), lbl)
+	}
+	for k, v := range lbl {
+		if d.Labels[k] != v {
+			t.Errorf("label %s: Dockerfile %q, image %q", k, d.Labels[k], v)
+		}
+	}
+	if !bytes.Contains(mustRead(t, "Dockerfile"), []byte("ln -s "+image.BinaryName+" /rootfs/"+image.AliasName)) {
+		t.Errorf("Dockerfile does not link /%s to %s", image.AliasName, image.BinaryName)
+	}
+}
+
+func mustRead(t *testing.T, p string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
