@@ -151,3 +151,22 @@ func Quiesce(a *harness.Agent, quiet, timeout time.Duration) (PassStats, error) 
 	}
 	return last, nil
 }
+
+// AfterRepair waits until the agent has counted a repairing pass since before (the observer may see the kernel
+// whole a moment before the agent's pass ends and counts itself), then until it is idle again.
+func AfterRepair(a *harness.Agent, before PassStats, quiet, timeout time.Duration) (PassStats, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		p, err := Passes(a)
+		if err != nil {
+			return p, err
+		}
+		if p.Count(`result="repaired"`) > before.Count(`result="repaired"`) {
+			return Quiesce(a, quiet, time.Until(deadline))
+		}
+		if time.Now().After(deadline) {
+			return p, fmt.Errorf("no repairing pass counted within %v (before %v, now %v)", timeout, before, p)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

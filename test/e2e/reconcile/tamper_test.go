@@ -74,15 +74,12 @@ func TestTamperMatrix(t *testing.T) {
 					t.Errorf("after repair, nft list table inet %s:\n%s\nwant (-print-rules):\n%s", TableName, got, want)
 				}
 				checkLink(t)
-				after, err := Quiesce(a, quiet, 5*time.Second)
+				after, err := AfterRepair(a, before, quiet, 5*time.Second)
 				if err != nil {
 					t.Fatal(err)
 				}
 				repaired := after.Count(`result="repaired"`) - before.Count(`result="repaired"`)
 				total := after.Total - before.Total
-				if repaired < 1 {
-					t.Errorf("no repairing pass counted (passes before %v, after %v)", before, after)
-				}
 				// Our own nftables transaction triggers nothing: one pass. A link repair may trigger one
 				// confirming pass (see Tamper.Link). A loop or a storm would fail Quiesce above.
 				maxPasses := 1.0
