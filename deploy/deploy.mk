@@ -12,14 +12,16 @@ ifndef IMAGE_GOARCH
 IMAGE_GOARCH  := $(shell go env GOARCH)
 endif
 ifndef IMAGE_VERSION
-IMAGE_VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+IMAGE_VERSION := $(or $(VERSION),$(shell git describe --tags --always --dirty 2>/dev/null || echo dev))
 endif
 # The last commit's time stamps the image, so the same commit gives the same digest.
 ifndef IMAGE_EPOCH
 IMAGE_EPOCH   := $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 endif
-# Static (no libc in the image), no build paths, no build id: reproducible. `nodelocaldns -version` prints IMAGE_VERSION.
-IMAGE_GOBUILD ?= CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_GOARCH) go build -trimpath \
+# Static (no libc in the image) and no build id, so one commit built in one directory gives one digest. No
+# -trimpath: it would recompile every package apart from the tests' builds (the top Makefile wants one cache).
+# `nodelocaldns -version` prints IMAGE_VERSION.
+IMAGE_GOBUILD ?= CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_GOARCH) go build \
 	-ldflags='-s -w -buildid= -X main.version=$(IMAGE_VERSION)'
 
 .PHONY: image
