@@ -40,9 +40,23 @@ func (t *tb) TempDir() string {
 // close runs the cleanups in reverse order, as testing does, then removes the temp dirs.
 func (t *tb) close() {
 	for _, f := range slices.Backward(t.cleanups) {
-		f()
+		t.runCleanup(f)
 	}
 	for _, d := range t.dirs {
 		os.RemoveAll(d)
 	}
+}
+
+// runCleanup runs f, reporting rather than propagating a Fatal inside it, so the other cleanups still run.
+func (t *tb) runCleanup(f func()) {
+	defer func() {
+		if r := recover(); r != nil {
+			if e, ok := r.(errFatal); ok {
+				fmt.Fprintf(os.Stderr, "bench/reconcile: cleanup: %s\n", e.msg)
+				return
+			}
+			panic(r)
+		}
+	}()
+	f()
 }

@@ -120,20 +120,23 @@ func (o *Observer) Whole() (ok bool, why string, err error) {
 }
 
 // WaitWhole re-checks on every notification (and every 50 ms as a safety net) until the state is whole, and
-// returns the time the successful check ended: the repair happened at or before it.
+// returns the time the successful check ended: the repair happened at or before it. A read that fails is
+// retried at once: it raced with a write (google/nftables loses the errno of some, so they cannot all be
+// told apart), and only the deadline ends the wait.
 func (o *Observer) WaitWhole(timeout time.Duration) (time.Time, error) {
 	deadline := time.After(timeout)
 	for {
 		ok, why, err := o.Whole()
-		if err != nil {
-			return time.Time{}, err
-		}
 		if ok {
 			return time.Now(), nil
 		}
+		retry := 50 * time.Millisecond
+		if err != nil {
+			why, retry = "read failed: "+err.Error(), time.Millisecond
+		}
 		select {
 		case <-o.wake:
-		case <-time.After(50 * time.Millisecond):
+		case <-time.After(retry):
 		case <-deadline:
 			return time.Time{}, fmt.Errorf("not repaired within %v: %s", timeout, why)
 		}

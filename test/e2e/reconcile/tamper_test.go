@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os/exec"
 	"slices"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -153,14 +152,12 @@ func checkLink(t *testing.T) {
 	}
 }
 
-var lookupSeq atomic.Int64
-
 // checkDNS resolves a fresh name (so the cache cannot answer) on each listen IP over UDP and TCP.
 func checkDNS(t *testing.T) {
 	t.Helper()
-	for _, ip := range []string{LocalIP, ClusterIP} {
-		for _, netw := range []string{"udp", "tcp"} {
-			name := fmt.Sprintf("tamper%d.%s", lookupSeq.Add(1), Domain)
+	for i, ip := range []string{LocalIP, ClusterIP} {
+		for j, netw := range []string{"udp", "tcp"} {
+			name := fmt.Sprintf("q%d-%d%d.%s", time.Now().UnixNano(), i, j, Domain)
 			got, err := harness.Lookup(ip+":53", netw, name, 2*time.Second)
 			if err != nil || got != UpstreamReply {
 				t.Errorf("lookup %s at %s over %s: %q, %v; want %s", name, ip, netw, got, err, UpstreamReply)
