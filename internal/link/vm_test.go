@@ -47,7 +47,7 @@ func TestVMDummyEnsureAndRepair(t *testing.T) {
 		})
 	}()
 	// Let the subscriptions come up: poll by deleting until a repair is seen (the first delete may race them).
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(6 * triggerLatency())
 	for {
 		start := time.Now()
 		ip(t, "link", "del", s.Name)
@@ -57,7 +57,7 @@ func TestVMDummyEnsureAndRepair(t *testing.T) {
 			t.Logf("dummy link deleted -> repaired after %v", at.Sub(start))
 			wantKernelState(t, m, KindDummy)
 			return
-		case <-time.After(500 * time.Millisecond):
+		case <-time.After(triggerLatency()):
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("link not repaired after deletion")
