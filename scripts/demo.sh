@@ -66,7 +66,7 @@ for q in "kubernetes.default.svc.cluster.local @169.254.20.10" "demo.example @10
   dig +noall +answer +stats $q | grep -vE '^;; (WHEN|MSG SIZE)' | sed 's/^/  /'
 done
 
-say "the second lookup of demo.example came from cache: dnsmasq saw it once"
+say "CoreDNS cache: the second lookup of demo.example (over TCP) was a hit"
 kill -USR1 "$(cat "$work/dnsmasq.pid")" 2>/dev/null || true
 curl -s 127.0.0.1:9253/metrics | grep -E '^coredns_cache_(hits|misses)_total' | sed 's/^/  /'
 
@@ -80,7 +80,7 @@ printf '  /health: %s   /ready: %s\n' "$(curl -s 169.254.20.10:8080/health)" "$(
 
 say "SIGTERM: the table goes first, then the interface, then CoreDNS"
 kill -TERM "$agent"; wait "$agent" || true
-grep -E '"msg":"(shutting down|deleted table|link removed|stopped)"' "$work/agent.log" | sed 's/^/  /' || true
+grep -E '"msg":"(shutting down|deleted nftables table|link removed|stopped)"' "$work/agent.log" | sed 's/^/  /' || true
 if nft list table inet nodelocaldns >/dev/null 2>&1; then echo "  table still present!"; exit 1; fi
 ip link show nodelocaldns >/dev/null 2>&1 && { echo "  interface still present!"; exit 1; }
 echo "  nothing left behind; the namespace disappears with this script"
