@@ -34,6 +34,9 @@ const (
 	minPassInterval  = 5 * time.Millisecond  // floor between passes: bounds the cost of an adversary flushing in a loop
 	configDebounce   = 20 * time.Millisecond // coalesces a ConfigMap update's burst of inotify events
 	shutdownDeadline = 20 * time.Second      // below the pod's default 30 s grace period
+	// teardownDrain separates deleting the table from removing the interface: queries steered to us just
+	// before the table went are still answered from the addresses they were sent to.
+	teardownDrain    = 100 * time.Millisecond
 	defaultKubeDNSCM = "/etc/kube-dns"
 )
 
@@ -57,10 +60,11 @@ type Supervisor struct {
 	ruleset    *nft.Ruleset
 	linkSpec   link.Spec
 
-	dns   *dnsserver.Server
-	table *nft.Conn
-	links *link.Manager
-	lease *lease
+	dns      *dnsserver.Server
+	table    *nft.Conn
+	links    *link.Manager
+	lease    *lease    // held while leader
+	follower *follower // registration with the leader while standby
 
 	runner     *Runner
 	reloads    *Runner
@@ -153,6 +157,12 @@ func (s *Supervisor) Run(ctx context.Context) (err error) {
 	s.log.Info("serving dns", zap.Strings("listeners", s.dns.Addrs()))
 	step("coredns listening", t)
 	s.writePIDFile()
+	if s.manages() && !s.leader.Load() {
+		// Registered before "ready": the leader must know of us before the kubelet can stop it.
+		if err := s.registerStandby(ctx); err != nil {
+			return err
+		}
+	}
 
 	runCtx, stopRunning := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -200,12 +210,12 @@ func (s *Supervisor) watchDirs() []string {
 func (s *Supervisor) openKernel() error {
 	var err error
 	if s.opts.SetupNftables {
-		if s.table, err = nft.Open(nft.WithLogger(s.log.Named("nft"))); err != nil {
+		if s.table, err = nft.Open(nft.WithLogger(s.log)); err != nil {
 			return fmt.Errorf("open nftables: %w", err)
 		}
 	}
 	if s.opts.SetupInterface {
-		if s.links, err = link.New(s.log.Named("link")); err != nil {
+		if s.links, err = link.New(s.log); err != nil {
 			return fmt.Errorf("open link manager: %w", err)
 		}
 	}
@@ -221,86 +231,12 @@ func (s *Supervisor) closeKernel() {
 	}
 }
 
-func (s *Supervisor) becomeLeader(l *lease) {
-	s.lease = l
-	s.leader.Store(true)
-	s.setGauge(func(m *metrics.Metrics) { m.Leader.Set(1) })
-}
-
-// awaitHandover waits for the current leader to go away, then takes over with a full pass.
-func (s *Supervisor) awaitHandover(ctx context.Context) {
-	l, err := waitForLease(ctx, leaseName(s.opts.InterfaceName))
-	if err != nil {
-		return
-	}
-	s.becomeLeader(l)
-	s.log.Info("took over from the previous instance")
-	s.runner.Trigger("handover")
-}
-
 func (s *Supervisor) writePIDFile() {
 	if s.opts.PIDFile == "" {
 		return
 	}
 	if err := os.WriteFile(s.opts.PIDFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
 		s.log.Warn("write pidfile", zap.String("path", s.opts.PIDFile), zap.Error(err))
-	}
-}
-
-// shutdown stops the loops, then tears down in order within the deadline.
-func (s *Supervisor) shutdown(stopRunning context.CancelFunc, wg *sync.WaitGroup) {
-	start := time.Now()
-	stopRunning()
-	wg.Wait()
-	ctx, cancel := context.WithTimeout(context.Background(), shutdownDeadline)
-	defer cancel()
-	switch {
-	case !s.leader.Load():
-	case s.lease.hasSuccessor():
-		s.log.Info("a successor serves; leaving the table and interface to it")
-	case s.opts.SkipTeardown:
-		s.log.Info("-skipteardown: leaving the table and interface in place")
-	default:
-		s.teardown()
-	}
-	if s.dns != nil {
-		done := make(chan error, 1)
-		go func() { done <- s.dns.Stop() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				s.log.Warn("stop coredns", zap.Error(err))
-			}
-		case <-ctx.Done():
-			s.log.Error("coredns did not stop before the deadline", zap.Duration("deadline", shutdownDeadline))
-		}
-	}
-	if s.lease != nil {
-		s.lease.release()
-	}
-	if s.opts.PIDFile != "" {
-		os.Remove(s.opts.PIDFile)
-	}
-	s.log.Info("stopped", zap.Duration("elapsed", time.Since(start)))
-}
-
-// teardown deletes the table first, then the interface.
-func (s *Supervisor) teardown() {
-	if s.table != nil {
-		t := time.Now()
-		if err := s.table.Teardown(); err != nil {
-			s.log.Error("delete nftables table", zap.Error(err))
-		} else {
-			s.log.Info("deleted nftables table", zap.String("table", "inet "+nft.TableName), zap.Duration("elapsed", time.Since(t)))
-		}
-	}
-	if s.links != nil {
-		t := time.Now()
-		if err := s.links.Remove(s.opts.InterfaceName); err != nil {
-			s.log.Error("remove interface", zap.Error(err))
-		} else {
-			s.log.Info("removed interface", zap.String("interface", s.opts.InterfaceName), zap.Duration("elapsed", time.Since(t)))
-		}
 	}
 }
 

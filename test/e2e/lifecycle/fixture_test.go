@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -195,9 +196,16 @@ func ready() (int, string) {
 	return resp.StatusCode, strings.TrimSpace(string(body))
 }
 
-// holdLease takes the lease an agent would take (the abstract unix socket named after the interface), so the
-// next agent starts as a standby; closing the listener lets it take over.
-func holdLease(t *testing.T) *net.UnixListener {
+// leaseHolder stands in for a leader: it holds the lease an agent would take (the abstract unix socket named
+// after the interface) and acknowledges successors as a leader does, so the next agent starts as a standby.
+// Closing it lets the standby take over.
+type leaseHolder struct {
+	ln    *net.UnixListener
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func holdLease(t *testing.T) *leaseHolder {
 	t.Helper()
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: "@nodelocaldns/" + ifname, Net: "unix"})
 	if errors.Is(err, syscall.EADDRINUSE) {
@@ -206,6 +214,29 @@ func holdLease(t *testing.T) *net.UnixListener {
 	if err != nil {
 		t.Fatalf("hold lease: %v", err)
 	}
-	t.Cleanup(func() { ln.Close() })
-	return ln
+	h := &leaseHolder{ln: ln}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte{'a'}) // the leader's acknowledgement (internal/supervisor/lease.go)
+			h.mu.Lock()
+			h.conns = append(h.conns, c)
+			h.mu.Unlock()
+		}
+	}()
+	t.Cleanup(h.Close)
+	return h
+}
+
+func (h *leaseHolder) Close() {
+	h.ln.Close()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, c := range h.conns {
+		c.Close()
+	}
+	h.conns = nil
 }

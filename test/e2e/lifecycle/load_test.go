@@ -157,6 +157,9 @@ func (l *load) record(phase int, target string, sent time.Time, answer string, e
 	c.sent++
 	failed := c.failed
 	defer func() {
+		if c.failed > failed && os.Getenv("LIFECYCLE_DEBUG") != "" {
+			fmt.Fprintf(os.Stderr, "FAILED %s %s sent %s: %v %s\n", l.names[phase], target, sent.Format("15:04:05.000000"), err, answer)
+		}
 		if c.failed > failed {
 			at := sent.Sub(l.starts[phase])
 			if failed == 0 {

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -70,11 +71,9 @@ func TestLifecycleMatrix(t *testing.T) {
 	m.requireSameTable()
 	m.serve()
 
+	// The kubelet stops the old pod as soon as the new one is ready: no pause between the two here.
 	m.phase("surge: new instance starts beside the old", expectation{zero: []string{clusterIP, localIP}})
-	d := n.start()
-	d.WaitLog(30*time.Second, "standby ready", func(l harness.LogLine) bool { return l.Msg == "ready" && l.Raw["leader"] == false })
-	requireReady(t)
-	m.requireSameTable()
+	d := m.startStandby()
 	m.phase("surge: old instance SIGTERM, new one takes over", expectation{zero: []string{clusterIP, localIP}})
 	m.stop(c)
 	d.WaitLog(5*time.Second, "took over", func(l harness.LogLine) bool { return strings.HasPrefix(l.Msg, "took over") })
@@ -85,8 +84,18 @@ func TestLifecycleMatrix(t *testing.T) {
 	requireReady(t)
 	m.serve()
 
-	m.phase("SIGTERM, no successor", expectation{zero: []string{clusterIP}})
-	m.stop(d)
+	// A rollout interrupted by deleting the DaemonSet: the leader sees a successor, the successor is leaving too.
+	m.phase("surge: new instance starts beside the old", expectation{zero: []string{clusterIP, localIP}})
+	d2 := m.startStandby()
+	m.phase("surge: both instances SIGTERM at once", expectation{zero: []string{clusterIP}})
+	d.Signal(syscall.SIGTERM)
+	d2.Signal(syscall.SIGTERM)
+	for _, a := range []*harness.Agent{d, d2} {
+		if code := a.Wait(stopTimeout); code != 0 {
+			t.Fatalf("agent exited with %d after SIGTERM", code)
+		}
+	}
+	time.Sleep(serveFor)
 	requireNothingLeft(t)
 
 	e := m.start("start with -skipteardown", true, "-skipteardown")
@@ -133,6 +142,14 @@ func (m *matrix) start(name string, graceful bool, extra ...string) *harness.Age
 func (m *matrix) serve() {
 	m.phase("serving", expectation{zero: []string{clusterIP, localIP}, allAgent: true})
 	time.Sleep(serveFor)
+}
+
+// startStandby starts a second instance beside a serving one and waits until it is ready as a standby.
+func (m *matrix) startStandby() *harness.Agent {
+	m.t.Helper()
+	a := m.n.start()
+	a.WaitLog(30*time.Second, "standby ready", func(l harness.LogLine) bool { return l.Msg == "ready" && l.Raw["leader"] == false })
+	return a
 }
 
 func (m *matrix) stop(a *harness.Agent) {
@@ -217,4 +234,3 @@ func keys(m map[int]bool) []int {
 	}
 	return out
 }
-
