@@ -39,6 +39,7 @@ func run() (code int) {
 		return code
 	}
 	n := flag.Int("n", 20, "trials per tamper")
+	only := flag.String("tamper", "", "run only the tamper of this name (e.g. \"flush set\")")
 	flag.Parse()
 	if !testenv.IsRoot() || !testenv.InThrowawayNetNS() {
 		fmt.Fprintln(os.Stderr, "bench/reconcile: needs root, to run in a throwaway network namespace")
@@ -57,7 +58,7 @@ func run() (code int) {
 		}
 	}()
 	startLoad := loadavg()
-	rows, err := bench(t, *n)
+	rows, err := bench(t, *n, *only)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "bench/reconcile: %v\n", err)
 		return 1
@@ -85,7 +86,7 @@ type row struct {
 
 func (r row) p(q float64) time.Duration { return r.repair.quantile(q) }
 
-func bench(t *tb, n int) ([]row, error) {
+func bench(t *tb, n int, only string) ([]row, error) {
 	a := rec.StartAgent(t)
 	want := rec.PrintRules(t)
 	harness.Eventually(t, 5*time.Second, "the nft listing equals -print-rules", func() bool {
@@ -105,6 +106,9 @@ func bench(t *tb, n int) ([]row, error) {
 	}
 	var rows []row
 	for _, tm := range rec.Tampers() {
+		if only != "" && tm.Name != only {
+			continue
+		}
 		r := row{tamper: tm}
 		for range n {
 			before, err := rec.Quiesce(a, quiet, 5*time.Second)
