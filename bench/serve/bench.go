@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"time"
 
@@ -21,8 +22,8 @@ const (
 // engine, and (with -variants) the default with one knob reverted, so the table shows what each knob buys.
 func variants(withKnobs bool) []variant {
 	vs := []variant{
-		{name: tunedName, hint: "default tuning"},
-		{name: untunedName, env: []string{"NODELOCALDNS_TUNING=off"}, hint: "NODELOCALDNS_TUNING=off: Go runtime defaults, as node-cache runs CoreDNS"},
+		{name: tunedName, pgo: "/tmp/pgo/default.pgo", hint: "default tuning"},
+		{name: untunedName, pgo: "off", env: []string{"NODELOCALDNS_TUNING=off"}, hint: "NODELOCALDNS_TUNING=off: Go runtime defaults, as node-cache runs CoreDNS"},
 	}
 	if withKnobs {
 		vs = append(vs, knobVariants()...)
@@ -30,15 +31,28 @@ func variants(withKnobs bool) []variant {
 	return vs
 }
 
+// recoverFatal turns the harness's Fatal (through tb) into the function's error.
+func recoverFatal(err *error) {
+	r := recover()
+	if f, ok := r.(fatal); ok {
+		*err = fmt.Errorf("%s", f.msg)
+	} else if r != nil {
+		panic(r)
+	}
+}
+
+// buildBinary builds cmd/nodelocaldns with the given -pgo setting ("auto" applies default.pgo).
+func buildBinary(work, name, pgo string) (string, error) {
+	out := filepath.Join(work, name)
+	cmd := exec.Command("go", "build", "-pgo="+pgo, "-o", out, "github.com/nodelocaldns/nodelocaldns/cmd/nodelocaldns")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build -pgo=%s: %v\n%s", pgo, err, b)
+	}
+	return out, nil
+}
+
 func bench(p params) (err error) {
-	defer func() {
-		r := recover()
-		if f, ok := r.(fatal); ok {
-			err = fmt.Errorf("%s", f.msg)
-		} else if r != nil {
-			panic(r)
-		}
-	}()
+	defer recoverFatal(&err)
 	if err := checkTools(); err != nil {
 		return err
 	}
@@ -47,7 +61,15 @@ func bench(p params) (err error) {
 		return err
 	}
 	defer os.RemoveAll(work)
-	bin := harness.Binary(tb{})
+	// Build before pinning this process to one CPU.
+	bins := map[string]string{"": harness.Binary(tb{})}
+	for i, v := range variants(p.variants) {
+		if _, ok := bins[v.pgo]; !ok {
+			if bins[v.pgo], err = buildBinary(work, fmt.Sprintf("nodelocaldns-%d", i), v.pgo); err != nil {
+				return err
+			}
+		}
+	}
 	var logTo io.Writer = io.Discard
 	if p.verbose {
 		logTo = os.Stderr
@@ -73,7 +95,7 @@ func bench(p params) (err error) {
 	}()
 	hints := map[string]string{}
 	for i, v := range variants(p.variants) {
-		s, err := startNodeLocalDNS(bin, work, v, i, logTo)
+		s, err := startNodeLocalDNS(bins[v.pgo], work, v, i, logTo)
 		if s != nil {
 			servers = append(servers, s)
 		}

@@ -3,8 +3,7 @@ package main
 // knobVariants revert one tuning knob each.
 func knobVariants() []variant {
 	return []variant{
-		{name: "gogc200", env: []string{"NODELOCALDNS_TUNING=off", "GOGC=200"}},
-		{name: "gogc400", env: []string{"NODELOCALDNS_TUNING=off", "GOGC=400"}},
-		{name: "gogc800", env: []string{"NODELOCALDNS_TUNING=off", "GOGC=800"}},
+		{name: "pgo+gogc400", pgo: "/tmp/pgo/default.pgo", env: []string{"GOGC=400"}},
+		{name: "nopgo+gogc400", pgo: "off", env: []string{"GOGC=400"}},
 	}
 }

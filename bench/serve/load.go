@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -53,6 +54,7 @@ func load(work string, s *server, data string, d time.Duration, once bool, qpsLi
 	cmd := exec.Command("taskset", args...)
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = f, &stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Run(); err != nil {
 		return r, fmt.Errorf("dnsperf against %s: %v: %s", s.name, err, stderr.String())
 	}

@@ -43,6 +43,7 @@ func run() int {
 	flag.DurationVar(&p.soak, "soak", 60*time.Second, "memory soak: load beyond the cache size this long (10m for the issue's figure; 0 = skip)")
 	flag.BoolVar(&p.variants, "variants", true, "also run nodelocaldns with single tuning knobs switched off (cache-hit workload)")
 	flag.BoolVar(&p.verbose, "v", false, "copy the servers' logs to stderr")
+	pgo := flag.String("pgo", "", "instead of the comparison, write a CPU profile of nodelocaldns under both workloads here (for cmd/nodelocaldns/default.pgo)")
 	flag.Parse()
 	if !testenv.IsRoot() || !testenv.InThrowawayNetNS() {
 		fmt.Fprintln(os.Stderr, "bench/serve: needs root, to run in a throwaway network namespace")
@@ -51,6 +52,13 @@ func run() int {
 	if runtime.NumCPU() < 2 {
 		fmt.Fprintln(os.Stderr, "bench/serve: needs two CPUs: one for the servers, one for the load generator")
 		return 2
+	}
+	if *pgo != "" {
+		if err := collectPGO(p, *pgo); err != nil {
+			fmt.Fprintf(os.Stderr, "bench/serve: %v\n", err)
+			return 1
+		}
+		return 0
 	}
 	if err := bench(p); err != nil {
 		fmt.Fprintf(os.Stderr, "bench/serve: %v\n", err)

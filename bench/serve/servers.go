@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/nodelocaldns/nodelocaldns/test/harness"
@@ -26,9 +27,11 @@ type server struct {
 
 // variant is a nodelocaldns configuration: the environment it runs with.
 type variant struct {
-	name string
-	env  []string
-	hint string // what differs, for the table's legend
+	name     string
+	pgo      string // "" the default build (go build applies cmd/nodelocaldns/default.pgo), else go build's -pgo value
+	env      []string
+	hint     string                   // what differs, for the table's legend
+	corefile func(base string) string // an edit of the standard Corefile, for profiling only
 }
 
 // goRuntimeEnv are the variables that change the Go runtime's behaviour; the servers start without any of them
@@ -66,6 +69,9 @@ func startNodeLocalDNS(bin, work string, v variant, n int, logTo io.Writer) (*se
 	}
 	promPort := strconv.Itoa(9253 + n)
 	base := strings.ReplaceAll(harness.StandardCorefile(ip, ip2, domain), "prometheus :9253", "prometheus "+ip+":"+promPort)
+	if v.corefile != nil {
+		base = v.corefile(base)
+	}
 	if err := os.WriteFile(filepath.Join(dir, "Corefile.base"), []byte(base), 0o644); err != nil {
 		return nil, err
 	}
@@ -125,6 +131,7 @@ func startUnbound(work string, n int, logTo io.Writer) (*server, error) {
 // start starts the process (taskset execs it, so the pid is the server's) and waits until it answers.
 func (s *server) start(logTo io.Writer) error {
 	s.cmd.Stdout, s.cmd.Stderr = logTo, logTo
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the bench
 	if err := s.cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", s.name, err)
 	}
