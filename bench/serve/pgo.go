@@ -53,7 +53,9 @@ func collectPGO(p params, out string) (err error) {
 	}
 	prof := make(chan error, 1)
 	d := 2 * p.duration
-	go func() { prof <- fetch(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", pgoAddr, int(d.Seconds())), out) }()
+	go func() {
+		prof <- fetch(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", pgoAddr, int(d.Seconds())), out)
+	}()
 	for _, data := range []string{hits, mixed} {
 		if _, err := load(work, s, data, p.duration, false, 0); err != nil {
 			return err
