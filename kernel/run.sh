@@ -109,12 +109,13 @@ unpack_kernel() {
 }
 
 # --- initramfs --------------------------------------------------------------------------------------------
-# copy_with_libs copies a dynamically linked program and the shared libraries ldd names into the initramfs,
-# under usr/ (lib and lib64 are symlinks to usr/lib*, as on a merged-/usr Debian).
-copy_with_libs() {
-	local root=$1 src=$2 dst=$3 lib
-	install -D -m 0755 "$src" "$root$dst"
-	for lib in $(ldd "$src" 2>/dev/null | grep -o '/[^ ]*'); do
+# copy_libs copies the shared libraries that ldd names for the given programs into the initramfs, under usr/
+# (lib and lib64 are symlinks to usr/lib*, as on a merged-/usr Debian). One ldd call for all of them: ldd is slow
+# on a busy machine.
+copy_libs() {
+	local root=$1 lib
+	shift
+	for lib in $(ldd "$@" 2>/dev/null | awk '/=> \// { print $3 } /^\t\// { print $1 }' | sort -u); do
 		[[ -e $root/usr${lib#/usr} ]] || install -D -m 0755 "$lib" "$root/usr${lib#/usr}"
 	done
 }
@@ -131,16 +132,19 @@ build_initramfs() {
 	for app in $(/bin/busybox --list); do
 		[[ -e $root/bin/$app ]] || ln -s busybox "$root/bin/$app"
 	done
-	for prog in ip nft conntrack; do
-		copy_with_libs "$root" "$(command -v "$prog")" "/usr/sbin/$prog"
+	local prog progs=() xt=/usr/lib/x86_64-linux-gnu/xtables
+	for prog in ip nft conntrack xtables-nft-multi; do
+		progs+=("$(command -v "$prog")")
+		install -m 0755 "${progs[-1]}" "$root/usr/sbin/$prog"
 	done
-	copy_with_libs "$root" "$(command -v dig)" /usr/bin/dig
-	copy_with_libs "$root" "$(command -v xtables-nft-multi)" /usr/sbin/xtables-nft-multi
-	for name in iptables ip6tables iptables-save iptables-restore ip6tables-save ip6tables-restore; do
-		ln -s xtables-nft-multi "$root/usr/sbin/$name"
+	progs+=("$(command -v dig)")
+	install -m 0755 "${progs[-1]}" "$root/usr/bin/dig"
+	for prog in iptables ip6tables iptables-save iptables-restore ip6tables-save ip6tables-restore; do
+		ln -s xtables-nft-multi "$root/usr/sbin/$prog"
 	done
-	local xt=/usr/lib/x86_64-linux-gnu/xtables ext
-	for ext in "$xt"/*.so; do copy_with_libs "$root" "$ext" "$ext"; done
+	# iptables loads its match and target extensions with dlopen, so ldd of the binary does not name them.
+	mkdir -p "$root$xt" && cp "$xt"/*.so "$root$xt/"
+	copy_libs "$root" "${progs[@]}" "$xt"/*.so
 	echo "nameserver 127.0.0.1" >"$root/etc/resolv.conf"
 	printf 'root:x:0:0:root:/tmp:/bin/sh\n' >"$root/etc/passwd"
 	printf 'root:x:0:\n' >"$root/etc/group"
