@@ -75,10 +75,11 @@ type env struct {
 
 // setup describes an agent to start.
 type setup struct {
-	kubeDNS    map[string]string // initial kube-dns ConfigMap data; nil = empty volume
-	noKubeDNS  bool              // -kubednscm names a directory that does not exist yet
-	args       []string          // extra flags
-	baseDomain string            // zone of the first block of Corefile.base; "" = cluster.local
+	kubeDNS    map[string]string   // initial kube-dns ConfigMap data; nil = empty volume
+	noKubeDNS  bool                // -kubednscm names a directory that does not exist yet
+	args       []string            // extra flags
+	baseDomain string              // zone of the first block of Corefile.base; "" = cluster.local
+	baseEdit   func(string) string // edits the standard Corefile.base; nil = none
 }
 
 func start(t *testing.T, s setup) *env {
@@ -97,8 +98,11 @@ func start(t *testing.T, s setup) *env {
 	if s.baseDomain == "" {
 		s.baseDomain = domain
 	}
-	e.base = harness.NewConfigMapVolume(t, filepath.Join(dir, "node-local-dns"),
-		map[string]string{"Corefile.base": harness.StandardCorefile(localIP, dnsServer, s.baseDomain)})
+	base := harness.StandardCorefile(localIP, dnsServer, s.baseDomain)
+	if s.baseEdit != nil {
+		base = s.baseEdit(base)
+	}
+	e.base = harness.NewConfigMapVolume(t, filepath.Join(dir, "node-local-dns"), map[string]string{"Corefile.base": base})
 	args := append([]string{
 		"-localip", localIP + "," + dnsServer,
 		"-basecorefile", filepath.Join(e.base.Dir, "Corefile.base"),

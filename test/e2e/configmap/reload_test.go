@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -183,5 +184,31 @@ func TestReloadWithSignal(t *testing.T) {
 	t.Logf("change with -reloadwithsignal: answered after %v", e.waitAnswer(t0, "example.org", ansUpY))
 	if got := e.metric(reloadsError); got != 0 {
 		t.Errorf("%s = %v", reloadsError, got)
+	}
+}
+
+// The operator's `reload` directive stays valid and does nothing: with its shortest interval (2 s, jitter 1 s)
+// and a change made, nothing reloads a second time over the next few intervals, and every block keeps serving
+// (upstream's plugin, embedded, would reload into CoreDNS's default Corefile and drop them all).
+func TestReloadDirectiveIsHarmless(t *testing.T) {
+	e := start(t, setup{
+		kubeDNS:  map[string]string{"upstreamNameservers": upstreams(upX)},
+		baseEdit: func(s string) string { return strings.ReplaceAll(s, "    reload\n", "    reload 2s 1s\n") },
+	})
+	if cf := e.corefile(); strings.Count(cf, "reload 2s 1s") != 4 {
+		t.Fatalf("want the reload directive with a 2 s interval in all four blocks:\n%s", cf)
+	}
+	reloadsBefore, logsBefore := e.metric(reloadsOK), len(e.agent.Lines())
+	t0 := e.updateKubeDNS(map[string]string{"upstreamNameservers": upstreams(upY)})
+	e.waitAnswer(t0, "example.org", ansUpY)
+	for end := time.Now().Add(4 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		e.expectAnswer("example.org", ansUpY)
+		e.expectAnswer("svc."+domain, ansCluster)
+	}
+	if got := e.metric(reloadsOK) - reloadsBefore; got != 1 {
+		t.Errorf("one change caused %v reloads", got)
+	}
+	if got := len(e.logsSince(logsBefore, "Reloading")); got != 1 {
+		t.Errorf("coredns restarted %d times for one change", got)
 	}
 }
