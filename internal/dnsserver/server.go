@@ -5,7 +5,9 @@
 // caddy keeps its registry of plugins and server types per process, so there is one Server per process. A
 // reload that fails (a Corefile that does not parse, a plugin that fails to start, an address that cannot be
 // bound) leaves the running instance serving: caddy only swaps instances once the new one listens, and the
-// listeners of unchanged addresses are handed over, so no query is dropped by a reload.
+// listeners of unchanged addresses are handed over, so no UDP query is dropped by a reload. A TCP connection
+// that the old instance accepted in the instant it stops can be closed unanswered (CoreDNS's restart behaviour);
+// DNS clients retry such a query on a new connection, and the e2e tests count these retries.
 package dnsserver
 
 import (

@@ -36,7 +36,14 @@ func StartUpstream(t testing.TB, addr, answer string) *Upstream {
 	tcp := &dns.Server{Listener: ln, Handler: h}
 	go udp.ActivateAndServe()
 	go tcp.ActivateAndServe()
-	t.Cleanup(func() { udp.Shutdown(); tcp.Shutdown() })
+	t.Cleanup(func() {
+		// Shutdown fails, leaving the sockets bound, if the server goroutines have not started yet: close the
+		// sockets ourselves too, so the next test can bind the same address.
+		udp.Shutdown()
+		tcp.Shutdown()
+		pc.Close()
+		ln.Close()
+	})
 	return u
 }
 
