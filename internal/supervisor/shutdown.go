@@ -16,17 +16,25 @@ func (s *Supervisor) shutdown(stopRunning context.CancelFunc, wg *sync.WaitGroup
 	wg.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownDeadline)
 	defer cancel()
+	othersServe := false // another instance keeps serving on our addresses
 	switch {
 	case !s.manages():
 	case !s.leader.Load():
-		s.standbyLeaves(ctx)
-	case s.opts.SkipTeardown:
-		s.log.Info("-skipteardown: leaving the table and interface in place")
-	case s.lease.handOver():
-		s.log.Info("a successor serves; leaving the table and interface to it")
-		s.lease.release() // the successor reconciles from now on, while we finish serving
+		othersServe = !s.standbyLeaves(ctx)
 	default:
-		s.teardown()
+		othersServe = s.lease.handOver()
+		switch {
+		case s.opts.SkipTeardown:
+			s.log.Info("-skipteardown: leaving the table and interface in place")
+		case othersServe:
+			s.log.Info("a successor serves; leaving the table and interface to it")
+			s.lease.release() // the successor reconciles from now on, while we finish serving
+		default:
+			s.teardown()
+		}
+	}
+	if othersServe && s.dns != nil {
+		s.passQueries()
 	}
 	if s.dns != nil {
 		done := make(chan error, 1)
@@ -49,11 +57,23 @@ func (s *Supervisor) shutdown(stopRunning context.CancelFunc, wg *sync.WaitGroup
 	s.log.Info("stopped", zap.Duration("elapsed", time.Since(start)))
 }
 
+// passQueries leaves new queries to the instance that stays (detach.go) and gives CoreDNS a moment to answer
+// the ones already queued on our listeners before it stops.
+func (s *Supervisor) passQueries() {
+	n, err := detachListeners(s.opts.LocalIPs, s.opts.DNSPort)
+	if err != nil {
+		s.log.Warn("detach dns listeners; queries queued on them when they close are lost", zap.Error(err))
+	}
+	s.log.Info("detached dns listeners; the other instance answers new queries", zap.Int("listeners", n))
+	time.Sleep(drainDelay)
+}
+
 // standbyLeaves deregisters a successor that stops before taking over. If the leader had already handed over
-// to it, or is gone, the kernel state is ours: tear it down as a leader would, or nobody will.
-func (s *Supervisor) standbyLeaves(ctx context.Context) {
+// to it, or is gone, the kernel state is ours: tear it down as a leader would, or nobody will. It reports
+// whether it took the lease.
+func (s *Supervisor) standbyLeaves(ctx context.Context) bool {
 	if s.follower == nil {
-		return
+		return false
 	}
 	yours, leaderGone := s.follower.leave()
 	s.follower = nil
@@ -65,22 +85,23 @@ func (s *Supervisor) standbyLeaves(ctx context.Context) {
 	case leaderGone:
 		var ok bool
 		if l, ok, err = tryAcquireLease(leaseName(s.opts.InterfaceName)); err == nil && !ok {
-			return // another instance leads now
+			return false // another instance leads now
 		}
 	default:
-		return
+		return false
 	}
 	if err != nil {
 		s.log.Error("take over the lease to clean up", zap.Error(err))
-		return
+		return false
 	}
 	s.becomeLeader(l)
 	if s.opts.SkipTeardown {
 		s.log.Info("the previous instance handed over; -skipteardown: leaving the table and interface in place")
-		return
+		return true
 	}
 	s.log.Info("the previous instance handed over and we are stopping too; removing the table and interface")
 	s.teardown()
+	return true
 }
 
 // teardown deletes the table first, then the interface.
@@ -91,7 +112,7 @@ func (s *Supervisor) teardown() {
 			s.log.Error("delete nftables table", zap.Error(err), zap.Duration("elapsed", time.Since(t)))
 		}
 		if s.links != nil {
-			time.Sleep(teardownDrain)
+			time.Sleep(drainDelay)
 		}
 	}
 	if s.links != nil {

@@ -7,6 +7,10 @@
 // Shutdown: delete the table first (ClusterIP traffic falls back to kube-dns through kube-proxy), then the
 // interface (unless -skipteardown), then stop CoreDNS; or, when a newer instance is waiting (surge rollout),
 // leave both to it. Nothing here exits the process: errors travel up to main.
+//
+// A second instance on the node (surge rollout) serves DNS beside the first as a standby: it waits for the
+// leader's interface, starts CoreDNS (SO_REUSEPORT), registers with the leader and only then says ready, so the
+// leader hands over on SIGTERM instead of tearing down (lease.go for the protocol, handover.go, shutdown.go).
 package supervisor
 
 import (
@@ -34,10 +38,11 @@ const (
 	minPassInterval  = 5 * time.Millisecond  // floor between passes: bounds the cost of an adversary flushing in a loop
 	configDebounce   = 20 * time.Millisecond // coalesces a ConfigMap update's burst of inotify events
 	shutdownDeadline = 20 * time.Second      // below the pod's default 30 s grace period
-	// teardownDrain separates deleting the table from removing the interface: queries steered to us just
-	// before the table went are still answered from the addresses they were sent to.
-	teardownDrain    = 100 * time.Millisecond
 	defaultKubeDNSCM = "/etc/kube-dns"
+	// drainDelay is how long queries already steered to us get to be answered: between deleting the table and
+	// removing the interface (they are answered from the addresses they were sent to), and between detaching
+	// the DNS listeners and stopping CoreDNS when another instance stays (detach.go).
+	drainDelay = 100 * time.Millisecond
 )
 
 // Config is what the supervisor needs besides the options.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime"
 	"sort"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/miekg/dns"
 	"github.com/vishvananda/netns"
@@ -117,21 +119,35 @@ func (l *load) send(podNS string, started chan<- error) {
 	}
 }
 
-// query sends one A query on conn and waits for its answer.
+// query sends one A query on conn and waits for its answer. Whether the answer came in time is judged by the
+// kernel's receive timestamp (SO_TIMESTAMPNS), not by when this goroutine got to read it: on a busy 2-core CI
+// machine a reader can be scheduled late, and that is not a lost query.
 func query(conn *net.UDPConn, name string) (string, error) {
-	m := new(dns.Msg)
-	m.SetQuestion(name, dns.TypeA)
-	c := &dns.Conn{Conn: conn}
-	conn.SetDeadline(time.Now().Add(queryTimeout))
-	if err := c.WriteMsg(m); err != nil {
+	if err := timestamps(conn); err != nil {
 		return "", err
 	}
+	m := new(dns.Msg)
+	m.SetQuestion(name, dns.TypeA)
+	wire, err := m.Pack()
+	if err != nil {
+		return "", err
+	}
+	sent := time.Now()
+	conn.SetDeadline(sent.Add(queryTimeout + schedulingSlack))
+	if _, err := conn.Write(wire); err != nil {
+		return "", err
+	}
+	buf, oob := make([]byte, 4096), make([]byte, 128)
 	for {
-		r, err := c.ReadMsg()
+		n, oobn, _, _, err := conn.ReadMsgUDP(buf, oob)
 		if err != nil {
 			return "", err
 		}
-		if r.Id != m.Id {
+		if at, ok := received(oob[:oobn]); ok && at.Sub(sent) > queryTimeout {
+			return "", errLate
+		}
+		r := new(dns.Msg)
+		if err := r.Unpack(buf[:n]); err != nil || r.Id != m.Id {
 			continue
 		}
 		if r.Rcode != dns.RcodeSuccess {
@@ -144,6 +160,41 @@ func query(conn *net.UDPConn, name string) (string, error) {
 		}
 		return "", errors.New("no A record")
 	}
+}
+
+// schedulingSlack is how long past queryTimeout a reader may wake up and still find an answer that the kernel
+// received in time.
+const schedulingSlack = 2 * time.Second
+
+var errLate = errors.New("answered after the timeout")
+
+func timestamps(conn *net.UDPConn) error {
+	sc, err := conn.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := sc.Control(func(fd uintptr) {
+		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_TIMESTAMPNS, 1)
+	}); err != nil {
+		return err
+	}
+	return serr
+}
+
+// received returns the kernel's receive time from a datagram's control messages.
+func received(oob []byte) (time.Time, bool) {
+	msgs, err := syscall.ParseSocketControlMessage(oob)
+	if err != nil {
+		return time.Time{}, false
+	}
+	for _, cm := range msgs {
+		if cm.Header.Level == syscall.SOL_SOCKET && cm.Header.Type == syscall.SCM_TIMESTAMPNS && len(cm.Data) >= 16 {
+			ts := (*syscall.Timespec)(unsafe.Pointer(&cm.Data[0]))
+			return time.Unix(ts.Unix()), true
+		}
+	}
+	return time.Time{}, false
 }
 
 func (l *load) record(phase int, target string, sent time.Time, answer string, err error) {
@@ -185,7 +236,7 @@ func (l *load) record(phase int, target string, sent time.Time, answer string, e
 func reason(err error) string {
 	var ne net.Error
 	switch {
-	case errors.As(err, &ne) && ne.Timeout():
+	case errors.As(err, &ne) && ne.Timeout(), errors.Is(err, errLate):
 		return "timeout"
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return "refused"
@@ -196,7 +247,7 @@ func reason(err error) string {
 }
 
 // settle waits until every query of the current phase has had its answer or its timeout.
-func (l *load) settle() { time.Sleep(queryTimeout + 100*time.Millisecond) }
+func (l *load) settle() { time.Sleep(queryTimeout + schedulingSlack + 100*time.Millisecond) }
 
 // get returns the counts of one phase and target.
 func (l *load) get(phase int, target string) counts {
@@ -226,6 +277,9 @@ func (l *load) table() string {
 	for i, name := range names {
 		for _, target := range targets {
 			c := l.get(i, target)
+			if c.sent == 0 {
+				continue
+			}
 			label := map[string]string{clusterIP: "clusterip", localIP: "link-local"}[target]
 			when := ""
 			if c.failed > 0 {
@@ -246,10 +300,22 @@ func reasons(m map[string]int) string {
 	return strings.Join(out, " ")
 }
 
-// report prints the table to the test log and to stdout, where `make test` shows it.
+// reportDirEnv names a directory for the table as a file: `go test ./...` shows a passing package's output
+// only with -v, so `make test` can set it and print the file afterwards.
+const reportDirEnv = "NODELOCALDNS_TEST_REPORTS"
+
+// report prints the table to the test log, to stdout, and to $NODELOCALDNS_TEST_REPORTS/lifecycle-matrix.txt.
 func (l *load) report(t *testing.T) {
 	tbl := l.table()
 	t.Logf("failed queries per case (each query %v timeout, %v between queries per target):\n%s", queryTimeout, loadInterval, tbl)
-	fmt.Fprintf(os.Stdout, "\nlifecycle matrix: failed DNS queries from the pod namespace per case (%d/s per target, %v timeout)\n%s\n",
+	out := fmt.Sprintf("lifecycle matrix: failed DNS queries from the pod namespace per case (%d/s per target, %v timeout)\n%s",
 		int(time.Second/loadInterval), queryTimeout, tbl)
+	fmt.Fprintf(os.Stdout, "\n%s\n", out)
+	if dir := os.Getenv(reportDirEnv); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Errorf("write report: %v", err)
+		} else if err := os.WriteFile(filepath.Join(dir, "lifecycle-matrix.txt"), []byte(out), 0o644); err != nil {
+			t.Errorf("write report: %v", err)
+		}
+	}
 }

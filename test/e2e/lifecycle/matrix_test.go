@@ -205,7 +205,7 @@ func (m *matrix) standbyReadiness() {
 // settleAndCheck waits out the last queries, prints the table and checks every expectation.
 func (m *matrix) settleAndCheck() {
 	t := m.t
-	m.load.begin("end")
+	m.load.begin("after the last case: no agent")
 	m.load.settle()
 	m.load.report(t)
 	for _, e := range m.expect {
