@@ -22,8 +22,8 @@ const (
 // engine, and (with -variants) the default with one knob reverted, so the table shows what each knob buys.
 func variants(withKnobs bool) []variant {
 	vs := []variant{
-		{name: tunedName, pgo: "/tmp/pgo/default.pgo", hint: "default tuning"},
-		{name: untunedName, pgo: "off", env: []string{"NODELOCALDNS_TUNING=off"}, hint: "NODELOCALDNS_TUNING=off: Go runtime defaults, as node-cache runs CoreDNS"},
+		{name: tunedName, hint: "default tuning (cmd/nodelocaldns/tuning.go)"},
+		{name: untunedName, env: []string{"NODELOCALDNS_TUNING=off"}, hint: "NODELOCALDNS_TUNING=off: Go runtime defaults, as node-cache runs CoreDNS"},
 	}
 	if withKnobs {
 		vs = append(vs, knobVariants()...)

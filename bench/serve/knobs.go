@@ -1,9 +1,10 @@
 package main
 
-// knobVariants revert one tuning knob each.
+// knobVariants run the untuned engine with one runtime knob set the way tune (cmd/nodelocaldns/tuning.go) sets
+// it, so the table shows what each knob buys on its own.
 func knobVariants() []variant {
 	return []variant{
-		{name: "pgo+gogc400", pgo: "/tmp/pgo/default.pgo", env: []string{"GOGC=400"}},
-		{name: "nopgo+gogc400", pgo: "off", env: []string{"GOGC=400"}},
+		{name: "untuned+GOGC=200", env: []string{"NODELOCALDNS_TUNING=off", "GOGC=200"}, hint: "Go defaults but GOGC=200 (tune's default)"},
+		{name: "untuned+GOGC=400", env: []string{"NODELOCALDNS_TUNING=off", "GOGC=400"}, hint: "Go defaults but GOGC=400"},
 	}
 }

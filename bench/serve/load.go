@@ -24,6 +24,7 @@ type result struct {
 	cpuPer100k     float64 // server CPU seconds per 100,000 answered queries
 	rcodes         map[string]int64
 	hwm            int64 // server's RSS high-water mark after the run, KiB
+	anon           int64 // server's anonymous RSS right after the run, KiB
 	cacheEntries   int64
 	elapsedSeconds float64
 }
@@ -62,7 +63,7 @@ func load(work string, s *server, data string, d time.Duration, once bool, qpsLi
 	if err != nil {
 		return r, err
 	}
-	r.hwm = after.hwm
+	r.hwm, r.anon = after.hwm, after.anon
 	if err := parseDnsperf(out, &r); err != nil {
 		return r, fmt.Errorf("dnsperf against %s: %w", s.name, err)
 	}

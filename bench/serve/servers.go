@@ -21,8 +21,8 @@ type server struct {
 	name    string
 	ip      string
 	cmd     *exec.Cmd
-	metrics string // URL of CoreDNS's prometheus plugin; "" for unbound
-	idleRSS int64  // KiB, after start-up, before any query
+	metrics string   // URL of CoreDNS's prometheus plugin; "" for unbound
+	idle    procStat // after start-up, before any query
 }
 
 // variant is a nodelocaldns configuration: the environment it runs with.
@@ -146,8 +146,8 @@ func (s *server) start(logTo io.Writer) error {
 		time.Sleep(50 * time.Millisecond)
 	}
 	time.Sleep(time.Second) // let start-up allocations settle before the idle RSS
-	st, err := s.stat()
-	s.idleRSS = st.rss
+	var err error
+	s.idle, err = s.stat()
 	return err
 }
 
@@ -159,10 +159,11 @@ func (s *server) stop() {
 }
 
 // procStat is what /proc says about a server: CPU time in clock ticks (USER_HZ, 100 on Linux), RSS and its
-// high-water mark in KiB.
+// high-water mark, and the anonymous part of the RSS (heap, stacks: what the process itself allocated, without
+// the pages of its executable file, which instances of one binary share), all in KiB.
 type procStat struct {
-	ticks    int64
-	rss, hwm int64
+	ticks          int64
+	rss, hwm, anon int64
 }
 
 func (s *server) stat() (procStat, error) {
@@ -191,6 +192,8 @@ func (s *server) stat() (procStat, error) {
 			st.rss = kb
 		case "VmHWM":
 			st.hwm = kb
+		case "RssAnon":
+			st.anon = kb
 		}
 	}
 	return st, sc.Err()

@@ -24,7 +24,7 @@ func soak(work string, p params, servers []*server) error {
 	fmt.Printf("\nmemory soak: %d distinct names at %d qps for %v per server (cache: success 9984); -soak 10m for the long run\n",
 		soakNames, soakQPS, p.soak)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "server\tt s\tcache entries (success)\tRSS MiB\tRSS peak MiB\t")
+	fmt.Fprintln(tw, "server\tt s\tcache entries (success)\tRSS MiB\tanon MiB\tRSS peak MiB\t")
 	for _, s := range servers {
 		if s.metrics == "" && s.name != unboundName {
 			continue
@@ -61,7 +61,7 @@ func soak(work string, p params, servers []*server) error {
 				if n >= 0 {
 					entries = fmt.Sprint(n)
 				}
-				fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t\n", s.name, time.Since(start).Seconds(), entries, mib(st.rss), mib(st.hwm))
+				fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t%s\t\n", s.name, time.Since(start).Seconds(), entries, mib(st.rss), mib(st.anon), mib(st.hwm))
 			}
 		}
 	}
