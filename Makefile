@@ -50,11 +50,6 @@ bench-serve:
 clean:
 	rm -rf bin out
 
--include deploy/deploy.mk
--include kernel/kernel.mk
-
-# kernel/kernel.mk defines test-kernel; without it there is nothing to run.
-.PHONY: test-kernel-if-possible
-test-kernel-if-possible:
-	@if $(MAKE) -n test-kernel >/dev/null 2>&1; then $(MAKE) --no-print-directory test-kernel; \
-	else echo "test-kernel: not defined, skipped"; fi
+include deploy/deploy.mk
+# test-kernel and test-kernel-if-possible: the kernel tests inside a VM booting Debian's stock kernel.
+include kernel/kernel.mk
