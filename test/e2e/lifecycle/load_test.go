@@ -48,6 +48,7 @@ type load struct {
 	mu     sync.Mutex
 	names  []string
 	starts []time.Time
+	stalls []time.Duration            // per phase: the longest the sender itself was held up past a tick
 	counts map[int]map[string]*counts // phase -> target -> counts
 }
 
@@ -66,12 +67,28 @@ func startLoad(t *testing.T, podNS string) *load {
 	return l
 }
 
+// stalled records how late the sender woke up: a machine too busy to run it on time also delays answers.
+func (l *load) stalled(d time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := len(l.stalls) - 1
+	l.stalls[p] = max(l.stalls[p], d)
+}
+
+// stall returns the longest sender stall seen during a phase.
+func (l *load) stall(phase int) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.stalls[phase]
+}
+
 // begin starts a new phase; queries sent from now on count for it.
 func (l *load) begin(name string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.names = append(l.names, name)
 	l.starts = append(l.starts, time.Now())
+	l.stalls = append(l.stalls, 0)
 	l.counts[len(l.names)-1] = map[string]*counts{}
 	l.phase.Store(int32(len(l.names) - 1))
 }
@@ -94,12 +111,15 @@ func (l *load) send(podNS string, started chan<- error) {
 	defer tick.Stop()
 	var inflight sync.WaitGroup
 	defer inflight.Wait()
+	last := time.Now()
 	for {
 		select {
 		case <-l.stop:
 			return
 		case <-tick.C:
 		}
+		l.stalled(time.Since(last) - loadInterval)
+		last = time.Now()
 		for _, target := range targets {
 			phase, sent := int(l.phase.Load()), time.Now()
 			name := fmt.Sprintf("svc%d.default.svc.cluster.local.", l.seq.Add(1)%64)
@@ -166,6 +186,8 @@ func query(conn *net.UDPConn, name string) (string, error) {
 // received in time.
 const schedulingSlack = 2 * time.Second
 
+// errLate is an answer the kernel received after queryTimeout: a failure by the definition above, told
+// apart from a lost query (no answer at all) because only an overloaded machine makes a served query late.
 var errLate = errors.New("answered after the timeout")
 
 func timestamps(conn *net.UDPConn) error {
@@ -213,10 +235,10 @@ func (l *load) record(phase int, target string, sent time.Time, answer string, e
 		}
 		if c.failed > failed {
 			at := sent.Sub(l.starts[phase])
-			if failed == 0 {
+			if failed == 0 || at < c.firstFail {
 				c.firstFail = at
 			}
-			c.lastFail = at
+			c.lastFail = max(c.lastFail, at)
 		}
 	}()
 	switch {
@@ -236,7 +258,9 @@ func (l *load) record(phase int, target string, sent time.Time, answer string, e
 func reason(err error) string {
 	var ne net.Error
 	switch {
-	case errors.As(err, &ne) && ne.Timeout(), errors.Is(err, errLate):
+	case errors.Is(err, errLate):
+		return "late"
+	case errors.As(err, &ne) && ne.Timeout():
 		return "timeout"
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return "refused"
@@ -273,7 +297,7 @@ func (l *load) table() string {
 	names := append([]string(nil), l.names...)
 	l.mu.Unlock()
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-48s %-10s %6s %6s %8s %11s  %s\n", "case", "target", "sent", "failed", "by agent", "by kube-dns", "failures (sent at, from the case's start)")
+	fmt.Fprintf(&b, "%-48s %-10s %6s %6s %8s %11s %6s  %s\n", "case", "target", "sent", "failed", "by agent", "by kube-dns", "stall", "failures (sent at, from the case's start)")
 	for i, name := range names {
 		for _, target := range targets {
 			c := l.get(i, target)
@@ -285,7 +309,8 @@ func (l *load) table() string {
 			if c.failed > 0 {
 				when = fmt.Sprintf(" (%v..%v)", c.firstFail.Round(time.Millisecond), c.lastFail.Round(time.Millisecond))
 			}
-			fmt.Fprintf(&b, "%-48s %-10s %6d %6d %8d %11d  %s%s\n", name, label, c.sent, c.failed, c.viaAgent, c.viaKubeDNS, reasons(c.reasons), when)
+			fmt.Fprintf(&b, "%-48s %-10s %6d %6d %8d %11d %6v  %s%s\n", name, label, c.sent, c.failed, c.viaAgent, c.viaKubeDNS,
+				l.stall(i).Round(time.Millisecond), reasons(c.reasons), when)
 		}
 	}
 	return b.String()
@@ -307,9 +332,10 @@ const reportDirEnv = "NODELOCALDNS_TEST_REPORTS"
 // report prints the table to the test log, to stdout, and to $NODELOCALDNS_TEST_REPORTS/lifecycle-matrix.txt.
 func (l *load) report(t *testing.T) {
 	tbl := l.table()
-	t.Logf("failed queries per case (each query %v timeout, %v between queries per target):\n%s", queryTimeout, loadInterval, tbl)
-	out := fmt.Sprintf("lifecycle matrix: failed DNS queries from the pod namespace per case (%d/s per target, %v timeout)\n%s",
+	out := fmt.Sprintf("lifecycle matrix: failed DNS queries from the pod namespace per case (%d/s per target, %v timeout;\n"+
+		"late = answered after the timeout, by the kernel's receive time; stall = longest the load generator itself was held up)\n%s",
 		int(time.Second/loadInterval), queryTimeout, tbl)
+	t.Log(out)
 	fmt.Fprintf(os.Stdout, "\n%s\n", out)
 	if dir := os.Getenv(reportDirEnv); dir != "" {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
