@@ -19,7 +19,7 @@ const (
 )
 
 // variants are the nodelocaldns configurations measured: the default, node-cache's way of running the same
-// engine, and (with -variants) the default with one knob reverted, so the table shows what each knob buys.
+// engine, and (with -variants) the latter with one knob set, so the table shows what each knob buys.
 func variants(withKnobs bool) []variant {
 	vs := []variant{
 		{name: tunedName, hint: "default tuning (cmd/nodelocaldns/tuning.go)"},

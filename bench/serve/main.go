@@ -1,8 +1,9 @@
 // Command serve measures DNS serving from cache, side by side in one run: nodelocaldns with the standard
 // manifest's Corefile and its default tuning, the same binary as node-cache runs the engine (no nodelocaldns
-// tuning: Go's GC and scheduler defaults), unbound as a forwarding cache, and optionally variants that switch
-// single tuning knobs off. All share one upstream (a kube-dns-like server with a long TTL, upstream.go), the same cache size and the same
-// core: every server is pinned to CPU 0 and dnsperf (the load generator) plus the upstream to CPU 1. Runs
+// tuning: Go's GC and scheduler defaults), unbound as a forwarding cache, and variants of the untuned engine
+// with single tuning knobs set. All share one upstream (a kube-dns-like server with a long TTL, upstream.go),
+// the same cache size and the same core: every server is pinned to CPU 0, dnsperf (the load generator) and the
+// upstream to CPU 1. Runs
 // alternate between servers so drift on a shared machine spreads evenly, and the table shows medians.
 //
 // Run it as root: `go run ./bench/serve` (make bench-serve installs unbound and dnsperf first).
@@ -41,7 +42,7 @@ func run() int {
 	flag.DurationVar(&p.duration, "duration", 10*time.Second, "length of one run")
 	flag.IntVar(&p.names, "names", 300, "names in the cache-hit set")
 	flag.DurationVar(&p.soak, "soak", 60*time.Second, "memory soak: load beyond the cache size this long (10m for the issue's figure; 0 = skip)")
-	flag.BoolVar(&p.variants, "variants", true, "also run nodelocaldns with single tuning knobs switched off (cache-hit workload)")
+	flag.BoolVar(&p.variants, "variants", true, "also run the untuned engine with single tuning knobs set (cache-hit workload)")
 	flag.BoolVar(&p.verbose, "v", false, "copy the servers' logs to stderr")
 	pgo := flag.String("pgo", "", "instead of the comparison, write a CPU profile of nodelocaldns under both workloads here (for cmd/nodelocaldns/default.pgo)")
 	flag.Parse()
