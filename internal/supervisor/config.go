@@ -16,40 +16,43 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 )
 
-// render reads both ConfigMaps and renders the Corefile. A kube-dns ConfigMap that is invalid is reported and
-// replaced by the empty configuration at start-up (node-cache does the same, but then never looks at it again;
-// our watcher retries on its next change). A base Corefile that does not render is an error.
-func (s *Supervisor) render() ([]byte, error) {
+// latest renders the Corefile from the base file and the kube-dns ConfigMap as they are now. A kube-dns ConfigMap
+// that is refused is reported (kdErr) and replaced by the last one accepted, the empty one before any, so that a
+// change of the base still applies while kube-dns is broken (node-cache keeps its last valid config the same way;
+// but it never looks again at one that was bad at start-up, and our watcher does). kd is what was rendered.
+func (s *Supervisor) latest() (cf []byte, kd corefile.KubeDNS, kdErr, err error) {
 	base, err := os.ReadFile(s.opts.BaseCorefile)
 	if err != nil {
-		return nil, fmt.Errorf("read -basecorefile: %w", err)
+		return nil, kd, nil, fmt.Errorf("read -basecorefile: %w", err)
 	}
-	kd, kdErr := corefile.LoadKubeDNS(s.kubeDNSDir)
-	if kdErr != nil {
+	if kd, kdErr = corefile.LoadKubeDNS(s.kubeDNSDir); kdErr != nil {
 		s.setupError(metrics.ErrConfigmap)
-		s.log.Error("kube-dns configmap refused; serving without its stub domains and upstreams until it is fixed",
+		s.log.Error("kube-dns configmap refused; keeping the last one accepted until it is fixed",
 			zap.String("dir", s.kubeDNSDir), zap.Error(kdErr))
+		kd = s.kubeDNS
 	}
-	cf, err := corefile.Render(base, kd, s.params)
+	if cf, err = corefile.Render(base, kd, s.params); err != nil {
+		return nil, kd, kdErr, fmt.Errorf("%s: %w", s.opts.BaseCorefile, err)
+	}
+	return cf, kd, kdErr, nil
+}
+
+// render renders the Corefile at start-up. A base Corefile that does not render is an error: there is nothing
+// to serve.
+func (s *Supervisor) render() ([]byte, error) {
+	cf, kd, _, err := s.latest()
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", s.opts.BaseCorefile, err)
+		return nil, err
 	}
+	s.kubeDNS = kd
 	return cf, nil
 }
 
 // reloadPass re-renders after a ConfigMap change or SIGUSR1 and reloads CoreDNS in-process. On any error the
-// running configuration keeps serving.
+// running configuration keeps serving; a refused kube-dns ConfigMap alone leaves the rest of a change to apply.
 func (s *Supervisor) reloadPass(_ context.Context, reasons []string) error {
 	start := time.Now()
-	base, err := os.ReadFile(s.opts.BaseCorefile)
-	var kd corefile.KubeDNS
-	if err == nil {
-		kd, err = corefile.LoadKubeDNS(s.kubeDNSDir)
-	}
-	var cf []byte
-	if err == nil {
-		cf, err = corefile.Render(base, kd, s.params)
-	}
+	cf, kd, kdErr, err := s.latest()
 	changed := false
 	if err == nil {
 		changed, err = s.dns.Reload(cf)
@@ -60,15 +63,19 @@ func (s *Supervisor) reloadPass(_ context.Context, reasons []string) error {
 		s.log.Error("configuration change refused; the running configuration keeps serving", zap.Strings("triggers", reasons), zap.Error(err))
 		return nil // a bad ConfigMap is retried on its next change, not in a loop
 	}
+	s.kubeDNS = kd
 	result := "unchanged"
-	if !changed {
-		// Said at info level: an operator who sends SIGUSR1 (or edits a key nothing reads) learns it was heard.
-		s.log.Info("configuration unchanged; coredns keeps running", zap.Strings("triggers", reasons), zap.Duration("elapsed", time.Since(start)))
-	} else {
+	switch {
+	case changed:
 		result = "reloaded"
 		s.writeCorefile(cf)
 		s.setGauge(func(m *metrics.Metrics) { m.ReloadDuration.Observe(time.Since(start).Seconds()) })
 		s.log.Info("reloaded coredns", zap.Strings("triggers", reasons), zap.Duration("elapsed", time.Since(start)))
+	case kdErr != nil:
+		result = "error" // the change was the refused kube-dns ConfigMap: nothing of it applied
+	default:
+		// Said at info level: an operator who sends SIGUSR1 (or edits a key nothing reads) learns it was heard.
+		s.log.Info("configuration unchanged; coredns keeps running", zap.Strings("triggers", reasons), zap.Duration("elapsed", time.Since(start)))
 	}
 	s.setGauge(func(m *metrics.Metrics) { m.Reloads.WithLabelValues(result).Inc() })
 	return nil

@@ -62,6 +62,7 @@ type Supervisor struct {
 
 	params     corefile.Params
 	kubeDNSDir string
+	kubeDNS    corefile.KubeDNS // the last kube-dns ConfigMap accepted; only the start-up and the reload runner touch it
 	ruleset    *nft.Ruleset
 	linkSpec   link.Spec
 

@@ -42,7 +42,7 @@ func TestBadUpdateKeepsServing(t *testing.T) {
 			if got := e.metric(reloadsOK); got != reloadsBefore {
 				t.Errorf("%s: %v -> %v after a refused update", reloadsOK, reloadsBefore, got)
 			}
-			refused := e.logsSince(logsBefore, "configuration change refused; the running configuration keeps serving")
+			refused := e.logsSince(logsBefore, "kube-dns configmap refused; keeping the last one accepted until it is fixed")
 			if len(refused) != 1 {
 				t.Fatalf("want one refusal logged, got %d", len(refused))
 			}
@@ -90,4 +90,19 @@ func TestFixAfterBadStartup(t *testing.T) {
 	})
 	t.Logf("fixed ConfigMap: stub answered after %v", e.waitAnswer(t0, "acme.local", ansStubA))
 	e.expectAnswer("example.org", ansUpX)
+}
+
+// While the kube-dns ConfigMap is bad, an update of Corefile.base still applies, rendered with the last kube-dns
+// ConfigMap accepted (here: none, since it was bad from the start).
+func TestBaseUpdateWhileKubeDNSIsBad(t *testing.T) {
+	e := start(t, setup{kubeDNS: map[string]string{"stubDomains": `{"acme.local": [`}})
+	if got := e.metric(configmapErrors); got < 1 {
+		t.Errorf("%s = %v after a bad start-up, want >= 1", configmapErrors, got)
+	}
+	t0 := time.Now()
+	e.base.Update(t, map[string]string{"Corefile.base": harness.StandardCorefile(localIP, dnsServer, "corp.internal")})
+	t.Logf("Corefile.base changed while kube-dns is bad: answered after %v", e.waitAnswer(t0, "corp.internal", ansCluster))
+	if cf := e.corefile(); strings.Contains(cf, "acme.local") {
+		t.Errorf("the refused kube-dns ConfigMap leaked into the Corefile:\n%s", cf)
+	}
 }
