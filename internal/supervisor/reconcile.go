@@ -137,7 +137,7 @@ func (s *Supervisor) checkKernel() error {
 func (s *Supervisor) startWatchers(ctx context.Context, wg *sync.WaitGroup) {
 	if s.table != nil {
 		wg.Go(func() {
-			err := nft.Watch(ctx, s.log.Named("nftwatch"), func(reason string) { s.runner.Trigger("nft:" + reason) }, nft.IgnoreConn(s.table))
+			err := nft.Watch(ctx, s.log, func(reason string) { s.runner.Trigger("nft:" + reason) }, nft.IgnoreConn(s.table))
 			if err != nil && ctx.Err() == nil {
 				s.log.Error("nftables watch stopped; relying on the periodic pass", zap.Error(err))
 			}
@@ -145,7 +145,7 @@ func (s *Supervisor) startWatchers(ctx context.Context, wg *sync.WaitGroup) {
 	}
 	if s.links != nil {
 		wg.Go(func() {
-			err := link.Watch(ctx, s.log.Named("linkwatch"), s.linkSpec.Name, func(reason string) { s.runner.Trigger("link:" + reason) })
+			err := link.Watch(ctx, s.log, s.linkSpec.Name, func(reason string) { s.runner.Trigger("link:" + reason) })
 			if err != nil && ctx.Err() == nil {
 				s.log.Error("link watch stopped; relying on the periodic pass", zap.Error(err))
 			}
