@@ -19,9 +19,14 @@ deps:
 
 # Everything, as root: unit and golden tests, kernel tests in throwaway network namespaces, the real binary end to
 # end, and the kernel matrix in a VM where QEMU can be installed. Tests that need root skip with a message otherwise.
+# Tests that measure something (the lifecycle matrix's failed-query counts) write a report under out/reports; it is
+# printed after the run.
+REPORTS := $(CURDIR)/out/reports
 test: deps
 	$(GO) vet ./...
-	$(GO) test -count=1 -timeout 20m ./...
+	rm -rf $(REPORTS) && mkdir -p $(REPORTS)
+	NODELOCALDNS_TEST_REPORTS=$(REPORTS) $(GO) test -count=1 -timeout 20m ./...
+	@for f in $(REPORTS)/*.txt; do [ -f "$$f" ] && { echo; echo "== $$(basename $$f .txt)"; cat "$$f"; }; done; true
 	$(MAKE) --no-print-directory test-kernel-if-possible
 
 test-unit:

@@ -34,17 +34,7 @@ func (s *Supervisor) pass(_ context.Context, reasons []string) error {
 	}
 	var repaired []string
 	var errs []error
-	if s.links != nil {
-		changes, err := s.links.Ensure(s.linkSpec)
-		if err != nil {
-			s.setupError(metrics.ErrInterfaceAdd)
-			errs = append(errs, fmt.Errorf("ensure interface %q: %w", s.linkSpec.Name, err))
-		}
-		if len(changes) > 0 {
-			s.repair("interface", len(changes))
-			repaired = append(repaired, changes...)
-		}
-	}
+	// The table first: it is what steers the ClusterIP's traffic, and what most events are about.
 	if s.table != nil {
 		drift, err := s.table.Check(s.ruleset)
 		if err != nil {
@@ -63,6 +53,19 @@ func (s *Supervisor) pass(_ context.Context, reasons []string) error {
 				}
 			}
 		}
+	}
+	if s.links != nil {
+		changes, err := s.links.Ensure(s.linkSpec)
+		if err != nil {
+			s.setupError(metrics.ErrInterfaceAdd)
+			errs = append(errs, fmt.Errorf("ensure interface %q: %w", s.linkSpec.Name, err))
+		}
+		if len(changes) > 0 {
+			s.repair("interface", len(changes))
+			repaired = append(repaired, changes...)
+		}
+	}
+	if s.table != nil {
 		s.checkForeignDrop()
 	}
 	err := errors.Join(errs...)
