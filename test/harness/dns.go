@@ -2,6 +2,8 @@ package harness
 
 import (
 	"net"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +18,17 @@ type Upstream struct {
 	Answer  net.IP // the A record it gives for every name
 	TTL     uint32
 	Queries atomic.Int64
+
+	mu     sync.Mutex
+	byName map[string]int // queries per question name (lowercase, fully qualified)
+}
+
+// QueriesFor returns how many queries for name reached the upstream. Unlike Queries it ignores CoreDNS's own
+// traffic, such as the loop plugin's HINFO probe.
+func (u *Upstream) QueriesFor(name string) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.byName[strings.ToLower(dns.Fqdn(name))]
 }
 
 // StartUpstream serves on addr ("127.0.0.53:53", "10.0.0.2:53", "127.0.0.1:0") until the test ends.
@@ -49,6 +62,14 @@ func StartUpstream(t testing.TB, addr, answer string) *Upstream {
 
 func (u *Upstream) serve(w dns.ResponseWriter, r *dns.Msg) {
 	u.Queries.Add(1)
+	if len(r.Question) == 1 {
+		u.mu.Lock()
+		if u.byName == nil {
+			u.byName = map[string]int{}
+		}
+		u.byName[strings.ToLower(r.Question[0].Name)]++
+		u.mu.Unlock()
+	}
 	m := new(dns.Msg)
 	m.SetReply(r)
 	m.Authoritative = true
