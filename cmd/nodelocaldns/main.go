@@ -68,6 +68,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if o.Mode == options.ModeTeardown {
 		return teardown(o, log)
 	}
+	logTuning(log, tune(os.Getenv, os.ReadFile))
 	return serve(o, log)
 }
 
