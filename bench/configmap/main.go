@@ -7,7 +7,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -54,18 +53,12 @@ func main() {
 	}
 }
 
-func run(changes int) (err error) {
-	t := &tb{}
-	defer t.done()
-	defer func() {
-		if r := recover(); r != nil {
-			f, ok := r.(fatal)
-			if !ok {
-				panic(r)
-			}
-			err = errors.New(f.msg)
-		}
-	}()
+func run(changes int) error {
+	t := harness.NewProgram("bench-configmap")
+	return t.Run(func() error { return measure(t, changes) })
+}
+
+func measure(t *harness.Program, changes int) error {
 
 	harness.StartUpstream(t, clusterUp+":53", "192.0.2.53")
 	harness.StartUpstream(t, stubUp+":53", ansStub)
@@ -159,7 +152,7 @@ func report(measured, reloads []time.Duration) {
 	fmt.Printf("\nnode-cache rows: computed from its design (%v poll; reload plugin every %v +/- %v, phase uniform), %d samples,\n"+
 		"  not measured; worst case %v. Kubelet propagation before the rename is excluded everywhere.\n",
 		nodeCachePoll, reloadInterval, reloadJitter/2, modelSamples, nodeCacheMaxRel)
-	fmt.Printf("p99 of %d samples is the nearest-rank value (i.e. the max for 30).\n", len(measured))
+	fmt.Printf("p99 of %d samples is the nearest-rank value: the max, below 100 samples.\n", len(measured))
 	if len(reloads) > 0 {
 		fmt.Printf("agent's own reload (render + parse + CoreDNS restart): p50 %v, max %v over %d reloads\n",
 			round(pct(reloads, 50)), round(pct(reloads, 100)), len(reloads))

@@ -45,20 +45,13 @@ func run() (code int) {
 		fmt.Fprintln(os.Stderr, "bench/reconcile: needs root, to run in a throwaway network namespace")
 		return 2
 	}
-	t := &tb{}
-	defer t.close()
-	defer func() {
-		if r := recover(); r != nil {
-			f, ok := r.(errFatal)
-			if !ok {
-				panic(r)
-			}
-			fmt.Fprintf(os.Stderr, "bench/reconcile: %s\n", f.msg)
-			code = 1
-		}
-	}()
+	t := harness.NewProgram("bench-reconcile")
 	startLoad := loadavg()
-	rows, err := bench(t, *n, *only)
+	var rows []row
+	err := t.Run(func() (err error) {
+		rows, err = bench(t, *n, *only)
+		return err
+	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "bench/reconcile: %v\n", err)
 		return 1
@@ -86,7 +79,7 @@ type row struct {
 
 func (r row) p(q float64) time.Duration { return r.repair.quantile(q) }
 
-func bench(t *tb, n int, only string) ([]row, error) {
+func bench(t *harness.Program, n int, only string) ([]row, error) {
 	a := rec.StartAgent(t)
 	want := rec.PrintRules(t)
 	harness.Eventually(t, 5*time.Second, "the nft listing equals -print-rules", func() bool {
