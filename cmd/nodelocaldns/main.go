@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -91,12 +92,7 @@ func serve(o *options.Options, log *zap.Logger) int {
 		log.Error("register metrics", zap.Error(err))
 		return 1
 	}
-	go func() {
-		if err := metrics.Serve(ctx, o.MetricsListenAddress, prometheus.DefaultGatherer); err != nil {
-			// As in node-cache: the agent serves DNS without its own metrics endpoint rather than not at all.
-			log.Error("metrics server", zap.String("address", o.MetricsListenAddress), zap.Error(err))
-		}
-	}()
+	go serveMetrics(ctx, log, o.MetricsListenAddress)
 
 	sup, err := supervisor.New(supervisor.Config{Options: o, Log: log, Getenv: os.Getenv, Metrics: m, Version: version})
 	if err != nil {
@@ -110,6 +106,25 @@ func serve(o *options.Options, log *zap.Logger) int {
 		return 1
 	}
 	return 0
+}
+
+// serveMetrics serves /metrics until ctx is done. As in node-cache, the agent serves DNS without its own metrics
+// endpoint rather than not at all; unlike node-cache, a failed bind (say, node-cache still holds the port during a
+// migration) is retried, so the endpoint appears once the port is free.
+func serveMetrics(ctx context.Context, log *zap.Logger, addr string) {
+	const retry = 5 * time.Second
+	for {
+		err := metrics.Serve(ctx, addr, prometheus.DefaultGatherer)
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		log.Error("metrics server; retrying", zap.String("address", addr), zap.Duration("retry", retry), zap.Error(err))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(retry):
+		}
+	}
 }
 
 func ruleCounters(c *nft.Conn) ([]metrics.RuleCounter, error) {

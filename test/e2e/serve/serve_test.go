@@ -8,6 +8,8 @@
 package serve
 
 import (
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -147,5 +149,40 @@ func TestCommandLine(t *testing.T) {
 		if tc.code == 2 && len(out) > 0 && strings.Contains(strings.TrimSuffix(out, "\n"), "\n") {
 			t.Errorf("%v: error is more than one line: %q", tc.args, out)
 		}
+	}
+}
+
+// A metrics port that is taken at start-up (node-cache still holding 9353 during a migration) does not stop the
+// agent from serving DNS, and its /metrics appears once the port is free.
+func TestMetricsPortTakenAtStartup(t *testing.T) {
+	testenv.RequireRoot(t)
+	harness.StartUpstream(t, "127.0.0.53:53", "10.0.0.53")
+	taken, err := net.Listen("tcp", "127.0.0.1:0") // no SO_REUSEPORT: the agent cannot share it
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := taken.Addr().String()
+	a := harness.Start(t, harness.Config{
+		BaseCorefile: harness.StandardCorefile("127.0.0.10", "", "cluster.local"),
+		Args: []string{"-localip", "127.0.0.10", "-setupinterface=false", "-setupiptables=false",
+			"-upstreamsvc", "kube-dns-upstream", "-metrics-listen-address", addr},
+		Env: []string{"KUBE_DNS_UPSTREAM_SERVICE_HOST=127.0.0.53"},
+	})
+	a.WaitReady()
+	a.WaitLog(10*time.Second, "the metrics bind failure", func(l harness.LogLine) bool { return l.Msg == "metrics server; retrying" })
+	if got := lookup(t, "udp", "svc.cluster.local"); got != "10.0.0.53" {
+		t.Errorf("answer %s while the metrics port is taken", got)
+	}
+	taken.Close()
+	harness.Eventually(t, 15*time.Second, "metrics served once the port is free", func() bool {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	if v, ok := a.Metric(`coredns_nodecache_setup_errors_total{errortype="nftables"}`); !ok || v != 0 {
+		t.Errorf("setup error series = %v, %v; want present and 0", v, ok)
 	}
 }
