@@ -29,7 +29,9 @@ func (c *RuleCounterCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *RuleCounterCollector) Collect(ch chan<- prometheus.Metric) {
 	counters, err := c.read()
 	if err != nil {
-		ch <- prometheus.NewInvalidMetric(packetsDesc, err)
+		// Leave the counters out of this scrape rather than fail it: the same registry backs CoreDNS's own
+		// prometheus endpoint, whose handler answers 500 to any collector error, and a read can race with a
+		// repair (a chain deleted between listing chains and reading its rules).
 		return
 	}
 	for _, rc := range counters {
