@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -77,24 +78,27 @@ func serve(o *options.Options, log *zap.Logger) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	var table *nft.Conn // opened lazily by the counters collector's first scrape
-	m, err := metrics.New(prometheus.DefaultRegisterer, func() ([]metrics.RuleCounter, error) {
-		if table == nil {
-			c, err := nft.Open()
+	// The table's counters are read at scrape time. Scrapes of our endpoint and of CoreDNS's prometheus endpoint
+	// (the same registry) run concurrently, so the connection is opened once, on first use.
+	var counters func() ([]metrics.RuleCounter, error)
+	if o.SetupNftables {
+		open := sync.OnceValues(func() (*nft.Conn, error) { return nft.Open() })
+		counters = func() ([]metrics.RuleCounter, error) {
+			c, err := open()
 			if err != nil {
 				return nil, err
 			}
-			table = c
+			return ruleCounters(c)
 		}
-		return ruleCounters(table)
-	})
+	}
+	m, err := metrics.New(prometheus.DefaultRegisterer, counters)
 	if err != nil {
 		log.Error("register metrics", zap.Error(err))
 		return 1
 	}
 	go serveMetrics(ctx, log, o.MetricsListenAddress)
 
-	sup, err := supervisor.New(supervisor.Config{Options: o, Log: log, Getenv: os.Getenv, Metrics: m, Version: version})
+	sup, err := supervisor.New(supervisor.Config{Options: o, Log: log, Getenv: os.Getenv, Metrics: m})
 	if err != nil {
 		log.Error("invalid configuration", zap.Error(err))
 		return 2

@@ -131,9 +131,9 @@ func TestServeReloadStop(t *testing.T) {
 	t.Run("bad reload keeps serving", func(t *testing.T) {
 		for _, bad := range []string{
 			".:0 {\n  bind 127.0.0.1\n  kubernetes cluster.local\n}\n", // a plugin we do not ship
-			".:0 {\n  bind 127.0.0.1\n  forward\n}\n",                   // a plugin that refuses its arguments
-			".:0 {\n  bind 127.0.0.1\n",                                 // does not parse
-			".:0 {\n  bind 127.0.0.1\n  reload 1s\n}\n",                 // reload's own limits still apply
+			".:0 {\n  bind 127.0.0.1\n  forward\n}\n",                  // a plugin that refuses its arguments
+			".:0 {\n  bind 127.0.0.1\n",                                // does not parse
+			".:0 {\n  bind 127.0.0.1\n  reload 1s\n}\n",                // reload's own limits still apply
 		} {
 			if _, err := s.Reload([]byte(bad)); err == nil {
 				t.Errorf("Reload(%q) succeeded", bad)

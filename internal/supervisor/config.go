@@ -126,5 +126,3 @@ func (s *Supervisor) onSIGUSR1(ctx context.Context) {
 		}
 	}
 }
-
-func dirOf(path string) string { return filepath.Dir(path) }

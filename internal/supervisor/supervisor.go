@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -50,8 +51,7 @@ type Config struct {
 	Options *options.Options
 	Log     *zap.Logger
 	Getenv  func(string) string // os.Getenv in production
-	Metrics *metrics.Metrics    // nil: a private registry
-	Version string
+	Metrics *metrics.Metrics    // nil: nothing is counted
 }
 
 // Supervisor runs one agent.
@@ -206,7 +206,7 @@ func (s *Supervisor) Run(ctx context.Context) (err error) {
 func (s *Supervisor) manages() bool { return s.opts.SetupInterface || s.opts.SetupNftables }
 
 func (s *Supervisor) watchDirs() []string {
-	dirs := []string{dirOf(s.opts.BaseCorefile)}
+	dirs := []string{filepath.Dir(s.opts.BaseCorefile)}
 	if s.kubeDNSDir != "" {
 		dirs = append(dirs, s.kubeDNSDir)
 	}
