@@ -186,7 +186,10 @@ func (s *Supervisor) Run(ctx context.Context) (err error) {
 		s.runner = NewRunner(RunnerConfig{MinInterval: minPassInterval, MaxInterval: s.opts.SyncInterval}, s.pass)
 		if s.leader.Load() {
 			if err := s.pass(ctx, []string{"start"}); err != nil {
+				// The runner has not failed a pass yet, so it would wait for an event or the periodic pass:
+				// ask it for one now, and its backoff takes over from there.
 				s.log.Error("first reconcile pass failed; retrying", zap.Error(err))
+				s.runner.Trigger(ReasonRetry)
 			}
 			step("nftables table", t)
 		}
