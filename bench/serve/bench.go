@@ -120,7 +120,7 @@ func bench(p params) (err error) {
 		return err
 	}
 	warm := func(s *server) error {
-		_, err := load(work, s, hits, 5*time.Second, true, warmQPS)
+		_, err := load(work, s, hits, 2*time.Second, true, warmQPS)
 		return err
 	}
 

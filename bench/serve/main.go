@@ -38,10 +38,10 @@ func run() int {
 		return code
 	}
 	var p params
-	flag.IntVar(&p.runs, "runs", 3, "runs of each workload per server, alternating")
-	flag.DurationVar(&p.duration, "duration", 10*time.Second, "length of one run")
+	flag.IntVar(&p.runs, "runs", 5, "runs of each workload per server, alternating")
+	flag.DurationVar(&p.duration, "duration", 8*time.Second, "length of one run")
 	flag.IntVar(&p.names, "names", 300, "names in the cache-hit set")
-	flag.DurationVar(&p.soak, "soak", 60*time.Second, "memory soak: load beyond the cache size this long (10m for the issue's figure; 0 = skip)")
+	flag.DurationVar(&p.soak, "soak", 30*time.Second, "memory soak: load beyond the cache size this long (10m for the issue's figure; 0 = skip)")
 	flag.BoolVar(&p.variants, "variants", true, "also run the untuned engine with single tuning knobs set (cache-hit workload)")
 	flag.BoolVar(&p.verbose, "v", false, "copy the servers' logs to stderr")
 	pgo := flag.String("pgo", "", "instead of the comparison, write a CPU profile of nodelocaldns under both workloads here (for cmd/nodelocaldns/default.pgo)")

@@ -37,19 +37,26 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.3f", float64(d)/1e6) }
 
 func mib(kb int64) string { return fmt.Sprintf("%.1f", float64(kb)/1024) }
 
-// printTable prints one workload: medians per server and QPS ratios against the untuned engine and unbound.
+// printTable prints one workload: medians per server, and ratios against the untuned engine and unbound. The
+// "paired" ratios are the medians of per-round ratios: runs of one round are back to back, so a slow stretch
+// of the machine weighs on both sides of each ratio instead of on whichever server it fell on.
 func printTable(w io.Writer, title string, rows []row, untuned, unbound string) {
 	qps := map[string]float64{}
+	byName := map[string]row{}
 	for _, r := range rows {
 		qps[r.s.name] = median(pick(r.runs, func(x result) float64 { return x.qps }))
+		byName[r.s.name] = r
 	}
 	fmt.Fprintf(w, "\n%s (medians of %d runs)\n", title, len(rows[0].runs))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "server\tQPS\tx untuned\tx unbound\tavg ms\tp50 ms\tp99 ms\tmax ms\tCPU s/100k\tRSS idle MiB\tanon idle\tRSS peak MiB\tanon after\tlost\t")
+	fmt.Fprintln(tw, "server\tQPS\tx untuned\tpaired\tCPU paired\tx unbound\tavg ms\tp50 ms\tp99 ms\tmax ms\tCPU s/100k\tRSS idle MiB\tanon idle\tRSS peak MiB\tanon after\tlost\t")
 	for _, r := range rows {
 		q := qps[r.s.name]
-		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%.3f\t%s\t%s\t%s\t%s\t%d\t\n", r.s.name, q,
-			ratio(q, qps[untuned]), ratio(q, qps[unbound]),
+		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.3f\t%s\t%s\t%s\t%s\t%d\t\n", r.s.name, q,
+			ratio(q, qps[untuned]),
+			paired(r, byName[untuned], func(x result) float64 { return x.qps }),
+			paired(r, byName[untuned], func(x result) float64 { return x.cpuPer100k }),
+			ratio(q, qps[unbound]),
 			ms(median(pick(r.runs, func(x result) time.Duration { return x.avg }))),
 			ms(median(pick(r.runs, func(x result) time.Duration { return x.p50 }))),
 			ms(median(pick(r.runs, func(x result) time.Duration { return x.p99 }))),
@@ -69,6 +76,20 @@ func printTable(w io.Writer, title string, rows []row, untuned, unbound string) 
 	if len(legend) > 0 {
 		fmt.Fprintln(w, strings.Join(legend, "\n"))
 	}
+}
+
+// paired is the median over rounds of r's value divided by base's in the same round.
+func paired(r, base row, f func(result) float64) string {
+	var rs []float64
+	for i := range min(len(r.runs), len(base.runs)) {
+		if b := f(base.runs[i]); b != 0 {
+			rs = append(rs, f(r.runs[i])/b)
+		}
+	}
+	if len(rs) == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", median(rs))
 }
 
 func ratio(a, b float64) string {
