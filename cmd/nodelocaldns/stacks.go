@@ -31,9 +31,9 @@ const (
 
 // stackTuner keeps the runtime's starting stack size at stackTarget.
 type stackTuner struct {
-	ballast  []chan struct{} // one release channel per parked goroutine
-	lastGC   uint64
-	samples  []metrics.Sample
+	ballast []chan struct{} // one release channel per parked goroutine
+	lastGC  uint64
+	samples []metrics.Sample
 }
 
 // newStackTuner parks a first estimate of the goroutines needed: one for every five goroutines running, which
