@@ -5,7 +5,7 @@ package main
 func knobVariants() []variant {
 	return []variant{
 		{name: "stacks only", env: []string{"GOGC=100"}, hint: "default tuning but GOGC=100: query-sized goroutine stacks alone (stacks.go)"},
-		{name: "GOGC=200 only", env: []string{"NODELOCALDNS_TUNING=off", "GOGC=200"}, hint: "Go defaults but GOGC=200: tune's GC setting alone"},
-		{name: "stacks+GOGC=400", env: []string{"GOGC=400"}, hint: "default tuning but GOGC=400, the GC setting not chosen"},
+		{name: "GOGC=400 only", env: []string{"NODELOCALDNS_TUNING=off", "GOGC=400"}, hint: "Go defaults but GOGC=400: tune's GC setting alone"},
+		{name: "stacks+GOGC=200", env: []string{"GOGC=200"}, hint: "default tuning but GOGC=200: the GC setting not chosen"},
 	}
 }

@@ -18,10 +18,10 @@ const (
 	tuningEnv = "NODELOCALDNS_TUNING"
 	// gcPercent trades heap headroom for fewer collections: a cache hit allocates a few KiB of short-lived
 	// garbage while the live heap (the cache) stays near 10 MiB, so the default 100 collects many times a second
-	// under load. In bench/serve 200 and 400 cut CPU per query alike once stacks are sized (0.86 and 0.85 of
-	// node-cache's), and 200 holds half the extra heap (anonymous RSS after the cache-hit load 17.7 MiB against
-	// 26.5 MiB; 10.2 MiB at 100). memLimitShare bounds it where the pod has a memory limit.
-	gcPercent = 200
+	// under load. With stacks sized, bench/serve measured CPU per cache hit at 0.85 and 0.77 of node-cache's
+	// with 400, against 0.86 and 0.88 with 200 (two runs); 400 holds about 17 MiB more heap under load (none
+	// when idle), which memLimitShare bounds where the pod has a memory limit.
+	gcPercent = 400
 	// memLimitShare of the container's memory limit becomes the soft memory limit, so that the larger GC
 	// headroom never pushes the agent into an OOM kill: near the limit the GC runs as often as it must.
 	memLimitShare = 0.9
