@@ -124,6 +124,20 @@ func bench(p params) (err error) {
 		return err
 	}
 
+	if p.runs > 0 {
+		if err := workloads(work, p, servers, hints, hits, warm); err != nil {
+			return err
+		}
+	}
+	if p.soak > 0 {
+		return soak(work, p, servers)
+	}
+	return nil
+}
+
+// workloads runs the cache-hit and the mixed workload p.runs times on every server, alternating, and prints
+// their tables.
+func workloads(work string, p params, servers []*server, hints map[string]string, hits string, warm func(*server) error) error {
 	hitRows := newRows(servers, hints)
 	for run := range p.runs {
 		for i := range servers {
@@ -178,9 +192,6 @@ func bench(p params) (err error) {
 	printTable(os.Stdout, "mixed workload: 85% hits, 10% misses (unique names), 5% NXDOMAIN", ordered(mixRows, mixed), untunedName, unboundName)
 	printRuns(os.Stdout, ordered(mixRows, mixed))
 
-	if p.soak > 0 {
-		return soak(work, p, servers)
-	}
 	return nil
 }
 

@@ -38,7 +38,7 @@ func run() int {
 		return code
 	}
 	var p params
-	flag.IntVar(&p.runs, "runs", 5, "runs of each workload per server, alternating")
+	flag.IntVar(&p.runs, "runs", 5, "runs of each workload per server, alternating (0: only the memory soak)")
 	flag.DurationVar(&p.duration, "duration", 8*time.Second, "length of one run")
 	flag.IntVar(&p.names, "names", 300, "names in the cache-hit set")
 	flag.DurationVar(&p.soak, "soak", 30*time.Second, "memory soak: load beyond the cache size this long (10m for the issue's figure; 0 = skip)")

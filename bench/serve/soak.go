@@ -11,7 +11,7 @@ import (
 const (
 	soakNames = 40000 // distinct names, four times the manifest's `success 9984`, so the cache fills and evicts
 	soakQPS   = 5000  // a busy node's rate; every query that is not cached goes to the upstream
-	soakEvery = 10 * time.Second
+	soakEvery = 10 * time.Second // at least; ten samples per server for longer soaks
 )
 
 // soak loads each server in turn with more distinct names than its cache holds and samples the cache's
@@ -32,7 +32,7 @@ func soak(work string, p params, servers []*server) error {
 			done <- err
 		}()
 		start := time.Now()
-		tick := time.NewTicker(soakEvery)
+		tick := time.NewTicker(max(soakEvery, p.soak/10))
 	sample:
 		for {
 			select {
