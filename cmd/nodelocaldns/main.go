@@ -70,7 +70,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if o.Mode == options.ModeTeardown {
 		return teardown(o, log)
 	}
-	logTuning(log, tune(os.Getenv, os.ReadFile))
+	t := tune(os.Getenv, os.ReadFile)
+	logTuning(log, t)
+	if t.Stacks {
+		go newStackTuner(log.Named("tuning")).run()
+	}
 	return serve(o, log)
 }
 

@@ -4,6 +4,8 @@ import (
 	"runtime"
 	"runtime/metrics"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 // Goroutine stacks sized for a DNS query.
@@ -14,12 +16,12 @@ import (
 // (adaptive stack start, Go 1.19: https://go.dev/doc/go1.19#runtime), rounded up to a power of two. In this
 // agent most goroutines are idle loops using well under 1 KiB, so each query's goroutine starts at 2 KiB and
 // grows three times, copying its stack each time (runtime.newstack/copystack): 12.7% of the CPU under the
-// bench's load, 1% once queries start at 16 KiB (docs/performance.md has both profiles).
+// bench's load, 1.6% once queries start at 16 KiB (docs/performance.md has both profiles).
 //
 // Parked goroutines that each hold one large frame raise that average. How many are needed depends on how many
 // other goroutines there are, so a stackTuner adds or releases one after a GC until the starting size is
-// stackTarget. Their frames hold no pointers, so the GC scans them quickly; the price is their memory, about
-// 64 KiB each (typically 4 to 7 of them).
+// stackTarget. Their frames hold no pointers, so the GC scans them quickly; the price is their memory, 64 KiB
+// each (7 with the idle agent's 25 other goroutines, at most maxBallast).
 const (
 	stackTarget       = 16 << 10
 	ballastFrame      = 64 << 10
@@ -31,16 +33,18 @@ const (
 
 // stackTuner keeps the runtime's starting stack size at stackTarget.
 type stackTuner struct {
+	log     *zap.Logger
 	ballast []chan struct{} // one release channel per parked goroutine
 	lastGC  uint64
 	samples []metrics.Sample
+	reached bool // the target was reached once (logged)
 }
 
 // newStackTuner parks a first estimate of the goroutines needed: one for every five goroutines running, which
 // puts the average near 12 KiB when the others are small. GCs are rare in an idle agent, so without it the
 // first queries would wait several cycles for the target.
-func newStackTuner() *stackTuner {
-	t := &stackTuner{samples: []metrics.Sample{{Name: gcCycles}, {Name: startingStackSize}}}
+func newStackTuner(log *zap.Logger) *stackTuner {
+	t := &stackTuner{log: log, samples: []metrics.Sample{{Name: gcCycles}, {Name: startingStackSize}}}
 	for range min((runtime.NumGoroutine()+4)/5, maxBallast) {
 		t.add()
 	}
@@ -64,11 +68,17 @@ func (t *stackTuner) step() uint64 {
 	}
 	t.lastGC = cycles
 	switch {
+	case start == stackTarget && !t.reached:
+		t.reached = true
+		t.log.Info("goroutine stacks sized", zap.Uint64("startbytes", start), zap.Int("ballast", len(t.ballast)))
 	case start < stackTarget && len(t.ballast) < maxBallast:
 		t.add()
 	case start > stackTarget && len(t.ballast) > 0:
 		close(t.ballast[len(t.ballast)-1])
 		t.ballast = t.ballast[:len(t.ballast)-1]
+	}
+	if start != stackTarget {
+		t.log.Debug("goroutine stacks", zap.Uint64("startbytes", start), zap.Int("ballast", len(t.ballast)))
 	}
 	return start
 }

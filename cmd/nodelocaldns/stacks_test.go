@@ -4,6 +4,8 @@ import (
 	"runtime"
 	"runtime/metrics"
 	"testing"
+
+	"go.uber.org/zap/zaptest"
 )
 
 // The tuner must bring the runtime's starting stack size to the target and hold it there, whatever the
@@ -17,7 +19,7 @@ func TestStackTunerReachesTarget(t *testing.T) {
 		runtime.GC()
 		before := startingSize()
 
-		st := newStackTuner()
+		st := newStackTuner(zaptest.NewLogger(t))
 		var start uint64
 		for range 2 * maxBallast {
 			runtime.GC()

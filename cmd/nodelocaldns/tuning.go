@@ -38,13 +38,12 @@ type tuning struct {
 }
 
 // tune applies the runtime defaults unless tuning is off; a Go variable the user set (GOGC, GOMEMLIMIT) wins.
-// readFile reads the cgroup limit (os.ReadFile in production).
+// readFile reads the cgroup limit (os.ReadFile in production). Stacks says the caller is to run a stackTuner.
 func tune(getenv func(string) string, readFile func(string) ([]byte, error)) tuning {
 	if strings.EqualFold(getenv(tuningEnv), "off") {
 		return tuning{Off: true}
 	}
 	t := tuning{Stacks: true}
-	go newStackTuner().run()
 	if getenv("GOGC") == "" {
 		debug.SetGCPercent(gcPercent)
 		t.GCPercent = gcPercent
