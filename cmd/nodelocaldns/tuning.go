@@ -18,9 +18,10 @@ const (
 	tuningEnv = "NODELOCALDNS_TUNING"
 	// gcPercent trades heap headroom for fewer collections: a cache hit allocates a few KiB of short-lived
 	// garbage while the live heap (the cache) stays near 10 MiB, so the default 100 collects many times a second
-	// under load. With stacks sized, bench/serve measured CPU per cache hit at 0.85 and 0.77 of node-cache's
-	// with 400, against 0.86 and 0.88 with 200 (two runs); 400 holds about 17 MiB more heap under load (none
-	// when idle), which memLimitShare bounds where the pod has a memory limit.
+	// under load. With stacks sized, bench/serve measured CPU per cache hit at 0.77-0.85 of node-cache's with
+	// 400 and 0.82-0.88 with 200 (four runs; close on an idle machine, 400 ahead on a busy one); 400 holds about
+	// 28 MiB more heap than Go's default under sustained load (none when idle), which memLimitShare bounds where
+	// the pod has a memory limit.
 	gcPercent = 400
 	// memLimitShare of the container's memory limit becomes the soft memory limit, so that the larger GC
 	// headroom never pushes the agent into an OOM kill: near the limit the GC runs as often as it must.
