@@ -18,36 +18,37 @@ import (
 // grows three times, copying its stack each time (runtime.newstack/copystack): 12.7% of the CPU under the
 // bench's load, 1.6% once queries start at 16 KiB (docs/performance.md has both profiles).
 //
-// Parked goroutines that each hold one large frame raise that average. How many are needed depends on how many
-// other goroutines there are, so a stackTuner adds or releases one after a GC until the starting size is
-// stackTarget. Their frames hold no pointers, so the GC scans them quickly; the price is their memory, 64 KiB
-// each (7 with the idle agent's 25 other goroutines, at most maxBallast).
+// Parked goroutines that each hold one 13 KiB frame raise that average. How many are needed depends on how many
+// other goroutines there are, so a stackTuner adds some after a GC that left the starting size below
+// stackTarget. A parked goroutine uses under 14 KiB, so no number of them can lift the average plus the
+// runtime's guard (928 bytes) past 16 KiB: the starting size never overshoots, and the tuner never has to take
+// any back. Their frames hold no pointers, so the GC scans them quickly; the price is their memory, 16 KiB of
+// stack each: 30 to 40 for the idle agent's 25 other goroutines (~0.6 MiB), at most maxBallast (4 MiB), which
+// reaches the target with up to about 200 other goroutines.
 const (
 	stackTarget       = 16 << 10
-	ballastFrame      = 64 << 10
-	maxBallast        = 64
+	ballastFrame      = 13 << 10
+	maxBallast        = 256
 	stackTuneInterval = time.Second
 	startingStackSize = "/gc/stack/starting-size:bytes"
 	gcCycles          = "/gc/cycles/total:gc-cycles"
 )
 
-// stackTuner keeps the runtime's starting stack size at stackTarget.
+// stackTuner raises the runtime's starting stack size to stackTarget.
 type stackTuner struct {
 	log     *zap.Logger
-	ballast []chan struct{} // one release channel per parked goroutine
+	ballast int           // goroutines parked
+	release chan struct{} // closed by stop
 	lastGC  uint64
 	samples []metrics.Sample
 	reached bool // the target was reached once (logged)
 }
 
-// newStackTuner parks a first estimate of the goroutines needed: one for every five goroutines running, which
-// puts the average near 12 KiB when the others are small. GCs are rare in an idle agent, so without it the
-// first queries would wait several cycles for the target.
+// newStackTuner parks a first estimate of the goroutines needed, 1.2 per goroutine running. GCs are rare in an
+// idle agent, so without it the first queries would wait several cycles for the target.
 func newStackTuner(log *zap.Logger) *stackTuner {
-	t := &stackTuner{log: log, samples: []metrics.Sample{{Name: gcCycles}, {Name: startingStackSize}}}
-	for range min((runtime.NumGoroutine()+4)/5, maxBallast) {
-		t.add()
-	}
+	t := &stackTuner{log: log, release: make(chan struct{}), samples: []metrics.Sample{{Name: gcCycles}, {Name: startingStackSize}}}
+	t.add(runtime.NumGoroutine() * 6 / 5)
 	return t
 }
 
@@ -58,8 +59,9 @@ func (t *stackTuner) run() {
 	}
 }
 
-// step adds or releases one ballast goroutine if a GC ran since the last step and left the starting size
-// below or above the target. It reports the starting size in effect.
+// step parks more goroutines if a GC ran since the last step and left the starting size below the target:
+// one for every eight running, so that a tuner started before the agent's goroutines catches up in a few
+// cycles. It reports the starting size in effect.
 func (t *stackTuner) step() uint64 {
 	metrics.Read(t.samples)
 	cycles, start := t.samples[0].Value.Uint64(), t.samples[1].Value.Uint64()
@@ -68,26 +70,26 @@ func (t *stackTuner) step() uint64 {
 	}
 	t.lastGC = cycles
 	switch {
-	case start == stackTarget && !t.reached:
+	case start >= stackTarget && !t.reached:
 		t.reached = true
-		t.log.Info("goroutine stacks sized", zap.Uint64("startbytes", start), zap.Int("ballast", len(t.ballast)))
-	case start < stackTarget && len(t.ballast) < maxBallast:
-		t.add()
-	case start > stackTarget && len(t.ballast) > 0:
-		close(t.ballast[len(t.ballast)-1])
-		t.ballast = t.ballast[:len(t.ballast)-1]
-	}
-	if start != stackTarget {
-		t.log.Debug("goroutine stacks", zap.Uint64("startbytes", start), zap.Int("ballast", len(t.ballast)))
+		t.log.Info("goroutine stacks sized", zap.Uint64("startbytes", start), zap.Int("ballast", t.ballast))
+	case start < stackTarget:
+		t.add(max(1, runtime.NumGoroutine()/8))
+		t.log.Debug("goroutine stacks", zap.Uint64("startbytes", start), zap.Int("ballast", t.ballast))
 	}
 	return start
 }
 
-func (t *stackTuner) add() {
-	release := make(chan struct{})
-	t.ballast = append(t.ballast, release)
-	go holdFrame(release)
+// add parks n more goroutines, up to maxBallast.
+func (t *stackTuner) add(n int) {
+	for range min(n, maxBallast-t.ballast) {
+		t.ballast++
+		go holdFrame(t.release)
+	}
 }
+
+// stop releases the parked goroutines; the agent's tuner runs for the life of the process.
+func (t *stackTuner) stop() { close(t.release) }
 
 // holdFrame keeps a ballastFrame-sized frame on its goroutine's stack until release is closed.
 //

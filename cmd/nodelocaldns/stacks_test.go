@@ -11,7 +11,7 @@ import (
 // The tuner must bring the runtime's starting stack size to the target and hold it there, whatever the
 // number of other goroutines parked on small stacks (the idle agent has about 25).
 func TestStackTunerReachesTarget(t *testing.T) {
-	for _, idle := range []int{0, 25, 200} {
+	for _, idle := range []int{0, 25, 150} {
 		release := make(chan struct{})
 		for range idle {
 			go func() { <-release }()
@@ -21,24 +21,40 @@ func TestStackTunerReachesTarget(t *testing.T) {
 
 		st := newStackTuner(zaptest.NewLogger(t))
 		var start uint64
-		for range 2 * maxBallast {
+		for range 100 {
 			runtime.GC()
 			start = st.step()
 			if start == stackTarget {
 				break
 			}
 		}
-		runtime.GC()
-		if got := st.step(); start != stackTarget || got != stackTarget {
-			t.Errorf("%d idle goroutines: starting stack size %d then %d bytes with %d ballast goroutines (%d before), want %d",
-				idle, start, got, len(st.ballast), before, stackTarget)
-		} else {
-			t.Logf("%d idle goroutines: starting stack %d → %d bytes with %d ballast goroutines", idle, before, got, len(st.ballast))
+		if start != stackTarget {
+			t.Errorf("%d idle goroutines: starting stack size %d bytes with %d ballast goroutines (%d before), want %d",
+				idle, start, st.ballast, before, stackTarget)
 		}
-		for _, c := range st.ballast {
-			close(c)
+		for range 10 { // and it holds
+			runtime.GC()
+			if got := st.step(); got != stackTarget {
+				t.Errorf("%d idle goroutines: starting stack size moved to %d bytes with %d ballast goroutines", idle, got, st.ballast)
+				break
+			}
 		}
+		t.Logf("%d idle goroutines: starting stack %d → %d bytes with %d ballast goroutines", idle, before, start, st.ballast)
+		st.stop()
 		close(release)
+	}
+}
+
+// However many goroutines the tuner parks, they cannot lift the starting size past the target: it never has
+// to take any back.
+func TestStackTunerCannotOvershoot(t *testing.T) {
+	st := newStackTuner(zaptest.NewLogger(t))
+	defer st.stop()
+	st.add(maxBallast)
+	runtime.GC() // lets the new goroutines run into their frames
+	runtime.GC()
+	if got := startingSize(); got != stackTarget {
+		t.Fatalf("starting stack size with %d ballast goroutines and little else = %d bytes, want %d", st.ballast, got, stackTarget)
 	}
 }
 
