@@ -18,8 +18,8 @@ const (
 	tuningEnv = "NODELOCALDNS_TUNING"
 	// gcPercent trades heap headroom for fewer collections: a cache hit allocates a few KiB of short-lived
 	// garbage while the live heap (the cache) stays near 10 MiB, so the default 100 collects many times a second
-	// under load. With stacks sized, bench/serve measured CPU per cache hit at 0.77-0.85 of node-cache's with
-	// 400 and 0.82-0.88 with 200 (four runs; close on an idle machine, 400 ahead on a busy one); 400 holds about
+	// under load. With stacks sized, bench/serve measured CPU per cache hit at 0.77-0.86 of node-cache's with
+	// 400 and 0.82-0.90 with 200 (five runs; close on an idle machine, 400 ahead on a busy one); 400 holds about
 	// 28 MiB more heap than Go's default under sustained load (none when idle), which memLimitShare bounds where
 	// the pod has a memory limit.
 	gcPercent = 400
