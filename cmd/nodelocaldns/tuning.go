@@ -33,18 +33,18 @@ const (
 // tuning is what tune applied.
 type tuning struct {
 	Off         bool
-	Stacks      bool  // goroutine stacks start sized for a query (stacks.go)
 	GCPercent   int   // 0: left as is (GOGC set, or tuning off)
 	MemoryLimit int64 // bytes; 0: left as is (GOMEMLIMIT set, no cgroup limit, or tuning off)
 }
 
 // tune applies the runtime defaults unless tuning is off; a Go variable the user set (GOGC, GOMEMLIMIT) wins.
-// readFile reads the cgroup limit (os.ReadFile in production). Stacks says the caller is to run a stackTuner.
+// readFile reads the cgroup limit (os.ReadFile in production). Unless tuning is off, the caller also runs a
+// stackTuner (stacks.go).
 func tune(getenv func(string) string, readFile func(string) ([]byte, error)) tuning {
 	if strings.EqualFold(getenv(tuningEnv), "off") {
 		return tuning{Off: true}
 	}
-	t := tuning{Stacks: true}
+	var t tuning
 	if getenv("GOGC") == "" {
 		debug.SetGCPercent(gcPercent)
 		t.GCPercent = gcPercent
@@ -73,6 +73,6 @@ func memoryLimit(readFile func(string) ([]byte, error)) (int64, bool) {
 
 // logTuning logs what tune applied, with the GOMAXPROCS the runtime chose.
 func logTuning(log *zap.Logger, t tuning) {
-	log.Info("runtime tuning", zap.Bool("off", t.Off), zap.Bool("stacks", t.Stacks), zap.Int("gcpercent", t.GCPercent),
+	log.Info("runtime tuning", zap.Bool("off", t.Off), zap.Int("gcpercent", t.GCPercent),
 		zap.Int64("memorylimit", t.MemoryLimit), zap.Int("gomaxprocs", runtime.GOMAXPROCS(0)))
 }

@@ -31,7 +31,7 @@ func TestTuneAppliesDefaults(t *testing.T) {
 	restoreRuntime(t)
 	limit := 256 << 20
 	got := tune(env(nil), cgroup(fmt.Sprintf("%d\n", limit), nil))
-	want := tuning{Stacks: true, GCPercent: gcPercent, MemoryLimit: int64(float64(limit) * memLimitShare)}
+	want := tuning{GCPercent: gcPercent, MemoryLimit: int64(float64(limit) * memLimitShare)}
 	if got != want {
 		t.Fatalf("tune = %+v, want %+v", got, want)
 	}
@@ -52,10 +52,10 @@ func TestTuneLeavesRuntimeAlone(t *testing.T) {
 	}{
 		{"off", map[string]string{tuningEnv: "off"}, cgroup("1048576", nil), tuning{Off: true}},
 		{"OFF", map[string]string{tuningEnv: "OFF"}, cgroup("1048576", nil), tuning{Off: true}},
-		{"GOGC and GOMEMLIMIT set", map[string]string{"GOGC": "100", "GOMEMLIMIT": "1GiB"}, cgroup("1048576", nil), tuning{Stacks: true}},
-		{"no cgroup limit", map[string]string{"GOGC": "100"}, cgroup("max\n", nil), tuning{Stacks: true}},
-		{"no cgroup file", map[string]string{"GOGC": "100"}, cgroup("", errors.New("no such file")), tuning{Stacks: true}},
-		{"garbage in the cgroup file", map[string]string{"GOGC": "100"}, cgroup("lots", nil), tuning{Stacks: true}},
+		{"GOGC and GOMEMLIMIT set", map[string]string{"GOGC": "100", "GOMEMLIMIT": "1GiB"}, cgroup("1048576", nil), tuning{}},
+		{"no cgroup limit", map[string]string{"GOGC": "100"}, cgroup("max\n", nil), tuning{}},
+		{"no cgroup file", map[string]string{"GOGC": "100"}, cgroup("", errors.New("no such file")), tuning{}},
+		{"garbage in the cgroup file", map[string]string{"GOGC": "100"}, cgroup("lots", nil), tuning{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			restoreRuntime(t)
