@@ -24,7 +24,8 @@ func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
 const listen = "127.0.0.10:53"
 
-func startAgent(t *testing.T, kubeDNS map[string]string) (*harness.Agent, *harness.ConfigMapVolume) {
+// startAgent starts the agent with the kube-dns ConfigMap kubeDNS and extra environment env.
+func startAgent(t *testing.T, kubeDNS map[string]string, env ...string) (*harness.Agent, *harness.ConfigMapVolume) {
 	t.Helper()
 	dir := t.TempDir()
 	vol := harness.NewConfigMapVolume(t, filepath.Join(dir, "kube-dns"), kubeDNS)
@@ -33,7 +34,7 @@ func startAgent(t *testing.T, kubeDNS map[string]string) (*harness.Agent, *harne
 		BaseCorefile: harness.StandardCorefile("127.0.0.10", "", "cluster.local"),
 		Args: []string{"-localip", "127.0.0.10", "-setupinterface=false", "-setupiptables=false",
 			"-upstreamsvc", "kube-dns-upstream", "-kubednscm", vol.Dir},
-		Env: []string{"KUBE_DNS_UPSTREAM_SERVICE_HOST=127.0.0.53"},
+		Env: append([]string{"KUBE_DNS_UPSTREAM_SERVICE_HOST=127.0.0.53"}, env...),
 	})
 	a.WaitReady()
 	return a, vol

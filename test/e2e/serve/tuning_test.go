@@ -1,7 +1,6 @@
 package serve
 
 import (
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -28,16 +27,7 @@ func TestRuntimeTuning(t *testing.T) {
 		{"NODELOCALDNS_TUNING=off", []string{"NODELOCALDNS_TUNING=off"}, 100, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			vol := harness.NewConfigMapVolume(t, filepath.Join(dir, "kube-dns"), nil)
-			a := harness.Start(t, harness.Config{
-				Dir:          dir,
-				BaseCorefile: harness.StandardCorefile("127.0.0.10", "", "cluster.local"),
-				Args: []string{"-localip", "127.0.0.10", "-setupinterface=false", "-setupiptables=false",
-					"-upstreamsvc", "kube-dns-upstream", "-kubednscm", vol.Dir},
-				Env: append([]string{"KUBE_DNS_UPSTREAM_SERVICE_HOST=127.0.0.53"}, tc.env...),
-			})
-			a.WaitReady()
+			a, _ := startAgent(t, nil, tc.env...)
 			if v, ok := a.Metric("go_gc_gogc_percent"); !ok || v != tc.gogc {
 				t.Errorf("go_gc_gogc_percent = %v (present: %v), want %v", v, ok, tc.gogc)
 			}
