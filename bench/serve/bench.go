@@ -75,17 +75,11 @@ func bench(p params) (err error) {
 		logTo = os.Stderr
 	}
 
-	if err := pinSelf(loadCPU); err != nil {
-		return err
-	}
-	up, err := startUpstream(p.names)
+	up, err := startLoadSide(p.names)
 	if err != nil {
 		return err
 	}
 	defer up.stop()
-	if err := waitAnswer(upstreamIP, hitName(0)); err != nil {
-		return fmt.Errorf("upstream: %w", err)
-	}
 
 	var servers []*server
 	defer func() {
@@ -193,6 +187,22 @@ func workloads(work string, p params, servers []*server, hints map[string]string
 	printRuns(os.Stdout, ordered(mixRows, mixed))
 
 	return nil
+}
+
+// startLoadSide pins this process (dnsperf's parent) to the load CPU and starts the upstream there, answering.
+func startLoadSide(names int) (*upstream, error) {
+	if err := pinSelf(loadCPU); err != nil {
+		return nil, err
+	}
+	up, err := startUpstream(names)
+	if err != nil {
+		return nil, err
+	}
+	if err := waitAnswer(upstreamIP, hitName(0)); err != nil {
+		up.stop()
+		return nil, fmt.Errorf("upstream: %w", err)
+	}
+	return up, nil
 }
 
 func newRows(servers []*server, hints map[string]string) map[string]*row {

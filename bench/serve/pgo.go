@@ -27,10 +27,7 @@ func collectPGO(p params, out string) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := pinSelf(loadCPU); err != nil {
-		return err
-	}
-	up, err := startUpstream(p.names)
+	up, err := startLoadSide(p.names)
 	if err != nil {
 		return err
 	}

@@ -9,8 +9,8 @@ import (
 )
 
 const (
-	soakNames = 40000 // distinct names, four times the manifest's `success 9984`, so the cache fills and evicts
-	soakQPS   = 5000  // a busy node's rate; every query that is not cached goes to the upstream
+	soakNames = 40000            // distinct names, four times the manifest's `success 9984`, so the cache fills and evicts
+	soakQPS   = 5000             // a busy node's rate; every query that is not cached goes to the upstream
 	soakEvery = 10 * time.Second // at least; ten samples per server for longer soaks
 )
 
