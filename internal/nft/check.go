@@ -40,7 +40,7 @@ const (
 
 func (d Drift) String() string { return string(d.Kind) + ": " + d.Object }
 
-// Check reads our table back from the kernel and compares it with r, ignoring handles and counter values.
+// Check reads our owned table back from the kernel and compares it with r, ignoring handles and counter values.
 // It returns nil when the kernel is in sync. Rules are compared expression by expression in a normalised
 // form (see ruleKey), as a multiset per chain: a missing and a foreign rule are both reported, and so is a
 // duplicate.
@@ -51,16 +51,20 @@ func (c *Conn) Check(r *Ruleset) ([]Drift, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list inet tables: %w", err)
 	}
-	i := slices.IndexFunc(tables, func(t *nftables.Table) bool { return t.Name == TableName })
+	name := c.table
+	if name == "" {
+		name = TableName
+	}
+	i := slices.IndexFunc(tables, func(t *nftables.Table) bool { return c.table != "" && t.Name == c.table })
 	if i < 0 {
-		return []Drift{{Kind: DriftMissingTable, Object: "table inet " + TableName}}, nil
+		return []Drift{{Kind: DriftMissingTable, Object: "table inet " + name}}, nil
 	}
 	var drifts []Drift
 	if isDormant(tables[i].Flags) {
 		// A dormant table keeps its rules but has no hooks: nothing would be notracked.
-		drifts = append(drifts, Drift{Kind: DriftTableDormant, Object: "table inet " + TableName})
+		drifts = append(drifts, Drift{Kind: DriftTableDormant, Object: "table inet " + name})
 	}
-	t := nftTable()
+	t := tableNamed(name)
 	sets, err := c.checkSets(t, r.Sets)
 	if err != nil {
 		return nil, err
@@ -82,7 +86,7 @@ func isDormant(flags uint32) bool {
 func (c *Conn) checkSets(t *nftables.Table, want []Set) ([]Drift, error) {
 	sets, err := c.ops.GetSets(t)
 	if err != nil {
-		return nil, fmt.Errorf("list sets of table inet %s: %w", TableName, err)
+		return nil, fmt.Errorf("list sets of table inet %s: %w", t.Name, err)
 	}
 	have := map[string]*nftables.Set{}
 	for _, s := range sets {
@@ -134,7 +138,7 @@ func (c *Conn) checkChains(t *nftables.Table, want []Chain) ([]Drift, error) {
 	}
 	have := map[string]*nftables.Chain{}
 	for _, ch := range all {
-		if ch.Table != nil && ch.Table.Name == TableName && ch.Table.Family == nftables.TableFamilyINet {
+		if ch.Table != nil && ch.Table.Name == t.Name && ch.Table.Family == nftables.TableFamilyINet {
 			have[ch.Name] = ch
 		}
 	}

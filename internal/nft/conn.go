@@ -11,13 +11,16 @@ import (
 	"go.uber.org/zap"
 )
 
-// nftOps is the part of *nftables.Conn we use: queue messages, send them as one batch, dump objects.
-// A kernel-like fake stands in for it in unit tests.
+// nftOps is the part of *nftables.Conn we use (queue messages, send them as one batch, dump objects), plus
+// the one message google/nftables v0.3.0 cannot send: a table with flags. A kernel-like fake stands in for it
+// in unit tests.
 type nftOps interface {
-	AddTable(*nftables.Table) *nftables.Table
 	DelTable(*nftables.Table)
 	AddSet(*nftables.Set, []nftables.SetElement) error
+	DelSet(*nftables.Set)
 	AddChain(*nftables.Chain) *nftables.Chain
+	DelChain(*nftables.Chain)
+	FlushChain(*nftables.Chain)
 	AddRule(*nftables.Rule) *nftables.Rule
 	Flush() error
 	ListTablesOfFamily(nftables.TableFamily) ([]*nftables.Table, error)
@@ -26,15 +29,23 @@ type nftOps interface {
 	GetSetElements(*nftables.Set) ([]nftables.SetElement, error)
 	GetRules(*nftables.Table, *nftables.Chain) ([]*nftables.Rule, error)
 	CloseLasting() error
+	// CreateOwnedTable creates table inet name with NFT_TABLE_F_OWNER, failing with EEXIST when the name is
+	// taken, on the socket every other call uses: the table lives exactly as long as that socket.
+	CreateOwnedTable(name string) error
+	// Discard drops whatever the socket still holds after a failed batch (acknowledgements the library
+	// stopped reading), so the next request reads its own answer.
+	Discard()
 }
 
-// Conn programs and reads our table over one netlink socket. Its methods are safe for concurrent use
-// (the reconcile loop and a metrics scrape).
+// Conn is one instance's netlink socket for nftables, and the table it owns. The socket is opened once and
+// closed only by [Conn.Close]: the kernel removes the owned table the moment it closes, whether we close it,
+// exit, or are SIGKILLed, and nobody else (root included) can change or delete the table meanwhile. Methods are
+// safe for concurrent use (the supervisor and a metrics scrape).
 type Conn struct {
 	mu     sync.Mutex
 	log    *zap.Logger
-	dial   func() (nftOps, error)
 	ops    nftOps
+	table  string        // the owned table's name; "" until the first Apply
 	portID atomic.Uint32 // netlink port of our socket: the kernel stamps it on the notifications our writes cause
 }
 
@@ -44,7 +55,7 @@ type Option func(*options)
 type options struct {
 	log   *zap.Logger
 	netns int
-	dial  func() (nftOps, error)
+	ops   nftOps
 }
 
 // WithLogger sets the logger; Conn names it "nft". The default discards.
@@ -54,41 +65,44 @@ func WithLogger(l *zap.Logger) Option { return func(o *options) { o.log = l } }
 func WithNetNS(fd int) Option { return func(o *options) { o.netns = fd } }
 
 // withOps replaces the kernel with a fake (unit tests).
-func withOps(ops nftOps) Option {
-	return func(o *options) { o.dial = func() (nftOps, error) { return ops, nil } }
-}
+func withOps(ops nftOps) Option { return func(o *options) { o.ops = ops } }
 
-// Open dials a lasting netlink socket for nftables. It does not touch the ruleset.
+// Open dials the lasting netlink socket. It does not touch the ruleset.
 func Open(opts ...Option) (*Conn, error) {
 	o := options{log: zap.NewNop()}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	c := &Conn{log: o.log.Named("nft"), dial: o.dial}
-	if c.dial == nil {
-		c.dial = func() (nftOps, error) {
-			nopts := []nftables.ConnOption{nftables.AsLasting(), nftables.WithSockOptions(func(nc *netlink.Conn) error {
+	c := &Conn{log: o.log.Named("nft"), ops: o.ops}
+	if c.ops == nil {
+		k := &kernelOps{}
+		nopts := []nftables.ConnOption{nftables.AsLasting(), nftables.WithSockOptions(func(nc *netlink.Conn) error {
+			// Called for every socket the library dials; ours is the lasting one, dialled first. Later ones
+			// (transient, after CloseLasting) must not replace it.
+			if k.nl == nil {
+				k.nl = nc
 				c.portID.Store(nc.PID())
-				return nil
-			})}
-			if o.netns != 0 {
-				nopts = append(nopts, nftables.WithNetNSFd(o.netns))
 			}
-			return nftables.New(nopts...)
+			return nil
+		})}
+		if o.netns != 0 {
+			nopts = append(nopts, nftables.WithNetNSFd(o.netns))
 		}
+		nc, err := nftables.New(nopts...)
+		if err != nil {
+			return nil, fmt.Errorf("open nftables netlink socket: %w", err)
+		}
+		k.Conn = nc
+		c.ops = k
 	}
-	ops, err := c.dial()
-	if err != nil {
-		return nil, fmt.Errorf("open nftables netlink socket: %w", err)
-	}
-	c.ops = ops
 	return c, nil
 }
 
-// Close closes the socket. The table stays: removing it is [Conn.Teardown]'s job.
+// Close closes the socket, and with it the kernel removes our table.
 func (c *Conn) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.table = ""
 	if err := c.ops.CloseLasting(); err != nil {
 		return fmt.Errorf("close nftables netlink socket: %w", err)
 	}
@@ -98,9 +112,18 @@ func (c *Conn) Close() error {
 // PortID is the netlink port id of c's socket; [IgnoreConn] uses it to recognise c's own writes.
 func (c *Conn) PortID() uint32 { return c.portID.Load() }
 
-// Apply replaces our table with r in one netlink transaction: add table (so the delete cannot fail), delete
-// table, add table, sets and elements, chains, rules, one commit. Packets see the old table or the new one,
-// and whatever was in the table before (including foreign rules and duplicates) is gone.
+// Table is the name of the table c owns, "" before the first [Conn.Apply].
+func (c *Conn) Table() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.table
+}
+
+// Apply makes our owned table hold exactly r. The first call creates the table (the first free instance name)
+// on c's socket; every call then replaces the contents in one netlink transaction: flush and delete the chains
+// and sets there are, add r's sets with their elements, chains and rules, one commit. Packets see the old
+// contents or the new, and a failed batch changes nothing. The table itself is never re-created: an owned
+// table can only be replaced by closing the socket, which would leave a gap.
 func (c *Conn) Apply(r *Ruleset) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -108,16 +131,22 @@ func (c *Conn) Apply(r *Ruleset) error {
 	if ce := c.log.Check(zap.DebugLevel, "applying nftables table"); ce != nil {
 		ce.Write(zap.String("ruleset", r.String())) // printed only when someone reads it
 	}
-	t := nftTable()
-	c.ops.AddTable(t)
-	c.ops.DelTable(t)
-	c.ops.AddTable(t)
+	if c.table == "" {
+		if err := c.create(); err != nil {
+			return err
+		}
+	}
+	t := tableNamed(c.table)
+	if err := c.queueClear(t); err != nil {
+		return err
+	}
 	elements := 0
 	for _, s := range r.Sets {
 		set, elems := nftSet(t, s)
 		if err := c.ops.AddSet(set, elems); err != nil {
-			// The batch already holds "delete table": never flush a partial one. Start over on a new socket.
-			c.redial()
+			// A marshalling error, before anything was sent: send what is queued so far only if it cannot
+			// remove anything. It can (the clear above), so drop the batch by failing it on purpose.
+			c.abort(t)
 			return fmt.Errorf("queue set %s: %w", s.Name, err)
 		}
 		elements += len(elems)
@@ -131,39 +160,102 @@ func (c *Conn) Apply(r *Ruleset) error {
 		}
 	}
 	if err := c.ops.Flush(); err != nil {
-		return fmt.Errorf("apply table inet %s: %w", TableName, err)
+		c.ops.Discard()
+		return fmt.Errorf("apply table inet %s: %w", c.table, err)
 	}
-	c.log.Info("applied nftables table", zap.String("table", "inet "+TableName), zap.Int("chains", len(r.Chains)),
+	c.log.Info("applied nftables table", zap.String("table", "inet "+c.table), zap.Int("chains", len(r.Chains)),
 		zap.Int("rules", rules), zap.Int("elements", elements), zap.Duration("elapsed", time.Since(start)))
 	return nil
 }
 
-// Teardown deletes our table, and with it every chain, rule and set, in one call. A table that is not
-// there is not an error.
-func (c *Conn) Teardown() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	start := time.Now()
-	c.ops.DelTable(nftTable())
-	err := c.ops.Flush()
-	switch {
-	case IsNotExist(err):
-		c.log.Debug("nftables table already absent", zap.String("table", "inet "+TableName))
-		return nil
-	case err != nil:
-		return fmt.Errorf("delete table inet %s: %w", TableName, err)
+// create takes the first free instance name with an owned table. Two instances starting at once may race for
+// a name; the loser's create fails with EEXIST and it tries the next. Called with c.mu held.
+func (c *Conn) create() error {
+	tables, err := c.ops.ListTablesOfFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return fmt.Errorf("list inet tables: %w", err)
 	}
-	c.log.Info("deleted nftables table", zap.String("table", "inet "+TableName), zap.Duration("elapsed", time.Since(start)))
+	taken := map[string]bool{}
+	for _, t := range tables {
+		taken[t.Name] = true
+	}
+	for n := range maxInstances {
+		name := InstanceTableName(n)
+		if taken[name] {
+			continue
+		}
+		err := c.ops.CreateOwnedTable(name)
+		switch {
+		case err == nil:
+			c.table = name
+			c.log.Info("created owned nftables table", zap.String("table", "inet "+name))
+			return nil
+		case IsExist(err):
+			continue
+		case IsNotSupported(err):
+			return fmt.Errorf("create table inet %s with flags owner: %w (%s)", name, err, ErrNoOwnerFlag)
+		default:
+			return fmt.Errorf("create table inet %s with flags owner: %w", name, err)
+		}
+	}
+	return fmt.Errorf("no free instance table name among %s..%s", InstanceTableName(0), InstanceTableName(maxInstances-1))
+}
+
+// ErrNoOwnerFlag explains an EOPNOTSUPP for the owner flag.
+const ErrNoOwnerFlag = "nodelocaldns needs NFT_TABLE_F_OWNER (Linux 5.12 or later; kube-proxy's nftables mode needs 5.13)"
+
+// queueClear queues the removal of everything in our table. Called with c.mu held.
+func (c *Conn) queueClear(t *nftables.Table) error {
+	chains, err := c.ops.ListChains()
+	if err != nil {
+		return fmt.Errorf("list chains: %w", err)
+	}
+	for _, ch := range chains {
+		if ch.Table != nil && ch.Table.Name == t.Name && ch.Table.Family == t.Family {
+			ch := &nftables.Chain{Name: ch.Name, Table: t}
+			c.ops.FlushChain(ch)
+			c.ops.DelChain(ch)
+		}
+	}
+	sets, err := c.ops.GetSets(t)
+	if err != nil {
+		return fmt.Errorf("list sets of table inet %s: %w", t.Name, err)
+	}
+	for _, s := range sets {
+		c.ops.DelSet(&nftables.Set{Table: t, Name: s.Name})
+	}
 	return nil
 }
 
-// redial replaces the socket, dropping whatever the old one had queued. Called with c.mu held.
-func (c *Conn) redial() {
-	_ = c.ops.CloseLasting()
-	ops, err := c.dial()
-	if err != nil {
-		c.log.Warn("reopen nftables netlink socket", zap.Error(err))
-		return
+// abort empties the library's queue without committing it: a batch that deletes a chain twice fails as a
+// whole in the kernel. Called with c.mu held.
+func (c *Conn) abort(t *nftables.Table) {
+	bogus := &nftables.Chain{Name: "nodelocaldns-abort", Table: t}
+	c.ops.DelChain(bogus)
+	_ = c.ops.Flush()
+	c.ops.Discard()
+}
+
+// Teardown deletes our table, and with it every chain, rule and set, in one call, over the owning socket. The
+// socket stays open; a later Apply creates a new table. Without a table it does nothing.
+func (c *Conn) Teardown() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.table == "" {
+		return nil
 	}
-	c.ops = ops
+	start := time.Now()
+	c.ops.DelTable(tableNamed(c.table))
+	err := c.ops.Flush()
+	switch {
+	case IsNotExist(err):
+		c.log.Debug("nftables table already absent", zap.String("table", "inet "+c.table))
+	case err != nil:
+		c.ops.Discard()
+		return fmt.Errorf("delete table inet %s: %w", c.table, err)
+	default:
+		c.log.Info("deleted nftables table", zap.String("table", "inet "+c.table), zap.Duration("elapsed", time.Since(start)))
+	}
+	c.table = ""
+	return nil
 }

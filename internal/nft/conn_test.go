@@ -76,6 +76,12 @@ func TestFakeTeardown(t *testing.T) {
 	if err := c.Teardown(); err != nil || len(k.tables) != 0 {
 		t.Errorf("Teardown = %v, %d tables left", err, len(k.tables))
 	}
+	if err := c.Teardown(); err != nil || k.flushes != 2 {
+		t.Errorf("second Teardown = %v after %d flushes; want nil and nothing sent", err, k.flushes)
+	}
+	if err := c.Apply(Build(goldenCases[0].spec)); err != nil {
+		t.Fatal(err)
+	}
 	k.flushErr = unix.EPERM
 	if err := c.Teardown(); err == nil || !errors.Is(err, unix.EPERM) || !strings.Contains(err.Error(), "delete table") {
 		t.Errorf("Teardown with EPERM = %v; want it wrapped", err)

@@ -15,12 +15,15 @@ import (
 type fakeKernel struct {
 	tables   []*fakeTable
 	queue    []func(*fakeKernel) error
-	flushErr error
-	flushes  int
+	flushErr  error
+	createErr error
+	flushes   int
+	discards  int
 }
 
 type fakeTable struct {
 	t      *nftables.Table
+	owned  bool
 	sets   []*nftables.Set
 	elems  map[string][]nftables.SetElement
 	chains []*nftables.Chain
@@ -40,14 +43,66 @@ func (k *fakeKernel) table(t *nftables.Table) *fakeTable {
 
 func enoent(what string) error { return fmt.Errorf("conn.Receive: %s: %w", what, unix.ENOENT) }
 
-func (k *fakeKernel) AddTable(t *nftables.Table) *nftables.Table {
+// addTable adds a table at once, as another process would (owned: with the owner flag, in the byte order
+// google/nftables v0.3.0 decodes it).
+func (k *fakeKernel) addTable(name string, owned bool) *fakeTable {
+	t := &nftables.Table{Name: name, Family: nftables.TableFamilyINet}
+	if owned {
+		t.Flags = 0x02000000
+	}
+	ft := &fakeTable{t: t, owned: owned, elems: map[string][]nftables.SetElement{}, rules: map[string][]*nftables.Rule{}}
+	k.tables = append(k.tables, ft)
+	return ft
+}
+
+func (k *fakeKernel) CreateOwnedTable(name string) error {
+	if k.createErr != nil {
+		return k.createErr
+	}
+	if k.table(&nftables.Table{Name: name, Family: nftables.TableFamilyINet}) != nil {
+		return fmt.Errorf("create: %w", unix.EEXIST)
+	}
+	k.addTable(name, true)
+	return nil
+}
+
+func (k *fakeKernel) Discard() { k.discards++ }
+
+func (k *fakeKernel) DelSet(s *nftables.Set) {
 	k.queue = append(k.queue, func(k *fakeKernel) error {
-		if k.table(t) == nil {
-			k.tables = append(k.tables, &fakeTable{t: t, elems: map[string][]nftables.SetElement{}, rules: map[string][]*nftables.Rule{}})
+		ft := k.table(s.Table)
+		if ft == nil || !slices.ContainsFunc(ft.sets, func(x *nftables.Set) bool { return x.Name == s.Name }) {
+			return enoent("set " + s.Name)
 		}
+		ft.sets = slices.DeleteFunc(ft.sets, func(x *nftables.Set) bool { return x.Name == s.Name })
+		delete(ft.elems, s.Name)
 		return nil
 	})
-	return t
+}
+
+func (k *fakeKernel) FlushChain(c *nftables.Chain) {
+	k.queue = append(k.queue, func(k *fakeKernel) error {
+		ft := k.table(c.Table)
+		if ft == nil || !slices.ContainsFunc(ft.chains, func(x *nftables.Chain) bool { return x.Name == c.Name }) {
+			return enoent("chain " + c.Name)
+		}
+		delete(ft.rules, c.Name)
+		return nil
+	})
+}
+
+func (k *fakeKernel) DelChain(c *nftables.Chain) {
+	k.queue = append(k.queue, func(k *fakeKernel) error {
+		ft := k.table(c.Table)
+		if ft == nil || !slices.ContainsFunc(ft.chains, func(x *nftables.Chain) bool { return x.Name == c.Name }) {
+			return enoent("chain " + c.Name)
+		}
+		if len(ft.rules[c.Name]) > 0 {
+			return fmt.Errorf("conn.Receive: chain %s: %w", c.Name, unix.EBUSY)
+		}
+		ft.chains = slices.DeleteFunc(ft.chains, func(x *nftables.Chain) bool { return x.Name == c.Name })
+		return nil
+	})
 }
 
 func (k *fakeKernel) DelTable(t *nftables.Table) {

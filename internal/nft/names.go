@@ -1,9 +1,16 @@
 package nft
 
+import (
+	"strconv"
+	"strings"
+)
+
 // Names of everything we create, in one place. Changing one is a migration: an old table keeps its old names
 // until it is deleted, which Apply does (it replaces the whole table).
 const (
-	// TableName is our table, in the inet family so that one table serves IPv4 and IPv6.
+	// TableName is the first instance's table, in the inet family so that one table serves IPv4 and IPv6.
+	// Each running instance owns a table of its own (NFT_TABLE_F_OWNER): TableName when it is free, else
+	// TableName-<n> with the first free n (see [InstanceTableName]).
 	TableName = "nodelocaldns"
 
 	// Sets holding the listen IPs, one per address family; both always exist, possibly empty, so the rules
@@ -16,6 +23,9 @@ const (
 	ChainRawOutput     = "raw-output"
 	ChainFilterInput   = "filter-input"
 	ChainFilterOutput  = "filter-output"
+	// ChainServing is the one (regular, hookless) chain of an instance that does not program interception
+	// (-setupiptables=false): its presence says "serving", as the base chains do for everyone else.
+	ChainServing = "serving"
 
 	// Comment prefixes: node-cache's own words, so greps and dashboards written for it still find our rules.
 	// Each rule's comment adds what it matches, which makes chain+comment unique (the key of [RuleCounter]).
@@ -35,3 +45,26 @@ const (
 	priorityRaw    = -300 // before conntrack (-200), so notrack takes effect
 	priorityFilter = 0
 )
+
+// maxInstances bounds the names tried; more than two instances on a node only happen in a rollout gone wrong.
+const maxInstances = 64
+
+// InstanceTableName is the name of the n-th instance table: TableName, TableName-1, TableName-2, ...
+func InstanceTableName(n int) string {
+	if n == 0 {
+		return TableName
+	}
+	return TableName + "-" + strconv.Itoa(n)
+}
+
+// isInstanceTableName reports whether name is one an instance may own.
+func isInstanceTableName(name string) bool {
+	if name == TableName {
+		return true
+	}
+	n, ok := strings.CutPrefix(name, TableName+"-")
+	if !ok || n == "" || strings.Trim(n, "0123456789") != "" {
+		return false
+	}
+	return true
+}

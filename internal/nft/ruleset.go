@@ -19,7 +19,7 @@ type Set struct {
 	Elements []netip.Addr
 }
 
-// Chain is a base chain with policy accept.
+// Chain is a base chain with policy accept, or a regular chain (no hook, no rules) when Hook is "".
 type Chain struct {
 	Name     string
 	Hook     Hook
@@ -44,9 +44,37 @@ type Rule struct {
 	Dir     Dir
 	Proto   Proto
 	Port    uint16
+	Gate    Gate
 	Verdict Verdict
 	Comment string
 }
+
+// Gate makes a rule match only while a DNS server listens on the packet's destination address and port, so
+// that a query nobody here can answer stays tracked and kube-proxy's DNAT takes it to kube-dns (fail open).
+//
+// The socket expression (net/netfilter/nft_socket.c) looks the packet up the way the stack will deliver it:
+// on prerouting there is no skb->sk yet, so it calls nf_sk_lookup_slow_v4/v6 with the packet's addresses and
+// ports (an established socket first, then a listener; UDP through the same lookup as delivery, reuseport
+// groups included). No socket at all: the expression breaks and the rule does not match, in both families.
+// With a socket found, `wildcard` is 1 when it is bound to 0.0.0.0 or :: (inet_rcv_saddr == 0 /
+// ipv6_addr_any(sk_v6_rcv_saddr)) and `transparent` is the IP_TRANSPARENT bit (inet_sk_transparent).
+//
+//   - UDP: `socket wildcard 0` matches only a socket bound to the address itself (CoreDNS's `bind`), so a
+//     server that listens on the wildcard address is never intercepted (the supervisor warns about that).
+//   - TCP: `socket transparent 0`. Between SYN and ACK the lookup finds the request socket
+//     (TCP_NEW_SYN_RECV), which is not a full socket: `wildcard` breaks on it (the ACK would stay tracked,
+//     get DNATed and the handshake reset), while `transparent` reads it from the request socket. Our
+//     listeners are never transparent, so for TCP the gate is "some socket takes this packet".
+//
+// On the output path skb->sk is the sender's own socket, so no gate is possible there.
+type Gate string
+
+// Gates.
+const (
+	GateNone        Gate = ""
+	GateWildcard    Gate = "wildcard"    // socket wildcard 0
+	GateTransparent Gate = "transparent" // socket transparent 0
+)
 
 // Dir says which side of the packet is the local IP (and the port).
 type Dir string
@@ -78,6 +106,39 @@ const (
 // Build computes the desired table from s. It is pure and deterministic: IPs are deduplicated and sorted, and
 // the rules do not depend on the IPs at all (they match the sets). s should have passed [Spec.Validate].
 func Build(s Spec) *Ruleset {
+	r := Registration(s)
+	if s.NoInterception {
+		r.Chains = []Chain{{Name: ChainServing}}
+		return r
+	}
+	queries := perFamily(rule(DirTo, s.DNSPort, VerdictNotrack, CommentSkipConntrack, purposeQueries, ProtoTCP, ProtoUDP))
+	if !s.Ungated {
+		for i := range queries {
+			queries[i].Gate = map[Proto]Gate{ProtoTCP: GateTransparent, ProtoUDP: GateWildcard}[queries[i].Proto]
+		}
+	}
+	r.Chains = []Chain{
+		{Name: ChainRawPrerouting, Hook: HookPrerouting, Priority: priorityRaw, Rules: queries},
+		// node-cache numbers these 5-12: replies first, then host-network clients, then the liveness probe.
+		{Name: ChainRawOutput, Hook: HookOutput, Priority: priorityRaw, Rules: perFamily(
+			rule(DirFrom, s.DNSPort, VerdictNotrack, CommentSkipConntrack, purposeReplies, ProtoTCP, ProtoUDP),
+			rule(DirTo, s.DNSPort, VerdictNotrack, CommentSkipConntrack, purposeHostQueries, ProtoTCP, ProtoUDP),
+			rule(DirTo, s.HealthPort, VerdictNotrack, CommentSkipConntrack, purposeHealth, ProtoTCP),
+			rule(DirFrom, s.HealthPort, VerdictNotrack, CommentSkipConntrack, purposeHealthReply, ProtoTCP),
+		)},
+		{Name: ChainFilterInput, Hook: HookInput, Priority: priorityFilter, Rules: perFamily(
+			rule(DirTo, s.DNSPort, VerdictAccept, CommentAllowDNS, purposeQueries, ProtoTCP, ProtoUDP),
+		)},
+		{Name: ChainFilterOutput, Hook: HookOutput, Priority: priorityFilter, Rules: perFamily(
+			rule(DirFrom, s.DNSPort, VerdictAccept, CommentAllowDNS, purposeReplies, ProtoTCP, ProtoUDP),
+		)},
+	}
+	return r
+}
+
+// Registration is the table an instance creates first: its sets (which addresses it needs on the shared
+// interface) and no chain, so it steers nothing yet ("registered, starting").
+func Registration(s Spec) *Ruleset {
 	var v4, v6 []netip.Addr
 	for _, ip := range s.LocalIPs {
 		if ip.Is4() {
@@ -86,30 +147,10 @@ func Build(s Spec) *Ruleset {
 			v6 = append(v6, ip)
 		}
 	}
-	return &Ruleset{
-		Sets: []Set{
-			{Name: SetLocal4, Elements: sortedUnique(v4)},
-			{Name: SetLocal6, IPv6: true, Elements: sortedUnique(v6)},
-		},
-		Chains: []Chain{
-			{Name: ChainRawPrerouting, Hook: HookPrerouting, Priority: priorityRaw, Rules: perFamily(
-				rule(DirTo, s.DNSPort, VerdictNotrack, CommentSkipConntrack, purposeQueries, ProtoTCP, ProtoUDP),
-			)},
-			// node-cache numbers these 5-12: replies first, then host-network clients, then the liveness probe.
-			{Name: ChainRawOutput, Hook: HookOutput, Priority: priorityRaw, Rules: perFamily(
-				rule(DirFrom, s.DNSPort, VerdictNotrack, CommentSkipConntrack, purposeReplies, ProtoTCP, ProtoUDP),
-				rule(DirTo, s.DNSPort, VerdictNotrack, CommentSkipConntrack, purposeHostQueries, ProtoTCP, ProtoUDP),
-				rule(DirTo, s.HealthPort, VerdictNotrack, CommentSkipConntrack, purposeHealth, ProtoTCP),
-				rule(DirFrom, s.HealthPort, VerdictNotrack, CommentSkipConntrack, purposeHealthReply, ProtoTCP),
-			)},
-			{Name: ChainFilterInput, Hook: HookInput, Priority: priorityFilter, Rules: perFamily(
-				rule(DirTo, s.DNSPort, VerdictAccept, CommentAllowDNS, purposeQueries, ProtoTCP, ProtoUDP),
-			)},
-			{Name: ChainFilterOutput, Hook: HookOutput, Priority: priorityFilter, Rules: perFamily(
-				rule(DirFrom, s.DNSPort, VerdictAccept, CommentAllowDNS, purposeReplies, ProtoTCP, ProtoUDP),
-			)},
-		},
-	}
+	return &Ruleset{Sets: []Set{
+		{Name: SetLocal4, Elements: sortedUnique(v4)},
+		{Name: SetLocal6, IPv6: true, Elements: sortedUnique(v6)},
+	}}
 }
 
 // group is a set of rules that differ only in family and protocol.

@@ -28,6 +28,9 @@ var goldenCases = []struct {
 		HealthPort: 8080,
 	}},
 	{"custom-ports", Spec{LocalIPs: ips("169.254.20.10", "10.96.0.10"), DNSPort: 5353, HealthPort: 8081}},
+	// The fallback for a kernel without nft_socket, and -setupiptables=false (sets and a marker chain).
+	{"ungated", Spec{LocalIPs: ips("169.254.20.10", "10.96.0.10"), DNSPort: 53, HealthPort: 8080, Ungated: true}},
+	{"no-interception", Spec{LocalIPs: ips("169.254.20.10", "10.96.0.10"), DNSPort: 53, HealthPort: 8080, NoInterception: true}},
 }
 
 func ips(ss ...string) []netip.Addr {

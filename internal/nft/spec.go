@@ -15,6 +15,11 @@ type Spec struct {
 	DNSPort uint16
 	// HealthPort is the port of the Corefile's health plugin (`-health-port`, 8080).
 	HealthPort uint16
+	// Ungated drops the socket gate from the prerouting rules (see [Gate]): the fallback for a kernel
+	// without nft_socket, where a crash blackholes pods' ClusterIP queries again.
+	Ungated bool
+	// NoInterception (-setupiptables=false) programs no base chain at all, only the sets and a marker chain.
+	NoInterception bool
 }
 
 // Validate reports the first reason the spec cannot be programmed, naming the bad value.

@@ -11,8 +11,10 @@ import (
 // including how nft wraps set elements, follows nft's own printer (src/expression.c, calculate_delim).
 func (r *Ruleset) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "table inet %s {\n", TableName)
-	sep := ""
+	// nft prints the owner flag, and after it the owning process as a comment on the first line
+	// ("{ # progname nodelocaldns}"), which depends on who lists: comparisons strip that comment.
+	fmt.Fprintf(&b, "table inet %s {\n\tflags owner\n", TableName)
+	sep := "\n"
 	for _, s := range r.Sets {
 		b.WriteString(sep)
 		sep = "\n"
@@ -22,7 +24,9 @@ func (r *Ruleset) String() string {
 		b.WriteString(sep)
 		sep = "\n"
 		fmt.Fprintf(&b, "\tchain %s {\n", c.Name)
-		fmt.Fprintf(&b, "\t\ttype filter hook %s priority %s; policy accept;\n", c.Hook, priorityName(c.Priority))
+		if c.Hook != "" {
+			fmt.Fprintf(&b, "\t\ttype filter hook %s priority %s; policy accept;\n", c.Hook, priorityName(c.Priority))
+		}
 		for _, rule := range c.Rules {
 			fmt.Fprintf(&b, "\t\t%s\n", rule)
 		}
@@ -71,7 +75,11 @@ func (r Rule) String() string {
 	if r.Dir == DirFrom {
 		addr, port = "saddr", "sport"
 	}
-	return fmt.Sprintf("%s %s @%s %s %s %d counter %s comment %q", l3, addr, set, r.Proto, port, r.Port, r.Verdict, r.Comment)
+	gate := ""
+	if r.Gate != GateNone {
+		gate = " socket " + string(r.Gate) + " 0"
+	}
+	return fmt.Sprintf("%s %s @%s %s %s %d%s counter %s comment %q", l3, addr, set, r.Proto, port, r.Port, gate, r.Verdict, r.Comment)
 }
 
 // priorityName is nft's name for the standard priorities of the inet family.

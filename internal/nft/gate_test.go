@@ -1,0 +1,123 @@
+package nft
+
+import (
+	"net"
+	"net/netip"
+	"os"
+	"testing"
+
+	"github.com/miekg/dns"
+)
+
+// The IPv6 side of the test network of netns_test.go.
+const (
+	nodePodSide6  = "2001:db8:1::1"
+	podIP6        = "2001:db8:1::2"
+	nodeKdnsSide6 = "2001:db8:2::1"
+	kubeDNSPodIP6 = "2001:db8:2::2"
+	clusterIP6    = "fd00:96::a"
+)
+
+// startDNS answers every A query with answer over UDP and TCP on ip:53 until the returned stop is called (or
+// the test ends).
+func startDNS(t *testing.T, ip, answer string) (stop func()) {
+	t.Helper()
+	handler := dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(q)
+		rr, _ := dns.NewRR(q.Question[0].Name + " 5 IN A " + answer)
+		m.Answer = append(m.Answer, rr)
+		_ = w.WriteMsg(m)
+	})
+	pc, err := net.ListenPacket("udp", net.JoinHostPort(ip, "53"))
+	if err != nil {
+		t.Fatalf("listen udp %s: %v", ip, err)
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, "53"))
+	if err != nil {
+		t.Fatalf("listen tcp %s: %v", ip, err)
+	}
+	servers := []*dns.Server{{PacketConn: pc, Handler: handler}, {Listener: l, Handler: handler}}
+	for _, s := range servers {
+		go func() { _ = s.ActivateAndServe() }()
+	}
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		for _, s := range servers {
+			_ = s.Shutdown()
+		}
+		pc.Close()
+		l.Close()
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// TestGateFailsOpen is the gate with real packets: a query to the ClusterIP from a pod is notracked and
+// answered locally only while a DNS server listens on the ClusterIP itself; with no listener it stays tracked
+// and kube-proxy's DNAT takes it to kube-dns; a listener back takes the next query again. UDP and TCP, IPv4 and
+// IPv6, with our table in place all along.
+func TestGateFailsOpen(t *testing.T) {
+	c := freshConn(t)
+	pod, podLink := netNS(t, "pod", nodePodSide, podIP)
+	kdns, kdnsLink := netNS(t, "kdns", nodeKdnsSide, kubeDNSPodIP)
+	for _, f := range []string{"/proc/sys/net/ipv4/ip_forward", "/proc/sys/net/ipv6/conf/all/forwarding"} {
+		if err := os.WriteFile(f, []byte("1"), 0o644); err != nil {
+			t.Fatalf("enable forwarding: %v", err)
+		}
+	}
+	for _, cmd := range [][]string{
+		{"ip", "addr", "add", nodePodSide6 + "/64", "dev", podLink, "nodad"},
+		{"ip", "addr", "add", nodeKdnsSide6 + "/64", "dev", kdnsLink, "nodad"},
+		{"ip", "netns", "exec", pod, "ip", "addr", "add", podIP6 + "/64", "dev", "eth0", "nodad"},
+		{"ip", "netns", "exec", pod, "ip", "-6", "route", "add", "default", "via", nodePodSide6},
+		{"ip", "netns", "exec", kdns, "ip", "addr", "add", kubeDNSPodIP6 + "/64", "dev", "eth0", "nodad"},
+		{"ip", "netns", "exec", kdns, "ip", "-6", "route", "add", "default", "via", nodeKdnsSide6},
+		{"ip", "addr", "add", clusterIP + "/32", "dev", podLink},
+		{"ip", "addr", "add", clusterIP6 + "/128", "dev", podLink, "nodad"},
+	} {
+		sh(t, cmd[0], cmd[1:]...)
+	}
+	inNetNS(t, kdns, func() {
+		startDNS(t, kubeDNSPodIP, kubeDNSAnswer)
+		startDNS(t, kubeDNSPodIP6, kubeDNSAnswer)
+	})
+	activateConntrack(t)
+	nftStdin(t, `table inet kube-proxy {
+	chain nat-prerouting {
+		type nat hook prerouting priority dstnat; policy accept;
+		ip daddr `+clusterIP+` meta l4proto { tcp, udp } th dport 53 dnat ip to `+kubeDNSPodIP+`:53
+		ip6 daddr `+clusterIP6+` meta l4proto { tcp, udp } th dport 53 dnat ip6 to [`+kubeDNSPodIP6+`]:53
+	}
+}
+`)
+	spec := Spec{LocalIPs: []netip.Addr{netip.MustParseAddr(clusterIP), netip.MustParseAddr(clusterIP6)}, DNSPort: 53, HealthPort: 8080}
+	if err := c.Apply(Build(spec)); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	for _, ip := range []string{clusterIP, clusterIP6} {
+		expect := func(when, want string) {
+			t.Helper()
+			for _, tcp := range []bool{false, true} {
+				if got := digFrom(t, pod, ip, tcp); got != want {
+					t.Errorf("%s: query to %s (tcp=%v) answered %q, want %q", when, ip, tcp, got, want)
+				}
+			}
+		}
+		expect("no listener", kubeDNSAnswer)
+		stop := startDNS(t, ip, localAnswer)
+		sh(t, "conntrack", "-F") // the DNATed queries above left entries; only new ones count
+		expect("listener bound to the address", localAnswer)
+		if e := conntrackEntries(t, ip); len(e) != 0 {
+			t.Errorf("queries to a listening %s were tracked:\n%v", ip, e)
+		}
+		stop()
+		expect("listener gone", kubeDNSAnswer)
+		startDNS(t, ip, localAnswer)
+		expect("listener back", localAnswer)
+	}
+}

@@ -1,0 +1,180 @@
+package nft
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/bits"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// kernelOps is google/nftables over its lasting socket, plus the raw NEWTABLE it cannot send: v0.3.0's
+// AddTable always sends NFTA_TABLE_FLAGS 0, and the kernel refuses to change the flags of an owned table
+// (EOPNOTSUPP), so the table is created here and never passed to AddTable again.
+type kernelOps struct {
+	*nftables.Conn
+	nl *netlink.Conn // the library's lasting socket, the one that owns our table
+}
+
+// nfgenmsg is the nfnetlink header: family, version, resource id (big endian).
+func nfgenmsg(family uint8, resID uint16) []byte {
+	return []byte{family, unix.NFNETLINK_V0, byte(resID >> 8), byte(resID)}
+}
+
+func (k *kernelOps) CreateOwnedTable(name string) error {
+	attrs, err := netlink.MarshalAttributes([]netlink.Attribute{
+		{Type: unix.NFTA_TABLE_NAME, Data: []byte(name + "\x00")},
+		{Type: unix.NFTA_TABLE_FLAGS, Data: binary.BigEndian.AppendUint32(nil, tableFlagOwner)},
+	})
+	if err != nil {
+		return err
+	}
+	batch := []netlink.Message{
+		{Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_MSG_BATCH_BEGIN), Flags: netlink.Request},
+			Data: nfgenmsg(unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES)},
+		{Header: netlink.Header{
+			Type:  netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_NEWTABLE),
+			Flags: netlink.Request | netlink.Acknowledge | netlink.Create | netlink.Excl,
+		}, Data: append(nfgenmsg(unix.NFPROTO_INET, 0), attrs...)},
+		{Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_MSG_BATCH_END), Flags: netlink.Request},
+			Data: nfgenmsg(unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES)},
+	}
+	if _, err := k.nl.SendMessages(batch); err != nil {
+		return fmt.Errorf("send: %w", err)
+	}
+	if _, err := k.nl.Receive(); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (k *kernelOps) Discard() {
+	if k.nl == nil {
+		return
+	}
+	k.nl.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+	defer k.nl.SetReadDeadline(time.Time{})
+	for range 64 {
+		if _, err := k.nl.Receive(); err != nil && !isAck(err) {
+			return
+		}
+	}
+}
+
+// isAck tells a stale error acknowledgement (a netlink OpError) from the deadline ending the drain.
+func isAck(err error) bool {
+	var oe *netlink.OpError
+	return err != nil && asOpError(err, &oe) && !oe.Timeout()
+}
+
+// Instance is one running nodelocaldns instance as the kernel shows it: an owned table of an instance name.
+type Instance struct {
+	Table   string
+	IPs     []netip.Addr // the addresses it needs on the interface (its sets), sorted
+	Serving bool         // it has its chains: it intercepts (or, without interception, says it serves)
+	Self    bool         // the table this Conn owns
+}
+
+// hasOwner reads the owner flag in either byte order: google/nftables v0.3.0 decodes NFTA_TABLE_FLAGS without
+// setting big endian (see isDormant).
+func hasOwner(flags uint32) bool {
+	return flags&tableFlagOwner != 0 || bits.ReverseBytes32(flags)&tableFlagOwner != 0
+}
+
+// Instances lists the live instances on the node: every inet table with an instance name and the owner flag.
+// A table being created may have no sets yet; it needs no address yet either. Sorted by table name.
+func (c *Conn) Instances() ([]Instance, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	tables, err := c.ops.ListTablesOfFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return nil, fmt.Errorf("list inet tables: %w", err)
+	}
+	chains, err := c.ops.ListChains()
+	if err != nil {
+		return nil, fmt.Errorf("list chains: %w", err)
+	}
+	withChains := map[string]bool{}
+	for _, ch := range chains {
+		if ch.Table != nil && ch.Table.Family == nftables.TableFamilyINet {
+			withChains[ch.Table.Name] = true
+		}
+	}
+	var out []Instance
+	for _, t := range tables {
+		if !isInstanceTableName(t.Name) || !hasOwner(t.Flags) {
+			continue
+		}
+		in := Instance{Table: t.Name, Serving: withChains[t.Name], Self: t.Name == c.table}
+		sets, err := c.ops.GetSets(tableNamed(t.Name))
+		if IsNotExist(err) {
+			continue // gone while we looked: its owner exited
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list sets of table inet %s: %w", t.Name, err)
+		}
+		for _, s := range sets {
+			if s.Name != SetLocal4 && s.Name != SetLocal6 {
+				continue
+			}
+			elems, err := c.ops.GetSetElements(s)
+			if IsNotExist(err) {
+				continue
+			}
+			if err != nil {
+				return nil, fmt.Errorf("list elements of set %s of table inet %s: %w", s.Name, t.Name, err)
+			}
+			for _, e := range elems {
+				if ip, ok := netip.AddrFromSlice(e.Key); ok {
+					in.IPs = append(in.IPs, ip.Unmap())
+				}
+			}
+		}
+		in.IPs = sortedUnique(in.IPs)
+		out = append(out, in)
+	}
+	slices.SortFunc(out, func(a, b Instance) int {
+		if a.Table < b.Table {
+			return -1
+		}
+		if a.Table > b.Table {
+			return 1
+		}
+		return 0
+	})
+	return out, nil
+}
+
+// DeleteLegacy deletes the inet tables with an instance name but without the owner flag: what versions before
+// owned tables left behind (their notrack rules are not gated and would blackhole the ClusterIP after a
+// crash). It returns the names deleted.
+func (c *Conn) DeleteLegacy() ([]string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	tables, err := c.ops.ListTablesOfFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return nil, fmt.Errorf("list inet tables: %w", err)
+	}
+	var deleted []string
+	for _, t := range tables {
+		if !isInstanceTableName(t.Name) || hasOwner(t.Flags) {
+			continue
+		}
+		c.ops.DelTable(tableNamed(t.Name))
+		if err := c.ops.Flush(); err != nil && !IsNotExist(err) {
+			c.ops.Discard()
+			return deleted, fmt.Errorf("delete table inet %s: %w", t.Name, err)
+		}
+		deleted = append(deleted, t.Name)
+	}
+	return deleted, nil
+}
+
+// tableFlagOwner is NFT_TABLE_F_OWNER (include/uapi/linux/netfilter/nf_tables.h, Linux 5.12), which
+// golang.org/x/sys/unix does not define.
+const tableFlagOwner = 0x2

@@ -1,0 +1,74 @@
+package nft
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestOwnedTable pins what the design rests on: another process, root included, can neither change nor delete
+// our table (EPERM), `nft flush ruleset` leaves it, and it vanishes the moment our socket closes.
+func TestOwnedTable(t *testing.T) {
+	c := freshConn(t)
+	rs := Build(goldenCases[2].spec)
+	if err := c.Apply(rs); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	want := listOwn(t, TableName)
+	for _, tamper := range []string{
+		"delete table inet " + TableName,
+		"add table inet " + TableName + " { flags dormant; }",
+		"delete chain inet " + TableName + " " + ChainFilterOutput,
+		"flush chain inet " + TableName + " " + ChainRawPrerouting,
+		"flush set inet " + TableName + " " + SetLocal4,
+		"add element inet " + TableName + " " + SetLocal6 + " { 2001:db8::1 }",
+		"insert rule inet " + TableName + " " + ChainFilterInput + " tcp dport 22 drop",
+		"add chain inet " + TableName + " stray",
+	} {
+		cmd := exec.Command("nft", "-f", "-")
+		cmd.Stdin = strings.NewReader(tamper + "\n")
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "Operation not permitted") {
+			t.Errorf("nft %s: %v %s; want EPERM", tamper, err, out)
+		}
+	}
+	sh(t, "nft", "flush", "ruleset")
+	if got := listOwn(t, TableName); got != want {
+		t.Errorf("after the tampers and nft flush ruleset:\n%s\nwant:\n%s", got, want)
+	}
+	if d, err := c.Check(rs); err != nil || d != nil {
+		t.Errorf("Check after the tampers = %v, %v; want in sync", d, err)
+	}
+
+	// A second instance gets the next name; each sees both, and itself.
+	c2, err := Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if err := c2.Apply(Registration(goldenCases[0].spec)); err != nil {
+		t.Fatalf("second instance: %v", err)
+	}
+	if c2.Table() != TableName+"-1" {
+		t.Errorf("second instance's table = %q, want %s-1", c2.Table(), TableName)
+	}
+	ins, err := c.Instances()
+	if err != nil || len(ins) != 2 || !ins[0].Self || !ins[0].Serving || ins[1].Self || ins[1].Serving ||
+		len(ins[1].IPs) != 1 || ins[1].IPs[0].String() != "169.254.20.10" {
+		t.Errorf("Instances = %+v, %v; want ours serving and the second registered with 169.254.20.10", ins, err)
+	}
+
+	// Closing the socket is the kernel's teardown. An unowned leftover of an earlier version is not an
+	// instance, and DeleteLegacy removes it.
+	c2.Close()
+	nftStdin(t, "add table inet "+TableName+"-7\n")
+	if ins, err := c.Instances(); err != nil || len(ins) != 1 || !ins[0].Self {
+		t.Errorf("Instances after the second closed = %+v, %v; want ours only", ins, err)
+	}
+	if got, err := c.DeleteLegacy(); err != nil || len(got) != 1 || got[0] != TableName+"-7" {
+		t.Errorf("DeleteLegacy = %v, %v", got, err)
+	}
+	if out := sh(t, "nft", "list", "tables"); strings.Contains(out, TableName+"-") {
+		t.Errorf("tables left after close and DeleteLegacy:\n%s", out)
+	}
+}
