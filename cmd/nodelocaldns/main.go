@@ -23,7 +23,6 @@ import (
 	_ "golang.org/x/crypto/x509roots/fallback"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/dnsserver"
-	"github.com/nodelocaldns/nodelocaldns/internal/link"
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 	"github.com/nodelocaldns/nodelocaldns/internal/options"
@@ -79,7 +78,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 func serve(o *options.Options, log *zap.Logger) int {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	// Every signal that would end the process leaves the node the same way (supervisor: delete our table, then
+	// the interface if no other instance is left). SIGKILL cannot be caught: the kernel then removes our
+	// owned table by itself.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT)
 	defer stop()
 
 	// The table's counters are read at scrape time. Scrapes of our endpoint and of CoreDNS's prometheus endpoint
@@ -147,33 +149,13 @@ func ruleCounters(c *nft.Conn) ([]metrics.RuleCounter, error) {
 	return out, nil
 }
 
-// teardown removes what an earlier run left behind: the table, then the interface.
+// teardown is `-teardown`: the same leaving sequence as a stopping instance (supervisor.Teardown).
 func teardown(o *options.Options, log *zap.Logger) int {
-	code := 0
-	if c, err := nft.Open(); err != nil {
-		log.Error("open nftables", zap.Error(err))
-		code = 1
-	} else {
-		if err := c.Teardown(); err != nil {
-			log.Error("delete nftables table", zap.Error(err))
-			code = 1
-		}
-		c.Close()
+	if err := supervisor.Teardown(o, log); err != nil {
+		log.Error("teardown", zap.Error(err))
+		return 1
 	}
-	if m, err := link.New(log); err != nil {
-		log.Error("open link manager", zap.Error(err))
-		code = 1
-	} else {
-		if err := m.Remove(o.InterfaceName); err != nil {
-			log.Error("remove interface", zap.Error(err))
-			code = 1
-		}
-		m.Close()
-	}
-	if code == 0 {
-		log.Info("removed table and interface", zap.String("table", "inet "+nft.TableName), zap.String("interface", o.InterfaceName))
-	}
-	return code
+	return 0
 }
 
 func newLogger(level string, w io.Writer) (*zap.Logger, error) {

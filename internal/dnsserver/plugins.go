@@ -5,8 +5,9 @@ import (
 
 	"github.com/coredns/coredns/core/dnsserver"
 
-	// node-cache's plugin set (kubernetes-sigs/node-local-dns), plus ready. reload and health are ours
-	// (reload.go, health.go): the upstream ones misbehave when CoreDNS is embedded and reloaded in-process.
+	// node-cache's plugin set (kubernetes-sigs/node-local-dns), plus ready. reload, health and loop are ours
+	// (reload.go, health.go, loop.go): the upstream ones misbehave when CoreDNS is embedded and reloaded
+	// in-process, and upstream's loop exits the process.
 	_ "github.com/coredns/coredns/plugin/bind"
 	_ "github.com/coredns/coredns/plugin/bufsize"
 	_ "github.com/coredns/coredns/plugin/cache"
@@ -18,7 +19,6 @@ import (
 	_ "github.com/coredns/coredns/plugin/hosts"
 	_ "github.com/coredns/coredns/plugin/loadbalance"
 	_ "github.com/coredns/coredns/plugin/log"
-	_ "github.com/coredns/coredns/plugin/loop"
 	_ "github.com/coredns/coredns/plugin/metadata"
 	_ "github.com/coredns/coredns/plugin/metrics"
 	_ "github.com/coredns/coredns/plugin/pprof"

@@ -30,6 +30,7 @@ var current atomic.Pointer[Server]
 var registerOnce = sync.OnceValue(func() error {
 	plugin.Register("reload", setupReload)
 	plugin.Register("health", setupHealth)
+	plugin.Register("loop", setupLoop)
 	dnsserver.Directives = directives()
 	caddy.AppName, caddy.AppVersion = "CoreDNS", CoreDNSVersion()
 	caddy.Quiet, dnsserver.Quiet = true, true
@@ -48,12 +49,33 @@ type Server struct {
 	lameduck time.Duration
 	pending  pendingConfig // filled by directive setups during a start or restart
 
-	ready atomic.Pointer[func() error]
+	ready  atomic.Pointer[func() error]
+	onLoop atomic.Pointer[func(*LoopError)]
+	gen    int // configurations started so far: 1 after Start, +1 per successful Reload
 }
 
 type pendingConfig struct {
 	health   map[string]bool
 	lameduck time.Duration
+	gen      int // the generation the configuration being set up will have
+}
+
+// OnLoop sets what is called (once per configuration, from a DNS handler goroutine: it must not block on the
+// server) when the `loop` directive finds a forwarding loop. Without it the loop is only logged.
+func (s *Server) OnLoop(f func(*LoopError)) { s.onLoop.Store(&f) }
+
+// Generation is the number of configurations started so far (1 after Start).
+func (s *Server) Generation() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gen
+}
+
+func (s *Server) reportLoop(e *LoopError) {
+	s.log.Error("loop detected", zap.Error(e))
+	if f := s.onLoop.Load(); f != nil && *f != nil {
+		(*f)(e)
+	}
 }
 
 // New prepares the embedded CoreDNS and routes its log output (the standard logger) into log.
@@ -96,12 +118,13 @@ func (s *Server) Start(corefile []byte, path string) error {
 		return errors.New("coredns is already running")
 	}
 	s.path = path
-	s.pending = pendingConfig{health: map[string]bool{}}
+	s.pending = pendingConfig{health: map[string]bool{}, gen: s.gen + 1}
 	inst, err := caddy.Start(s.input(corefile))
 	if err != nil {
 		return fmt.Errorf("start coredns from %s: %w", path, err)
 	}
 	s.inst, s.corefile = inst, corefile
+	s.gen++
 	return s.commit()
 }
 
@@ -116,12 +139,13 @@ func (s *Server) Reload(corefile []byte) (changed bool, err error) {
 	if string(corefile) == string(s.corefile) {
 		return false, nil
 	}
-	s.pending = pendingConfig{health: map[string]bool{}}
+	s.pending = pendingConfig{health: map[string]bool{}, gen: s.gen + 1}
 	inst, err := s.inst.Restart(s.input(corefile))
 	if err != nil {
 		return false, fmt.Errorf("reload coredns from %s: %w", s.path, err)
 	}
 	s.inst, s.corefile = inst, corefile
+	s.gen++
 	return true, s.commit()
 }
 

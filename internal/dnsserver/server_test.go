@@ -144,6 +144,35 @@ func TestServeReloadStop(t *testing.T) {
 		}
 	})
 
+	t.Run("a forwarding loop is reported, not fatal", func(t *testing.T) {
+		loops := make(chan *LoopError, 4)
+		s.OnLoop(func(e *LoopError) { loops <- e })
+		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		self := pc.LocalAddr().String()
+		pc.Close()
+		_, port, _ := net.SplitHostPort(self)
+		// A second server block that forwards everything to itself: upstream's loop plugin would exit here.
+		looping := string(s.Corefile()) + fmt.Sprintf("example.net:%s {\n  bind 127.0.0.1\n  loop\n  forward . %s\n}\n", port, self)
+		gen := s.Generation()
+		if _, err := s.Reload([]byte(looping)); err != nil {
+			t.Fatalf("Reload: %v", err)
+		}
+		select {
+		case e := <-loops:
+			if e.Generation != gen+1 || e.Zone != "example.net." {
+				t.Errorf("loop reported as %+v, want generation %d, zone example.net.", e, gen+1)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no loop reported within 10 s")
+		}
+		if r := query(t, addr, "reloaded.example"); len(r.Answer) != 1 {
+			t.Errorf("the process must keep serving after a loop: %v", r.Answer)
+		}
+	})
+
 	t.Run("stop", func(t *testing.T) {
 		if err := s.Stop(); err != nil {
 			t.Fatal(err)

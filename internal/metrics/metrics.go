@@ -31,7 +31,9 @@ type Metrics struct {
 	ReloadDuration   prometheus.Histogram   //
 	ForeignDropChain *prometheus.GaugeVec   // chain
 	Ready            prometheus.Gauge       //
-	Leader           prometheus.Gauge       //
+	Instances        prometheus.Gauge       //
+	FailOpen         *prometheus.GaugeVec   // path
+	UnboundLocalIP   *prometheus.GaugeVec   // ip
 	RuleCounters     *RuleCounterCollector  // the table's own counters, read at scrape time
 }
 
@@ -45,7 +47,7 @@ func New(reg prometheus.Registerer, counters func() ([]RuleCounter, error)) (*Me
 		}, []string{"errortype"}),
 		Passes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "nodelocaldns", Name: "reconcile_passes_total",
-			Help: "Reconcile passes by what triggered them and their result (in_sync, repaired, error, standby).",
+			Help: "Reconcile passes by what triggered them and their result (in_sync, repaired, error).",
 		}, []string{"trigger", "result"}),
 		PassDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "nodelocaldns", Name: "reconcile_duration_seconds",
@@ -58,7 +60,7 @@ func New(reg prometheus.Registerer, counters func() ([]RuleCounter, error)) (*Me
 		}, []string{"object"}),
 		Reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "nodelocaldns", Name: "corefile_reloads_total",
-			Help: "In-process CoreDNS reloads after a ConfigMap change or SIGUSR1, by result (reloaded, unchanged, error).",
+			Help: "In-process CoreDNS reloads after a ConfigMap change or SIGUSR1, by result (reloaded, unchanged, error, loop: refused for a forwarding loop).",
 		}, []string{"result"}),
 		ReloadDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "nodelocaldns", Name: "corefile_reload_duration_seconds",
@@ -73,15 +75,23 @@ func New(reg prometheus.Registerer, counters func() ([]RuleCounter, error)) (*Me
 			Namespace: "nodelocaldns", Name: "ready",
 			Help: "1 when CoreDNS serves and the nftables table and interface are in place.",
 		}),
-		Leader: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "nodelocaldns", Name: "leader",
-			Help: "1 when this instance manages the node's table and interface, 0 while it waits for an older instance to hand over.",
+		Instances: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "nodelocaldns", Name: "instances",
+			Help: "Live nodelocaldns instances on the node (owned instance tables), this one included, at the last look.",
 		}),
+		FailOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "nodelocaldns", Name: "fail_open",
+			Help: "1 when queries on this path go to kube-dns while no instance listens: prerouting (pods) is gated on a live listener unless the kernel lacks nft_socket; output (host-network clients) cannot be gated and fails open only when the instance's table goes.",
+		}, []string{"path"}),
+		UnboundLocalIP: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "nodelocaldns", Name: "unbound_local_ip",
+			Help: "1 for a local IP no DNS listener is bound to (the Corefile listens on the wildcard address): queries to it are not intercepted.",
+		}, []string{"ip"}),
 	}
 	for _, t := range []string{ErrIptables, ErrIptablesLock, ErrInterfaceAdd, ErrInterfaceCheck, ErrConfigmap, ErrNftables} {
 		m.SetupErrors.WithLabelValues(t)
 	}
-	cs := []prometheus.Collector{m.SetupErrors, m.Passes, m.PassDuration, m.Repairs, m.Reloads, m.ReloadDuration, m.ForeignDropChain, m.Ready, m.Leader}
+	cs := []prometheus.Collector{m.SetupErrors, m.Passes, m.PassDuration, m.Repairs, m.Reloads, m.ReloadDuration, m.ForeignDropChain, m.Ready, m.Instances, m.FailOpen, m.UnboundLocalIP}
 	if counters != nil {
 		m.RuleCounters = &RuleCounterCollector{read: counters}
 		cs = append(cs, m.RuleCounters)

@@ -13,8 +13,8 @@ import (
 // effect only on Flush, all or nothing; deleting an absent table, or adding to one, fails with ENOENT;
 // adding an existing table or set is not an error (no NLM_F_EXCL). flushErr makes the next Flush fail.
 type fakeKernel struct {
-	tables   []*fakeTable
-	queue    []func(*fakeKernel) error
+	tables    []*fakeTable
+	queue     []func(*fakeKernel) error
 	flushErr  error
 	createErr error
 	flushes   int

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -21,55 +22,27 @@ const (
 	resultInSync   = "in_sync"
 	resultRepaired = "repaired"
 	resultError    = "error"
-	resultStandby  = "standby"
 )
 
-// pass recomputes nothing but compares: the desired state is fixed by the flags, so each pass reads the kernel,
-// and writes only what differs. Only the leader writes.
+// pass makes the interface carry what the live instances need (node.ensureLink) and looks for foreign drop
+// policies. Our table needs no pass: it is owned, nobody else can change it. Other instances' tables coming
+// and going change the union, so their notifications trigger passes too.
 func (s *Supervisor) pass(_ context.Context, reasons []string) error {
 	start := time.Now()
-	if !s.leader.Load() {
-		s.countPass(reasons, resultStandby, start)
-		return nil
-	}
 	var repaired []string
 	var errs []error
-	// The table first: it is what steers the ClusterIP's traffic, and what most events are about.
-	if s.table != nil {
-		drift, err := s.table.Check(s.ruleset)
-		if err != nil {
-			s.setupError(metrics.ErrNftables)
-			errs = append(errs, fmt.Errorf("check nftables table: %w", err))
-		}
-		if err != nil || len(drift) > 0 {
-			s.log.Debug("applying nftables ruleset", zap.String("ruleset", s.ruleset.String()))
-			if err := s.table.Apply(s.ruleset); err != nil {
-				s.setupError(metrics.ErrNftables)
-				errs = append(errs, fmt.Errorf("apply nftables table: %w", err))
-			} else {
-				for _, d := range drift {
-					s.repair(string(d.Kind), 1)
-					repaired = append(repaired, d.String())
-				}
-			}
-		}
+	changes, err := s.node.ensureLink()
+	if err != nil {
+		s.setupError(metrics.ErrInterfaceAdd)
+		errs = append(errs, fmt.Errorf("ensure interface %q: %w", s.opts.InterfaceName, err))
 	}
-	if s.links != nil {
-		changes, err := s.links.Ensure(s.linkSpec)
-		if err != nil {
-			s.setupError(metrics.ErrInterfaceAdd)
-			errs = append(errs, fmt.Errorf("ensure interface %q: %w", s.linkSpec.Name, err))
-		}
-		if len(changes) > 0 {
-			s.repair("interface", len(changes))
-			repaired = append(repaired, changes...)
-		}
+	if len(changes) > 0 {
+		s.repair("interface", len(changes))
+		repaired = append(repaired, changes...)
 	}
-	if s.table != nil {
-		s.checkForeignDrop()
-	}
-	err := errors.Join(errs...)
-	s.lastPass.Store(&err)
+	s.checkForeignDrop()
+	err = errors.Join(errs...)
+	s.lastPass.store(err)
 	switch {
 	case err != nil:
 		s.countPass(reasons, resultError, start)
@@ -84,60 +57,24 @@ func (s *Supervisor) pass(_ context.Context, reasons []string) error {
 	return err
 }
 
-// ensureLink creates the interface at start-up; the listeners cannot bind before it exists.
-func (s *Supervisor) ensureLink() error {
-	if s.links == nil {
-		return nil
-	}
-	changes, err := s.links.Ensure(s.linkSpec)
-	if err != nil {
-		s.setupError(metrics.ErrInterfaceAdd)
-		return fmt.Errorf("ensure interface %q: %w", s.linkSpec.Name, err)
-	}
-	s.log.Info("interface ready", zap.String("interface", s.linkSpec.Name), zap.String("kind", s.links.Kind()), zap.Strings("changes", changes))
-	return nil
-}
+// atomicErr holds an error, nil included.
+type atomicErr struct{ p atomic.Pointer[error] }
 
-// waitForLink lets a successor start serving once the leader's interface carries the listen addresses.
-func (s *Supervisor) waitForLink(ctx context.Context) error {
-	if s.links == nil {
-		return nil
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		diff, err := s.links.Check(s.linkSpec)
-		if err == nil && len(diff) == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("interface %q not ready under the current leader: %v %v", s.linkSpec.Name, diff, err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
+func (a *atomicErr) store(err error) { a.p.Store(&err) }
 
-// checkKernel compares without writing: a successor's readiness.
-func (s *Supervisor) checkKernel() error {
-	if s.links != nil {
-		if diff, err := s.links.Check(s.linkSpec); err != nil || len(diff) > 0 {
-			return fmt.Errorf("interface %q: %v %v", s.linkSpec.Name, diff, err)
-		}
+// load returns the stored error; before any store, that no pass has run yet.
+func (a *atomicErr) load() error {
+	if p := a.p.Load(); p != nil {
+		return *p
 	}
-	if s.table != nil {
-		if drift, err := s.table.Check(s.ruleset); err != nil || len(drift) > 0 {
-			return fmt.Errorf("nftables table: %v %v", drift, err)
-		}
-	}
-	return nil
+	return errors.New("no reconcile pass yet")
 }
 
 // startWatchers turns kernel notifications into reconcile triggers. Each watcher resubscribes after an overrun
 // and reports it as a trigger, so a lost event always costs one full pass, never a missed repair.
 func (s *Supervisor) startWatchers(ctx context.Context, wg *sync.WaitGroup) {
+	// Our table cannot be tampered with; the nftables watch only tells us of other tables changing (other
+	// instances registering or leaving, foreign drop policies).
 	if s.table != nil {
 		wg.Go(func() {
 			err := nft.Watch(ctx, s.log, func(reason string) { s.runner.Trigger("nft:" + reason) }, nft.IgnoreConn(s.table))
@@ -148,7 +85,7 @@ func (s *Supervisor) startWatchers(ctx context.Context, wg *sync.WaitGroup) {
 	}
 	if s.links != nil {
 		wg.Go(func() {
-			err := link.Watch(ctx, s.log, s.linkSpec.Name, func(reason string) { s.runner.Trigger("link:" + reason) })
+			err := link.Watch(ctx, s.log, s.opts.InterfaceName, func(reason string) { s.runner.Trigger("link:" + reason) })
 			if err != nil && ctx.Err() == nil {
 				s.log.Error("link watch stopped; relying on the periodic pass", zap.Error(err))
 			}
@@ -158,6 +95,9 @@ func (s *Supervisor) startWatchers(ctx context.Context, wg *sync.WaitGroup) {
 
 // checkForeignDrop warns once per chain of another table that drops what our accept rules let through.
 func (s *Supervisor) checkForeignDrop() {
+	if s.table == nil {
+		return
+	}
 	chains, err := s.table.ForeignDropPolicies()
 	if err != nil {
 		s.log.Debug("list foreign drop policies", zap.Error(err))
@@ -170,12 +110,12 @@ func (s *Supervisor) checkForeignDrop() {
 			s.log.Warn("a base chain of another table drops by policy on the path of DNS traffic; our accept rules cannot override it",
 				zap.String("chain", c))
 		}
-		s.setGauge(func(m *metrics.Metrics) { m.ForeignDropChain.WithLabelValues(c).Set(1) })
+		withMetrics(s.m, func(m *metrics.Metrics) { m.ForeignDropChain.WithLabelValues(c).Set(1) })
 	}
 	s.warnedDrop.Range(func(k, _ any) bool {
 		if c := k.(string); !current[c] {
 			s.warnedDrop.Delete(c)
-			s.setGauge(func(m *metrics.Metrics) { m.ForeignDropChain.DeleteLabelValues(c) })
+			withMetrics(s.m, func(m *metrics.Metrics) { m.ForeignDropChain.DeleteLabelValues(c) })
 		}
 		return true
 	})
@@ -186,7 +126,7 @@ func (s *Supervisor) checkForeignDrop() {
 // Only a pass asked for by several kinds (nft and link) counts under each; the duration histogram's count is
 // the number of passes.
 func (s *Supervisor) countPass(reasons []string, result string, start time.Time) {
-	s.setGauge(func(m *metrics.Metrics) {
+	withMetrics(s.m, func(m *metrics.Metrics) {
 		m.PassDuration.Observe(time.Since(start).Seconds())
 		for _, trigger := range triggerKinds(reasons) {
 			m.Passes.WithLabelValues(trigger, result).Inc()
@@ -206,9 +146,9 @@ func triggerKinds(reasons []string) []string {
 }
 
 func (s *Supervisor) repair(object string, n int) {
-	s.setGauge(func(m *metrics.Metrics) { m.Repairs.WithLabelValues(object).Add(float64(n)) })
+	withMetrics(s.m, func(m *metrics.Metrics) { m.Repairs.WithLabelValues(object).Add(float64(n)) })
 }
 
 func (s *Supervisor) setupError(kind string) {
-	s.setGauge(func(m *metrics.Metrics) { m.SetupErrors.WithLabelValues(kind).Inc() })
+	withMetrics(s.m, func(m *metrics.Metrics) { m.SetupErrors.WithLabelValues(kind).Inc() })
 }

@@ -1,27 +1,25 @@
 // Package supervisor owns the agent's lifecycle: the ordered start-up, the event-driven reconcile of the
-// nftables table and the interface, ConfigMap reloads, readiness, and the deadline-bounded shutdown.
+// interface, ConfigMap reloads, readiness, and the deadline-bounded shutdown.
 //
-// Start-up: validate -> render the Corefile -> interface -> CoreDNS listening -> nftables table -> ready. The
-// interface comes before CoreDNS because `bind` needs the listen addresses to exist; an address on the interface
-// steers nothing until the table's notrack rules exist, so the table still appears only once CoreDNS listens.
-// Shutdown: delete the table first (ClusterIP traffic falls back to kube-dns through kube-proxy), then the
-// interface (unless -skipteardown), then stop CoreDNS; or, when a newer instance is waiting (surge rollout),
-// leave both to it. Nothing here exits the process: errors travel up to main.
-//
-// A second instance on the node (surge rollout) serves DNS beside the first as a standby: it waits for the
-// leader's interface, starts CoreDNS (SO_REUSEPORT), registers with the leader and only then says ready, so the
-// leader hands over on SIGTERM instead of tearing down (lease.go for the protocol, handover.go, shutdown.go).
+// Start-up: validate -> render the Corefile -> register our owned nftables table (sets only) -> interface
+// carries the union of every live instance's addresses -> CoreDNS listening -> our chains (serving) -> ready.
+// The interface comes before CoreDNS because `bind` needs the listen addresses to exist; the chains come last
+// and are gated on a live listener anyway. Shutdown, for every signal that ends the process: delete our table
+// (ClusterIP traffic falls back to kube-dns through kube-proxy), then remove the interface if no other
+// instance is left, else hand our DNS listeners over to them (detach.go), then stop CoreDNS. The kernel
+// removes our table by itself if the process dies (node.go). Nothing here exits the process: errors travel up
+// to main.
 package supervisor
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -36,7 +34,7 @@ import (
 
 // Timing of the reconcile loop and of shutdown.
 const (
-	minPassInterval  = 5 * time.Millisecond  // floor between passes: bounds the cost of an adversary flushing in a loop
+	minPassInterval  = 5 * time.Millisecond  // floor between passes: bounds the cost of an event storm
 	configDebounce   = 20 * time.Millisecond // coalesces a ConfigMap update's burst of inotify events
 	shutdownDeadline = 20 * time.Second      // below the pod's default 30 s grace period
 	defaultKubeDNSCM = "/etc/kube-dns"
@@ -63,20 +61,17 @@ type Supervisor struct {
 	params     corefile.Params
 	kubeDNSDir string
 	kubeDNS    corefile.KubeDNS // the last kube-dns ConfigMap accepted; only the start-up and the reload runner touch it
-	ruleset    *nft.Ruleset
-	linkSpec   link.Spec
 
-	dns      *dnsserver.Server
-	table    *nft.Conn
-	links    *link.Manager
-	lease    *lease    // held while leader
-	follower *follower // registration with the leader while standby
+	node    *node
+	table   *nft.Conn
+	links   *link.Manager
+	dns     *dnsserver.Server
+	runner  *Runner
+	reloads *Runner
 
-	runner     *Runner
-	reloads    *Runner
-	leader     atomic.Bool
-	lastPass   atomic.Pointer[error] // result of the last reconcile pass
-	warnedDrop sync.Map              // foreign drop chains already warned about
+	lastPass   atomicErr // result of the last reconcile pass
+	warnedDrop sync.Map  // foreign drop chains already warned about
+	loops      loopState
 }
 
 // New validates cfg and prepares an agent; nothing is started yet.
@@ -94,20 +89,20 @@ func New(cfg Config) (*Supervisor, error) {
 		LocalIPs: o.LocalIPs, DNSPort: o.DNSPort, ClusterDNS: cfg.Getenv(env), ClusterDNSEnv: env,
 		PrometheusEndpoint: o.PrometheusListenAddress,
 	}
-	spec := nft.Spec{LocalIPs: o.LocalIPs, DNSPort: o.DNSPort, HealthPort: o.HealthPort}
+	spec := nft.Spec{LocalIPs: o.LocalIPs, DNSPort: o.DNSPort, HealthPort: o.HealthPort, NoInterception: !o.SetupNftables}
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
-	s.ruleset = nft.Build(spec)
-	s.linkSpec = link.Spec{Name: o.InterfaceName, IPs: o.LocalIPs}
-	if err := s.linkSpec.Validate(); err != nil {
+	linkSpec := link.Spec{Name: o.InterfaceName, IPs: o.LocalIPs}
+	if err := linkSpec.Validate(); err != nil {
 		return nil, err
 	}
+	s.node = &node{log: cfg.Log, m: cfg.Metrics, ifname: o.InterfaceName, spec: spec}
 	return s, nil
 }
 
-// Run starts the agent, serves until ctx is done, then shuts down. It returns an error only when start-up
-// fails; a failing reconcile pass or reload is logged, counted and retried.
+// Run starts the agent, serves until ctx is done, then shuts down. It returns an error when start-up fails,
+// after the same orderly shutdown; a failing reconcile pass or reload is logged, counted and retried.
 func (s *Supervisor) Run(ctx context.Context) (err error) {
 	start := time.Now()
 	step := func(name string, t time.Time) {
@@ -127,86 +122,124 @@ func (s *Supervisor) Run(ctx context.Context) (err error) {
 	s.writeCorefile(cf)
 	step("render corefile", t)
 
-	// Leadership first: a standby must not touch the kernel, and must find the interface the leader made.
 	if s.manages() {
-		t = time.Now()
 		if err := s.openKernel(); err != nil {
 			return err
 		}
-		defer s.closeKernel()
-		l, ok, err := tryAcquireLease(leaseName(s.opts.InterfaceName))
-		if err != nil {
-			return fmt.Errorf("acquire lease %s: %w", leaseName(s.opts.InterfaceName), err)
-		}
-		if ok {
-			s.becomeLeader(l)
-			if err := s.ensureLink(); err != nil {
-				return err
-			}
-		} else {
-			s.log.Info("another instance manages this node; serving as its successor until it hands over")
-			if err := s.waitForLink(ctx); err != nil {
-				return err
-			}
-		}
-		step("interface", t)
+		defer s.closeKernel() // closing our socket is what removes our table if nothing else did
 	}
+	runCtx, stopRunning := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { s.shutdown(stopRunning, &wg) }()
+
+	t = time.Now()
+	if err := s.node.register(); err != nil {
+		s.setupError(metrics.ErrNftables)
+		return err
+	}
+	if changes, err := s.node.ensureLink(); err != nil {
+		s.setupError(metrics.ErrInterfaceAdd)
+		return fmt.Errorf("ensure interface %q: %w", s.opts.InterfaceName, err)
+	} else if s.links != nil {
+		s.log.Info("interface ready", zap.String("interface", s.opts.InterfaceName), zap.String("kind", s.links.Kind()), zap.Strings("changes", changes))
+	}
+	step("registered and interface", t)
 
 	t = time.Now()
 	if s.dns, err = dnsserver.New(s.log.Named("dns")); err != nil {
 		return err
 	}
 	s.dns.SetReadiness(s.readiness)
+	s.dns.OnLoop(s.onLoop)
 	if err := s.dns.Start(cf, s.opts.Corefile); err != nil {
 		return err
 	}
 	s.log.Info("serving dns", zap.Strings("listeners", s.dns.Addrs()))
+	if err := s.checkListeners(); err != nil {
+		return err
+	}
 	step("coredns listening", t)
 	s.writePIDFile()
-	if s.manages() && !s.leader.Load() {
-		// Registered before "ready": the leader must know of us before the kubelet can stop it.
-		if err := s.registerStandby(ctx); err != nil {
-			return err
-		}
-	}
 
-	runCtx, stopRunning := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	defer func() {
-		s.shutdown(stopRunning, &wg)
-	}()
+	t = time.Now()
+	if err := s.node.serve(); err != nil {
+		s.setupError(metrics.ErrNftables)
+		return err
+	}
+	s.lastPass.store(nil)
+	step("serving", t)
 
 	s.reloads = NewRunner(RunnerConfig{MaxInterval: 24 * time.Hour, BackoffMin: time.Second, BackoffMax: 30 * time.Second}, s.reloadPass)
 	wg.Go(func() { s.reloads.Run(runCtx) })
 	wg.Go(func() { watcher.Run(runCtx, func() { s.reloads.Trigger("configmap") }) })
 	wg.Go(func() { s.onSIGUSR1(runCtx) })
-
 	if s.manages() {
-		t = time.Now()
 		s.runner = NewRunner(RunnerConfig{MinInterval: minPassInterval, MaxInterval: s.opts.SyncInterval}, s.pass)
-		if s.leader.Load() {
-			if err := s.pass(ctx, []string{"start"}); err != nil {
-				// The runner has not failed a pass yet, so it would wait for an event or the periodic pass:
-				// ask it for one now, and its backoff takes over from there.
-				s.log.Error("first reconcile pass failed; retrying", zap.Error(err))
-				s.runner.Trigger(ReasonRetry)
-			}
-			step("nftables table", t)
-		}
 		s.startWatchers(runCtx, &wg)
 		wg.Go(func() { s.runner.Run(runCtx) })
-		if !s.leader.Load() {
-			wg.Go(func() { s.awaitHandover(runCtx) })
+	}
+	s.log.Info("ready", zap.Duration("elapsed", time.Since(start)), zap.String("table", s.tableName()),
+		zap.Bool("gated", s.node.gated.Load()), zap.Int32("other_instances", s.node.others.Load()))
+	select {
+	case <-ctx.Done():
+		s.log.Info("shutting down", zap.String("reason", context.Cause(ctx).Error()))
+	case err := <-s.fatal():
+		s.log.Error("shutting down", zap.Error(err))
+		return err
+	}
+	return nil
+}
+
+// shutdown stops the loops, leaves the node (node.leave), hands our listeners over when another instance
+// stays, and stops CoreDNS, within the deadline.
+func (s *Supervisor) shutdown(stopRunning context.CancelFunc, wg *sync.WaitGroup) {
+	start := time.Now()
+	stopRunning()
+	wg.Wait()
+	othersServe := s.node.leave(s.opts.SkipTeardown, drainDelay)
+	if s.dns != nil {
+		if othersServe {
+			s.passQueries()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), shutdownDeadline)
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- s.dns.Stop() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				s.log.Warn("stop coredns", zap.Error(err))
+			}
+		case <-ctx.Done():
+			s.log.Error("coredns did not stop before the deadline", zap.Duration("deadline", shutdownDeadline))
 		}
 	}
-	s.log.Info("ready", zap.Duration("elapsed", time.Since(start)), zap.Bool("leader", s.leader.Load()))
-	<-ctx.Done()
-	s.log.Info("shutting down", zap.String("reason", context.Cause(ctx).Error()))
-	return nil
+	if s.opts.PIDFile != "" {
+		os.Remove(s.opts.PIDFile)
+	}
+	s.log.Info("stopped", zap.Duration("elapsed", time.Since(start)))
+}
+
+// passQueries leaves new queries to the instance that stays (detach.go) and gives CoreDNS a moment to answer
+// the ones already queued on our listeners before it stops.
+func (s *Supervisor) passQueries() {
+	n, err := detachListeners(s.opts.LocalIPs, s.opts.DNSPort)
+	if err != nil {
+		s.log.Warn("detach dns listeners; queries queued on them when they close are lost", zap.Error(err))
+	}
+	s.log.Info("detached dns listeners; the other instance answers new queries", zap.Int("listeners", n))
+	time.Sleep(drainDelay)
 }
 
 // manages reports whether this agent touches the kernel at all.
 func (s *Supervisor) manages() bool { return s.opts.SetupInterface || s.opts.SetupNftables }
+
+func (s *Supervisor) tableName() string {
+	if s.table == nil {
+		return ""
+	}
+	return "inet " + s.table.Table()
+}
 
 func (s *Supervisor) watchDirs() []string {
 	dirs := []string{filepath.Dir(s.opts.BaseCorefile)}
@@ -216,17 +249,19 @@ func (s *Supervisor) watchDirs() []string {
 	return dirs
 }
 
+// openKernel opens our nftables socket (always, when we manage anything: even without interception our table
+// is how other instances know which addresses we need) and the link manager.
 func (s *Supervisor) openKernel() error {
 	var err error
-	if s.opts.SetupNftables {
-		if s.table, err = nft.Open(nft.WithLogger(s.log)); err != nil {
-			return fmt.Errorf("open nftables: %w", err)
-		}
+	if s.table, err = nft.Open(nft.WithLogger(s.log)); err != nil {
+		return fmt.Errorf("open nftables: %w", err)
 	}
+	s.node.reg = s.table
 	if s.opts.SetupInterface {
 		if s.links, err = link.New(s.log); err != nil {
 			return fmt.Errorf("open link manager: %w", err)
 		}
+		s.node.links = s.links
 	}
 	return nil
 }
@@ -249,32 +284,52 @@ func (s *Supervisor) writePIDFile() {
 	}
 }
 
-func (s *Supervisor) setGauge(f func(*metrics.Metrics)) {
-	if s.m != nil {
-		f(s.m)
+// readiness is /ready: CoreDNS serves (checked by dnsserver), this instance and every other live one serve
+// (node.ready), and the last reconcile pass of the interface succeeded.
+func (s *Supervisor) readiness() error {
+	err := s.node.ready()
+	if err == nil {
+		err = s.lastPass.load()
 	}
+	withMetrics(s.m, func(m *metrics.Metrics) { m.Ready.Set(b2f(err == nil)) })
+	return err
 }
 
-// readiness is /ready: CoreDNS serves (checked by dnsserver) and the kernel state is in place.
-func (s *Supervisor) readiness() error {
-	var err error
-	switch {
-	case !s.manages():
-	case s.leader.Load():
-		if p := s.lastPass.Load(); p == nil {
-			err = errors.New("no reconcile pass yet")
-		} else {
-			err = *p
-		}
-	default:
-		err = s.checkKernel()
+// checkListeners finds local IPs that no DNS listener is bound to. The interception gate only sees a socket
+// bound to the address itself (nft.Gate): a Corefile whose servers listen on the wildcard address serves, but
+// nothing sent to our addresses from a pod is ever intercepted. Some such addresses: a loud error and
+// nodelocaldns_unbound_local_ip; all of them: start-up fails, since the agent would then intercept nothing at
+// all while looking healthy.
+func (s *Supervisor) checkListeners() error {
+	if !s.opts.SetupNftables {
+		return nil
 	}
-	s.setGauge(func(m *metrics.Metrics) {
-		if err == nil {
-			m.Ready.Set(1)
-		} else {
-			m.Ready.Set(0)
+	bound := map[netip.Addr]bool{}
+	for _, a := range s.dns.Addrs() {
+		host, port, err := net.SplitHostPort(a)
+		if err != nil || port != strconv.Itoa(int(s.opts.DNSPort)) {
+			continue
 		}
-	})
-	return err
+		if ip, err := netip.ParseAddr(host); err == nil {
+			bound[ip.Unmap()] = true
+		}
+	}
+	var unbound []string
+	for _, ip := range s.opts.LocalIPs {
+		b := bound[ip]
+		withMetrics(s.m, func(m *metrics.Metrics) { m.UnboundLocalIP.WithLabelValues(ip.String()).Set(b2f(!b)) })
+		if !b {
+			unbound = append(unbound, ip.String())
+		}
+	}
+	switch {
+	case len(unbound) == 0:
+		return nil
+	case len(unbound) == len(s.opts.LocalIPs):
+		return fmt.Errorf("no DNS listener is bound to any local IP (%v) on port %d: the Corefile's servers need `bind` "+
+			"to them, the interception only takes queries for an address a listener is bound to", unbound, s.opts.DNSPort)
+	}
+	s.log.Error("no DNS listener bound to these local IPs: queries to them are not intercepted and go to kube-dns (add them to `bind`)",
+		zap.Strings("ips", unbound), zap.Uint16("port", s.opts.DNSPort))
+	return nil
 }

@@ -7,12 +7,15 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/corefile"
+	"github.com/nodelocaldns/nodelocaldns/internal/dnsserver"
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 )
 
@@ -52,14 +55,25 @@ func (s *Supervisor) render() ([]byte, error) {
 // running configuration keeps serving; a refused kube-dns ConfigMap alone leaves the rest of a change to apply.
 func (s *Supervisor) reloadPass(_ context.Context, reasons []string) error {
 	start := time.Now()
+	if s.revertLoop() {
+		return nil
+	}
 	cf, kd, kdErr, err := s.latest()
 	changed := false
+	if err == nil && s.loops.isRefused(cf) {
+		s.log.Error("configuration still the one refused for a forwarding loop; the previous one keeps serving", zap.Strings("triggers", reasons))
+		withMetrics(s.m, func(m *metrics.Metrics) { m.Reloads.WithLabelValues("loop").Inc() })
+		return nil
+	}
 	if err == nil {
-		changed, err = s.dns.Reload(cf)
+		prev := s.dns.Corefile()
+		if changed, err = s.dns.Reload(cf); changed {
+			s.loops.reloaded(prev)
+		}
 	}
 	if err != nil {
 		s.setupError(metrics.ErrConfigmap)
-		s.setGauge(func(m *metrics.Metrics) { m.Reloads.WithLabelValues("error").Inc() })
+		withMetrics(s.m, func(m *metrics.Metrics) { m.Reloads.WithLabelValues("error").Inc() })
 		s.log.Error("configuration change refused; the running configuration keeps serving", zap.Strings("triggers", reasons), zap.Error(err))
 		return nil // a bad ConfigMap is retried on its next change, not in a loop
 	}
@@ -69,7 +83,7 @@ func (s *Supervisor) reloadPass(_ context.Context, reasons []string) error {
 	case changed:
 		result = "reloaded"
 		s.writeCorefile(cf)
-		s.setGauge(func(m *metrics.Metrics) { m.ReloadDuration.Observe(time.Since(start).Seconds()) })
+		withMetrics(s.m, func(m *metrics.Metrics) { m.ReloadDuration.Observe(time.Since(start).Seconds()) })
 		s.log.Info("reloaded coredns", zap.Strings("triggers", reasons), zap.Duration("elapsed", time.Since(start)))
 	case kdErr != nil:
 		result = "error" // the change was the refused kube-dns ConfigMap: nothing of it applied
@@ -77,8 +91,78 @@ func (s *Supervisor) reloadPass(_ context.Context, reasons []string) error {
 		// Said at info level: an operator who sends SIGUSR1 (or edits a key nothing reads) learns it was heard.
 		s.log.Info("configuration unchanged; coredns keeps running", zap.Strings("triggers", reasons), zap.Duration("elapsed", time.Since(start)))
 	}
-	s.setGauge(func(m *metrics.Metrics) { m.Reloads.WithLabelValues(result).Inc() })
+	withMetrics(s.m, func(m *metrics.Metrics) { m.Reloads.WithLabelValues(result).Inc() })
 	return nil
+}
+
+// loopState is what the supervisor knows of forwarding loops the `loop` directive found (dnsserver/loop.go).
+type loopState struct {
+	fatal   chan error // a loop in the first configuration: start-up fails
+	pending atomic.Int32
+	mu      sync.Mutex
+	prev    []byte // the configuration that served before the last reload
+	refused []byte // a configuration reverted for a loop: not applied again until it changes
+}
+
+func (l *loopState) reloaded(prev []byte) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.prev = prev
+}
+
+func (l *loopState) isRefused(cf []byte) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.refused != nil && bytes.Equal(l.refused, cf)
+}
+
+// fatal is where a loop in the first configuration is reported.
+func (s *Supervisor) fatal() <-chan error { return s.loops.fatalCh() }
+
+func (l *loopState) fatalCh() chan error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.fatal == nil {
+		l.fatal = make(chan error, 1)
+	}
+	return l.fatal
+}
+
+// onLoop is called by the `loop` directive. A loop in the first configuration fails start-up through the
+// orderly shutdown (our table goes, the ClusterIP fails open to kube-dns, the pod restarts); a loop in a
+// reloaded configuration makes the reload runner put the previous configuration back.
+func (s *Supervisor) onLoop(e *dnsserver.LoopError) {
+	if e.Generation <= 1 {
+		select {
+		case s.loops.fatalCh() <- fmt.Errorf("start-up refused: %w", e):
+		default:
+		}
+		return
+	}
+	s.loops.pending.Store(int32(e.Generation))
+	if s.reloads != nil {
+		s.reloads.Trigger("loop")
+	}
+}
+
+// revertLoop puts the previous configuration back when the running one was found looping.
+func (s *Supervisor) revertLoop() bool {
+	gen := int(s.loops.pending.Swap(0))
+	if gen == 0 || gen != s.dns.Generation() {
+		return false // none, or a later reload already replaced it
+	}
+	s.loops.mu.Lock()
+	prev := s.loops.prev
+	s.loops.refused = s.dns.Corefile()
+	s.loops.mu.Unlock()
+	withMetrics(s.m, func(m *metrics.Metrics) { m.Reloads.WithLabelValues("loop").Inc() })
+	if _, err := s.dns.Reload(prev); err != nil {
+		s.log.Error("reload refused for a forwarding loop, and putting the previous configuration back failed", zap.Error(err))
+		return true
+	}
+	s.writeCorefile(prev)
+	s.log.Error("reload refused: the new configuration forwards to itself; the previous one serves again")
+	return true
 }
 
 // writeCorefile writes the Corefile for operators to read, atomically (temp file + rename). It is not what

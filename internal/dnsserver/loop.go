@@ -1,0 +1,161 @@
+package dnsserver
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"math/big"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/plugin"
+	"github.com/miekg/dns"
+)
+
+// The `loop` directive keeps upstream's syntax (no arguments, once per server block) and its detection: at
+// start-up the server sends itself a HINFO query for a random name under its zone; if that query comes back
+// to it more than twice, the configuration forwards to itself. Upstream then calls log.Fatalf, which exits the
+// process without any teardown. Here the detection is reported to the agent (Server.OnLoop), which fails
+// start-up or refuses the reload in order, and the looping query is answered SERVFAIL instead of being passed
+// on again, which breaks the circle.
+
+const (
+	loopProbeFor  = 30 * time.Second // how long the probe is retried while the server cannot be reached
+	loopWatchFor  = 2 * time.Second  // how long after a probe was answered a returning probe still counts
+	loopThreshold = 2                // seen more than this many times: a loop
+)
+
+// LoopError says a configuration forwards queries back to itself.
+type LoopError struct {
+	Generation int    // the configuration it was found in: 1 is the first, each reload adds one
+	Zone, Addr string // the server block
+	QName      string // the probe's name
+}
+
+func (e *LoopError) Error() string {
+	return fmt.Sprintf("forwarding loop detected for zone %q at %s (configuration %d): the probe HINFO %s came back to us",
+		e.Zone, e.Addr, e.Generation, e.QName)
+}
+
+type loopHandler struct {
+	next  plugin.Handler
+	zone  string
+	qname string
+	gen   int
+	addr  string
+	srv   *Server
+
+	mu       sync.Mutex
+	seen     int
+	off      bool
+	reported bool
+}
+
+func setupLoop(c *caddy.Controller) error {
+	s := current.Load()
+	if s == nil {
+		return plugin.Error("loop", fmt.Errorf("no nodelocaldns server is starting"))
+	}
+	zone := "."
+	for i := 0; c.Next(); i++ {
+		if i > 0 {
+			return plugin.Error("loop", plugin.ErrOnce)
+		}
+		if c.NextArg() {
+			return plugin.Error("loop", c.ArgErr())
+		}
+		if len(c.ServerBlockKeys) > 0 {
+			if z := plugin.Host(c.ServerBlockKeys[0]).NormalizeExact(); len(z) > 0 {
+				zone = z[0]
+			}
+		}
+	}
+	l := &loopHandler{zone: zone, qname: randomLabel() + "." + randomLabel() + "." + strings.TrimPrefix(zone, "."), gen: s.pending.gen, srv: s}
+	if zone == "." {
+		l.qname = randomLabel() + "." + randomLabel() + "."
+	}
+	cfg := dnsserver.GetConfig(c)
+	cfg.AddPlugin(func(next plugin.Handler) plugin.Handler {
+		l.next = next
+		return l
+	})
+	c.OnStartup(func() error {
+		host := ""
+		if len(cfg.ListenHosts) > 0 {
+			host = cfg.ListenHosts[0]
+		}
+		l.addr = net.JoinHostPort(host, cfg.Port)
+		go l.probe()
+		return nil
+	})
+	c.OnShutdown(func() error { l.disable(); return nil })
+	return nil
+}
+
+func randomLabel() string {
+	n, err := rand.Int(rand.Reader, big.NewInt(1<<62))
+	if err != nil {
+		return fmt.Sprint(time.Now().UnixNano())
+	}
+	return n.String()
+}
+
+// probe sends the HINFO query to our own listener until it is answered (or the deadline passes), then keeps
+// counting returns for loopWatchFor.
+func (l *loopHandler) probe() {
+	m := new(dns.Msg)
+	m.SetQuestion(l.qname, dns.TypeHINFO)
+	c := &dns.Client{Timeout: 5 * time.Second}
+	for deadline := time.Now().Add(loopProbeFor); time.Now().Before(deadline); {
+		if _, _, err := c.Exchange(m, l.addr); err == nil || l.isLoop() {
+			break
+		}
+		l.mu.Lock()
+		l.seen = 0
+		l.mu.Unlock()
+		time.Sleep(time.Second)
+	}
+	time.Sleep(loopWatchFor)
+	l.disable()
+}
+
+func (l *loopHandler) disable() {
+	l.mu.Lock()
+	l.off = true
+	l.mu.Unlock()
+}
+
+func (l *loopHandler) isLoop() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.reported
+}
+
+func (l *loopHandler) Name() string { return "loop" }
+
+func (l *loopHandler) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+	if len(r.Question) == 1 && r.Question[0].Qtype == dns.TypeHINFO && strings.EqualFold(r.Question[0].Name, l.qname) {
+		l.mu.Lock()
+		if !l.off {
+			l.seen++
+		}
+		report := l.seen > loopThreshold && !l.reported
+		looping := l.seen > loopThreshold
+		l.reported = l.reported || report
+		l.mu.Unlock()
+		if report {
+			l.srv.reportLoop(&LoopError{Generation: l.gen, Zone: l.zone, Addr: l.addr, QName: l.qname})
+		}
+		if looping {
+			m := new(dns.Msg)
+			m.SetRcode(r, dns.RcodeServerFailure)
+			w.WriteMsg(m)
+			return dns.RcodeServerFailure, nil
+		}
+	}
+	return plugin.NextOrFailure(l.Name(), l.next, ctx, w, r)
+}

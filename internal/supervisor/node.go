@@ -1,0 +1,297 @@
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/link"
+	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
+	"github.com/nodelocaldns/nodelocaldns/internal/nft"
+	"github.com/nodelocaldns/nodelocaldns/internal/options"
+)
+
+// The node's kernel state is shared by every instance running on it (a surge rollout runs two), and the kernel
+// itself is the rendezvous between them: each instance owns one nftables table (NFT_TABLE_F_OWNER), which the
+// kernel removes the moment the instance's netlink socket closes, SIGKILL included, and which no other process
+// can change. Its sets say which addresses the instance needs on the shared interface; its chains say it serves.
+// No instance waits for, talks to, or trusts another: each decides from what the kernel lists.
+//
+// One instance's life is one state machine:
+//
+//	registering  own table with the sets only; the interface gains our addresses; CoreDNS starts listening
+//	serving      our chains are in: queries to our addresses are intercepted (gated on a live listener)
+//	leaving      our table deleted; then, seeing the other instances' tables: remove only the addresses nobody
+//	             else needs and keep the interface (hand over), or, when none is left, remove the interface
+//	stopped
+//
+// Deleting our table before looking at the others makes the last-out decision safe: of two instances leaving at
+// once, at least the one that looks last sees nobody and removes the interface.
+type state int32
+
+const (
+	stateRegistering state = iota
+	stateServing
+	stateLeaving
+	stateStopped
+)
+
+func (s state) String() string {
+	return [...]string{"registering", "serving", "leaving", "stopped"}[s]
+}
+
+// registry is this instance's owned table and the kernel's list of all instances ([*nft.Conn]).
+type registry interface {
+	Apply(*nft.Ruleset) error
+	Teardown() error
+	Instances() ([]nft.Instance, error)
+	DeleteLegacy() ([]string, error)
+	Table() string
+}
+
+// linkManager is the shared interface ([*link.Manager]).
+type linkManager interface {
+	Ensure(link.Spec) ([]string, error)
+	Remove(name string) error
+	Kind() string
+}
+
+var (
+	_ registry    = (*nft.Conn)(nil)
+	_ linkManager = (*link.Manager)(nil)
+)
+
+// node makes every decision about the kernel state, through registry and linkManager.
+type node struct {
+	log    *zap.Logger
+	m      *metrics.Metrics
+	reg    registry    // nil: the agent touches no kernel state at all
+	links  linkManager // nil: -setupinterface=false
+	ifname string
+	spec   nft.Spec
+
+	state  atomic.Int32
+	gated  atomic.Bool
+	others atomic.Int32 // live instances seen besides us at the last look
+}
+
+func (n *node) current() state { return state(n.state.Load()) }
+
+func (n *node) set(s state) {
+	n.state.Store(int32(s))
+	n.log.Debug("state", zap.Stringer("state", s))
+}
+
+// register creates our table with our sets and no chain: from now on every instance sees which addresses we
+// need, and we steer nothing yet.
+func (n *node) register() error {
+	n.set(stateRegistering)
+	if n.reg == nil {
+		return nil
+	}
+	if err := n.reg.Apply(nft.Registration(n.spec)); err != nil {
+		return fmt.Errorf("register: %w", err)
+	}
+	n.log.Info("registered", zap.String("table", "inet "+n.reg.Table()))
+	return nil
+}
+
+// ensureLink makes the interface carry the union of the addresses every live instance needs: ours are added,
+// and an address is removed only when no instance table holds it (an older instance whose spec lacks an
+// address a newer one added never removes it).
+func (n *node) ensureLink() ([]string, error) {
+	if n.links == nil {
+		return nil, nil
+	}
+	ips := n.spec.LocalIPs
+	if n.reg != nil {
+		ins, err := n.reg.Instances()
+		if err != nil {
+			return nil, err
+		}
+		n.count(ins)
+		ips = union(ins)
+		if n.current() == stateServing || n.current() == stateRegistering {
+			ips = union(ins, nft.Instance{IPs: n.spec.LocalIPs}) // ours even if our table were unreadable
+		}
+	}
+	if len(ips) == 0 {
+		return nil, nil
+	}
+	return n.links.Ensure(link.Spec{Name: n.ifname, IPs: ips})
+}
+
+// union is every address the instances need, sorted, each once.
+func union(ins []nft.Instance, more ...nft.Instance) []netip.Addr {
+	var ips []netip.Addr
+	for _, in := range append(slices.Clone(ins), more...) {
+		ips = append(ips, in.IPs...)
+	}
+	slices.SortFunc(ips, netip.Addr.Compare)
+	return slices.Compact(ips)
+}
+
+func (n *node) count(ins []nft.Instance) {
+	others := 0
+	for _, in := range ins {
+		if !in.Self {
+			others++
+		}
+	}
+	n.others.Store(int32(others))
+	withMetrics(n.m, func(m *metrics.Metrics) { m.Instances.Set(float64(len(ins))) })
+}
+
+// serve adds our chains. A kernel that refuses the socket expression (nft_socket missing) gets today's
+// ungated rules, with one warning and nodelocaldns_fail_open{path="prerouting"} 0: a crash then blackholes
+// pods' ClusterIP queries until the table goes.
+func (n *node) serve() error {
+	if n.reg == nil {
+		n.set(stateServing)
+		return nil
+	}
+	spec := n.spec
+	err := n.reg.Apply(nft.Build(spec))
+	gated := err == nil && !spec.NoInterception
+	if err != nil && !spec.NoInterception && (nft.IsNotSupported(err) || nft.IsNotExist(err)) {
+		n.log.Warn("the kernel refused the socket expression (nft_socket); intercepting without the listener gate: "+
+			"while no instance serves, pods' queries to our addresses are lost instead of going to kube-dns", zap.Error(err))
+		spec.Ungated = true
+		err = n.reg.Apply(nft.Build(spec))
+	}
+	if err != nil {
+		return fmt.Errorf("program table: %w", err)
+	}
+	n.gated.Store(gated)
+	withMetrics(n.m, func(m *metrics.Metrics) {
+		m.FailOpen.WithLabelValues("prerouting").Set(b2f(gated))
+		m.FailOpen.WithLabelValues("output").Set(0) // host-network clients fail open only when the table goes
+	})
+	n.set(stateServing)
+	return nil
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// ready says whether this instance serves and every live instance on the node does: whichever pod answers
+// the shared health address, no pod is reported Ready while any instance is still starting.
+func (n *node) ready() error {
+	if s := n.current(); s != stateServing {
+		return fmt.Errorf("instance %s", s)
+	}
+	if n.reg == nil {
+		return nil
+	}
+	ins, err := n.reg.Instances()
+	if err != nil {
+		return err
+	}
+	var starting []string
+	self := false
+	for _, in := range ins {
+		self = self || in.Self
+		if !in.Serving {
+			starting = append(starting, in.Table)
+		}
+	}
+	switch {
+	case !self:
+		return errors.New("our table is missing")
+	case len(starting) > 0:
+		return fmt.Errorf("instance tables still starting: %s", strings.Join(starting, ", "))
+	}
+	return nil
+}
+
+// leave is the one way out, for SIGTERM, SIGINT, SIGHUP and SIGQUIT alike, and for `-teardown` (a node with
+// no table of its own). It reports whether other instances remain (the caller then hands its DNS listeners
+// over to them before stopping CoreDNS).
+func (n *node) leave(keepLink bool, drain time.Duration) (othersRemain bool) {
+	n.set(stateLeaving)
+	defer n.set(stateStopped)
+	if n.reg == nil {
+		return false
+	}
+	t := time.Now()
+	if err := n.reg.Teardown(); err != nil {
+		// Our socket closing at exit removes it anyway.
+		n.log.Error("delete our table; it goes when the process exits", zap.Error(err))
+	}
+	if legacy, err := n.reg.DeleteLegacy(); err != nil {
+		n.log.Warn("delete tables left by earlier versions", zap.Error(err))
+	} else if len(legacy) > 0 {
+		n.log.Info("deleted tables left by earlier versions", zap.Strings("tables", legacy))
+	}
+	ins, err := n.reg.Instances()
+	if err != nil {
+		// Not knowing, keep the interface: a leftover interface only costs ICMP unreachables, a removed one
+		// the other instance's DNS.
+		n.log.Error("list instance tables; keeping the interface", zap.Error(err))
+		return true
+	}
+	n.count(ins)
+	switch {
+	case len(ins) > 0:
+		changes, err := n.ensureLink()
+		if err != nil {
+			n.log.Error("remove our addresses from the interface", zap.Error(err))
+		}
+		n.log.Info("other instances remain; leaving the interface to them", zap.Int("instances", len(ins)),
+			zap.Strings("changes", changes), zap.Duration("elapsed", time.Since(t)))
+		return true
+	case keepLink || n.links == nil:
+		n.log.Info("last instance out; leaving the interface in place", zap.Bool("skipteardown", keepLink))
+		return false
+	}
+	// Queries already steered to us are answered from the addresses they were sent to: give them a moment.
+	time.Sleep(drain)
+	if ins, err := n.reg.Instances(); err == nil && len(ins) > 0 {
+		n.log.Info("an instance registered while we drained; leaving the interface to it")
+		return true
+	}
+	if err := n.links.Remove(n.ifname); err != nil {
+		n.log.Error("remove interface", zap.Error(err))
+		return false
+	}
+	n.log.Info("last instance out; removed the interface", zap.String("interface", n.ifname), zap.Duration("elapsed", time.Since(t)))
+	return false
+}
+
+// withMetrics runs f when metrics are collected.
+func withMetrics(m *metrics.Metrics, f func(*metrics.Metrics)) {
+	if m != nil {
+		f(m)
+	}
+}
+
+// Teardown is `-teardown`: what node.leave does for a stopping instance, for a node with no instance of ours
+// running in this process. It deletes tables left by earlier versions and removes the interface unless a live
+// instance's table says the interface is still needed.
+func Teardown(o *options.Options, log *zap.Logger) error {
+	c, err := nft.Open(nft.WithLogger(log))
+	if err != nil {
+		return fmt.Errorf("open nftables: %w", err)
+	}
+	defer c.Close()
+	lm, err := link.New(log)
+	if err != nil {
+		return fmt.Errorf("open link manager: %w", err)
+	}
+	defer lm.Close()
+	n := &node{log: log, reg: c, links: lm, ifname: o.InterfaceName, spec: nft.Spec{LocalIPs: o.LocalIPs}}
+	if n.leave(false, 0) {
+		log.Info("live instances remain; the interface stays", zap.String("interface", o.InterfaceName))
+	}
+	return nil
+}

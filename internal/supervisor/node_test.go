@@ -1,0 +1,265 @@
+package supervisor
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"go.uber.org/zap/zaptest"
+	"golang.org/x/sys/unix"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/link"
+	"github.com/nodelocaldns/nodelocaldns/internal/nft"
+)
+
+// fakeKernel is the node's kernel state as the instances share it: owned tables (by name) and one interface.
+// Like the kernel, it gives each instance the first free table name and lists every table to everyone.
+type fakeKernel struct {
+	tables   map[string]*fakeTable
+	link     bool
+	addrs    []netip.Addr
+	removals int
+}
+
+type fakeTable struct {
+	ips     []netip.Addr
+	serving bool
+	gated   bool
+}
+
+func newFakeKernel() *fakeKernel { return &fakeKernel{tables: map[string]*fakeTable{}} }
+
+// fakeReg is one instance's socket: it owns at most one table.
+type fakeReg struct {
+	k          *fakeKernel
+	name       string
+	refuseGate bool // the kernel has no nft_socket
+}
+
+func (r *fakeReg) Apply(rs *nft.Ruleset) error {
+	if r.name == "" {
+		for n := 0; ; n++ {
+			if _, taken := r.k.tables[nft.InstanceTableName(n)]; !taken {
+				r.name = nft.InstanceTableName(n)
+				break
+			}
+		}
+	}
+	t := &fakeTable{}
+	for _, s := range rs.Sets {
+		t.ips = append(t.ips, s.Elements...)
+	}
+	for _, c := range rs.Chains {
+		t.serving = true
+		for _, rule := range c.Rules {
+			if rule.Gate != nft.GateNone {
+				if r.refuseGate {
+					return fmt.Errorf("apply: %w", unix.EOPNOTSUPP)
+				}
+				t.gated = true
+			}
+		}
+	}
+	r.k.tables[r.name] = t
+	return nil
+}
+
+func (r *fakeReg) Teardown() error {
+	delete(r.k.tables, r.name)
+	r.name = ""
+	return nil
+}
+
+func (r *fakeReg) Instances() ([]nft.Instance, error) {
+	var out []nft.Instance
+	for name, t := range r.k.tables {
+		out = append(out, nft.Instance{Table: name, IPs: slices.Clone(t.ips), Serving: t.serving, Self: name == r.name})
+	}
+	slices.SortFunc(out, func(a, b nft.Instance) int { return strings.Compare(a.Table, b.Table) })
+	return out, nil
+}
+
+func (r *fakeReg) DeleteLegacy() ([]string, error) { return nil, nil }
+func (r *fakeReg) Table() string                   { return r.name }
+
+// fakeLinks is the interface: Ensure makes it carry exactly the spec's addresses, as link.Manager does.
+type fakeLinks struct{ k *fakeKernel }
+
+func (l *fakeLinks) Ensure(s link.Spec) ([]string, error) {
+	var changes []string
+	if !l.k.link {
+		l.k.link = true
+		changes = append(changes, "create")
+	}
+	want := slices.Clone(s.IPs)
+	slices.SortFunc(want, netip.Addr.Compare)
+	if !slices.Equal(want, l.k.addrs) {
+		changes = append(changes, fmt.Sprintf("addresses %v -> %v", l.k.addrs, want))
+		l.k.addrs = want
+	}
+	return changes, nil
+}
+
+func (l *fakeLinks) Remove(string) error {
+	l.k.link, l.k.addrs = false, nil
+	l.k.removals++
+	return nil
+}
+
+func (l *fakeLinks) Kind() string { return "fake" }
+
+func addrs(ss ...string) []netip.Addr {
+	var out []netip.Addr
+	for _, s := range ss {
+		out = append(out, netip.MustParseAddr(s))
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
+}
+
+func newInstance(t *testing.T, k *fakeKernel, ips ...string) (*node, *fakeReg) {
+	reg := &fakeReg{k: k}
+	return &node{log: zaptest.NewLogger(t), reg: reg, links: &fakeLinks{k: k}, ifname: "nodelocaldns",
+		spec: nft.Spec{LocalIPs: addrs(ips...), DNSPort: 53, HealthPort: 8080}}, reg
+}
+
+// start runs an instance's start-up as the supervisor does: register, interface, (CoreDNS), serve.
+func start(t *testing.T, n *node) {
+	t.Helper()
+	if err := n.register(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.ensureLink(); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.serve(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSurgeThatAddsAnAddressKeepsBoth(t *testing.T) {
+	k := newFakeKernel()
+	old, _ := newInstance(t, k, "169.254.20.10", "10.96.0.10")
+	start(t, old)
+	surge, reg := newInstance(t, k, "169.254.20.10", "10.96.0.10", "fd00::a")
+	start(t, surge)
+	if reg.name != "nodelocaldns-1" {
+		t.Errorf("the second instance took table %q", reg.name)
+	}
+	if want := addrs("169.254.20.10", "10.96.0.10", "fd00::a"); !slices.Equal(k.addrs, want) {
+		t.Fatalf("interface carries %v, want %v", k.addrs, want)
+	}
+	// The old instance's own pass must not remove the address it does not know.
+	if _, err := old.ensureLink(); err != nil || !slices.Contains(k.addrs, netip.MustParseAddr("fd00::a")) {
+		t.Fatalf("the old instance's pass removed the new address: %v %v", k.addrs, err)
+	}
+	if !old.leave(false, 0) {
+		t.Error("the old instance did not see the new one when leaving")
+	}
+	if want := addrs("169.254.20.10", "10.96.0.10", "fd00::a"); !k.link || !slices.Equal(k.addrs, want) {
+		t.Fatalf("after the old instance left: link %v with %v, want %v", k.link, k.addrs, want)
+	}
+	if surge.leave(false, 0) || k.link || k.removals != 1 {
+		t.Errorf("the last instance out left link=%v after %d removals", k.link, k.removals)
+	}
+}
+
+func TestLeavingRemovesOnlyWhatNobodyNeeds(t *testing.T) {
+	k := newFakeKernel()
+	old, _ := newInstance(t, k, "169.254.20.10", "10.96.0.10", "169.254.20.11")
+	start(t, old)
+	next, _ := newInstance(t, k, "169.254.20.10", "10.96.0.10")
+	start(t, next)
+	old.leave(false, 0)
+	if want := addrs("169.254.20.10", "10.96.0.10"); !slices.Equal(k.addrs, want) {
+		t.Errorf("after the old instance left: %v, want %v", k.addrs, want)
+	}
+}
+
+func TestBothLeavingAtOnceLastOneRemoves(t *testing.T) {
+	// Each deletes its table before looking: however the steps interleave, the one that looks last sees nobody.
+	k := newFakeKernel()
+	a, ra := newInstance(t, k, "169.254.20.10")
+	start(t, a)
+	b, rb := newInstance(t, k, "169.254.20.10")
+	start(t, b)
+	ra.Teardown()
+	rb.Teardown()
+	a.leave(false, 0)
+	b.leave(false, 0)
+	if k.link || k.removals == 0 {
+		t.Errorf("interface left behind after both instances left (%d removals)", k.removals)
+	}
+}
+
+func TestSkipTeardownKeepsTheInterface(t *testing.T) {
+	k := newFakeKernel()
+	a, _ := newInstance(t, k, "169.254.20.10")
+	start(t, a)
+	a.leave(true, 0)
+	if !k.link || len(k.tables) != 0 {
+		t.Errorf("-skipteardown: link %v, %d tables; want the link and no table", k.link, len(k.tables))
+	}
+}
+
+func TestReadinessWaitsForEveryInstance(t *testing.T) {
+	k := newFakeKernel()
+	a, _ := newInstance(t, k, "169.254.20.10")
+	if err := a.ready(); err == nil {
+		t.Error("ready before registering")
+	}
+	start(t, a)
+	if err := a.ready(); err != nil {
+		t.Fatalf("a serving alone: %v", err)
+	}
+	b, _ := newInstance(t, k, "169.254.20.10")
+	b.register()
+	b.ensureLink()
+	if err := a.ready(); err == nil || !strings.Contains(err.Error(), "nodelocaldns-1") {
+		t.Errorf("a while b is still starting = %v, want not ready naming b's table", err)
+	}
+	if err := b.ready(); err == nil {
+		t.Error("b ready before it serves")
+	}
+	b.serve()
+	for name, n := range map[string]*node{"a": a, "b": b} {
+		if err := n.ready(); err != nil {
+			t.Errorf("%s with both serving: %v", name, err)
+		}
+	}
+	a.leave(false, 0)
+	if err := a.ready(); err == nil {
+		t.Error("a ready while leaving")
+	}
+}
+
+func TestServeFallsBackWithoutSocketExpression(t *testing.T) {
+	k := newFakeKernel()
+	a, reg := newInstance(t, k, "169.254.20.10")
+	reg.refuseGate = true
+	start(t, a)
+	if a.gated.Load() || !k.tables[reg.name].serving || k.tables[reg.name].gated {
+		t.Errorf("gated=%v table=%+v; want ungated rules in place", a.gated.Load(), k.tables[reg.name])
+	}
+	b, regB := newInstance(t, k, "169.254.20.10")
+	start(t, b)
+	if !b.gated.Load() || !k.tables[regB.name].gated {
+		t.Error("a kernel with nft_socket got ungated rules")
+	}
+}
+
+func TestTeardownModeKeepsInterfaceOfLiveInstance(t *testing.T) {
+	k := newFakeKernel()
+	a, _ := newInstance(t, k, "169.254.20.10")
+	start(t, a)
+	td := &node{log: zaptest.NewLogger(t), reg: &fakeReg{k: k}, links: &fakeLinks{k: k}, ifname: "nodelocaldns"}
+	if !td.leave(false, 0) || !k.link {
+		t.Error("-teardown removed the interface of a live instance")
+	}
+	a.reg.Teardown() // the instance dies: the kernel drops its table
+	if td.leave(false, 0) || k.link {
+		t.Error("-teardown with no live instance left the interface")
+	}
+}
