@@ -166,8 +166,12 @@ func (s *Supervisor) Run(ctx context.Context) (err error) {
 		s.setupError(metrics.ErrNftables)
 		return err
 	}
-	s.lastPass.store(nil)
 	step("serving", t)
+	if s.manages() {
+		s.pass(ctx, []string{"start"}) // readiness reads its result
+	} else {
+		s.lastPass.store(nil)
+	}
 
 	s.reloads = NewRunner(RunnerConfig{MaxInterval: 24 * time.Hour, BackoffMin: time.Second, BackoffMax: 30 * time.Second}, s.reloadPass)
 	wg.Go(func() { s.reloads.Run(runCtx) })

@@ -1,17 +1,13 @@
 package lifecycle
 
 import (
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"regexp"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -33,6 +29,7 @@ func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 const (
 	localIP   = "169.254.20.10"
 	clusterIP = "10.96.0.10"
+	newIP     = "169.254.20.11" // the address a surge rollout adds to -localip
 	ifname    = "nodelocaldns"
 	table     = "inet nodelocaldns"
 
@@ -92,14 +89,21 @@ func newNode(t *testing.T) *node {
 // start runs an agent with node-cache's DaemonSet flags plus extra.
 func (n *node) start(extra ...string) *harness.Agent {
 	n.t.Helper()
-	args := append([]string{"-localip", localIP + "," + clusterIP, "-upstreamsvc", "kube-dns-upstream", "-health-port", "8080"}, extra...)
+	return n.startWith(localIP+","+clusterIP, clusterIP, extra...)
+}
+
+// startWith runs an agent listening on localips (the -localip value); bind is what the Corefile binds besides
+// localIP.
+func (n *node) startWith(localips, bind string, extra ...string) *harness.Agent {
+	n.t.Helper()
+	args := append([]string{"-localip", localips, "-upstreamsvc", "kube-dns-upstream", "-health-port", "8080"}, extra...)
 	var stderr io.Writer
 	if os.Getenv("LIFECYCLE_AGENT_LOG") != "" {
 		stderr = os.Stderr
 	}
 	return harness.Start(n.t, harness.Config{
 		Args:         args,
-		BaseCorefile: harness.StandardCorefile(localIP, clusterIP, "cluster.local"),
+		BaseCorefile: harness.StandardCorefile(localIP, bind, "cluster.local"),
 		Env:          []string{"KUBE_DNS_UPSTREAM_SERVICE_HOST=" + upstreamAddr},
 		Stderr:       stderr,
 	})
@@ -114,32 +118,49 @@ func nftApply(t *testing.T, ruleset string) {
 	}
 }
 
-// ourTables counts our table in the kernel's list, as the nft tool sees it.
-func ourTables(t *testing.T) int {
+// instanceTables lists the instance tables (inet nodelocaldns, nodelocaldns-<n>) in the kernel, as the nft tool
+// sees them.
+func instanceTables(t *testing.T) []string {
 	t.Helper()
-	return strings.Count(harness.Run(t, "nft", "list", "tables")+"\n", "table "+table+"\n")
+	var out []string
+	for _, line := range strings.Split(harness.Run(t, "nft", "list", "tables"), "\n") {
+		name, ok := strings.CutPrefix(strings.TrimSpace(line), "table inet ")
+		if ok && (name == "nodelocaldns" || strings.HasPrefix(name, "nodelocaldns-")) {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
-var countersRE = regexp.MustCompile(`counter packets \d+ bytes \d+`)
+func ourTables(t *testing.T) int { return len(instanceTables(t)) }
 
-// listing is our table as `nft list table` prints it, counters zeroed, "" when absent.
+var (
+	countersRE = regexp.MustCompile(`counter packets \d+ bytes \d+`)
+	progname   = regexp.MustCompile(` # progname \S+`)
+)
+
+// listing is the only instance table as `nft list table` prints it, counters zeroed, its name and owning
+// process normalised, "" when there is none.
 func listing(t *testing.T) string {
 	t.Helper()
-	out, err := exec.Command("nft", "list", "table", "inet", "nodelocaldns").CombinedOutput()
-	if err != nil {
-		if strings.Contains(string(out), "No such file or directory") {
-			return ""
-		}
-		t.Fatalf("nft list table %s: %v\n%s", table, err, out)
+	tables := instanceTables(t)
+	if len(tables) == 0 {
+		return ""
 	}
-	return countersRE.ReplaceAllString(string(out), "counter packets 0 bytes 0")
+	out, err := exec.Command("nft", "list", "table", "inet", tables[0]).CombinedOutput()
+	if err != nil {
+		t.Fatalf("nft list table %s: %v\n%s", tables[0], err, out)
+	}
+	l := countersRE.ReplaceAllString(string(out), "counter packets 0 bytes 0")
+	l = progname.ReplaceAllString(l, "")
+	return strings.Replace(l, "table inet "+tables[0]+" {", "table "+table+" {", 1)
 }
 
-// requireOneCopy checks the kernel holds exactly one table of ours with no rule twice, and returns its listing.
+// requireOneCopy checks the kernel holds exactly one instance table with no rule twice, and returns its listing.
 func requireOneCopy(t *testing.T) string {
 	t.Helper()
 	if n := ourTables(t); n != 1 {
-		t.Fatalf("nft list tables shows %d copies of table %s, want 1:\n%s", n, table, harness.Run(t, "nft", "list", "tables"))
+		t.Fatalf("nft list tables shows %d instance tables, want 1:\n%s", n, harness.Run(t, "nft", "list", "tables"))
 	}
 	l := listing(t)
 	seen := map[string]bool{}
@@ -177,7 +198,7 @@ func linkExists(t *testing.T) bool {
 func requireNothingLeft(t *testing.T) {
 	t.Helper()
 	if n := ourTables(t); n != 0 {
-		t.Errorf("table %s left behind after a graceful stop:\n%s", table, listing(t))
+		t.Errorf("instance table left behind after a graceful stop:\n%s", listing(t))
 	}
 	if linkExists(t) {
 		t.Errorf("interface %s left behind after a graceful stop:\n%s", ifname, harness.Run(t, "ip", "addr", "show", "dev", ifname))
@@ -194,49 +215,4 @@ func ready() (int, string) {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, strings.TrimSpace(string(body))
-}
-
-// leaseHolder stands in for a leader: it holds the lease an agent would take (the abstract unix socket named
-// after the interface) and acknowledges successors as a leader does, so the next agent starts as a standby.
-// Closing it lets the standby take over.
-type leaseHolder struct {
-	ln    *net.UnixListener
-	mu    sync.Mutex
-	conns []net.Conn
-}
-
-func holdLease(t *testing.T) *leaseHolder {
-	t.Helper()
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: "@nodelocaldns/" + ifname, Net: "unix"})
-	if errors.Is(err, syscall.EADDRINUSE) {
-		t.Fatal("the lease is held: an agent still runs")
-	}
-	if err != nil {
-		t.Fatalf("hold lease: %v", err)
-	}
-	h := &leaseHolder{ln: ln}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Write([]byte{'a'}) // the leader's acknowledgement (internal/supervisor/lease.go)
-			h.mu.Lock()
-			h.conns = append(h.conns, c)
-			h.mu.Unlock()
-		}
-	}()
-	t.Cleanup(h.Close)
-	return h
-}
-
-func (h *leaseHolder) Close() {
-	h.ln.Close()
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, c := range h.conns {
-		c.Close()
-	}
-	h.conns = nil
 }

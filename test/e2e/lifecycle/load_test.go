@@ -29,7 +29,7 @@ const (
 )
 
 // targets are the pod's two ways to the node's DNS, in report order.
-var targets = []string{clusterIP, localIP}
+var targets = []string{clusterIP, localIP, newIP}
 
 // counts is what happened to the queries sent to one target during one phase.
 type counts struct {
@@ -304,7 +304,7 @@ func (l *load) table() string {
 			if c.sent == 0 {
 				continue
 			}
-			label := map[string]string{clusterIP: "clusterip", localIP: "link-local"}[target]
+			label := map[string]string{clusterIP: "clusterip", localIP: "link-local", newIP: "new-ip"}[target]
 			when := ""
 			if c.failed > 0 {
 				when = fmt.Sprintf(" (%v..%v)", c.firstFail.Round(time.Millisecond), c.lastFail.Round(time.Millisecond))

@@ -67,12 +67,15 @@ var counterValues = regexp.MustCompile(`counter packets \d+ bytes \d+`)
 
 // ListTable is `nft list table inet nodelocaldns` with counter values removed, comparable with -print-rules.
 // ok is false when the table does not exist.
+var progname = regexp.MustCompile(` # progname \S+`)
+
 func ListTable() (string, bool) {
 	out, err := exec.Command("nft", "list", "table", "inet", "nodelocaldns").Output()
 	if err != nil {
 		return "", false
 	}
-	return counterValues.ReplaceAllString(string(out), "counter"), true
+	// nft names the owning process after an owned table's name; -print-rules cannot know it.
+	return progname.ReplaceAllString(counterValues.ReplaceAllString(string(out), "counter"), ""), true
 }
 
 // PassStats are the agent's reconcile passes as its metrics count them.

@@ -2,11 +2,15 @@ package reconcile
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os/exec"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 	"github.com/nodelocaldns/nodelocaldns/test/harness"
@@ -19,8 +23,9 @@ const (
 	quiet       = 300 * time.Millisecond
 )
 
-// TestTamperMatrix breaks the agent's table and interface in each way of issue 4, with the admin's tools and
-// through netlink, and checks that each is repaired within repairBound by an event (the periodic pass is an
+// TestTamperMatrix tampers with the agent's table and interface in each way of issue 4, with the admin's tools
+// and through netlink. The table is owned by the agent's socket, so the kernel refuses each tamper of it
+// (checkRefused). Each tamper of the interface must be repaired within repairBound by an event (the periodic pass is an
 // hour away), that the result is exactly what -print-rules prints and what the flags ask of the link, that
 // DNS is served again on both listen IPs, and that the repair cost one pass plus at most one confirming pass
 // (our own writes must not trigger more).
@@ -57,6 +62,10 @@ func TestTamperMatrix(t *testing.T) {
 					t.Fatal(err)
 				}
 				start := time.Now()
+				if tm.Owned {
+					checkRefused(t, a, tm.Name, way.do(), before, want)
+					return
+				}
 				if err := way.do(); err != nil {
 					t.Fatalf("tamper: %v", err)
 				}
@@ -96,6 +105,36 @@ func TestTamperMatrix(t *testing.T) {
 			})
 		}
 	}
+}
+
+// checkRefused checks a tamper of our owned table changed nothing: the kernel refused it with EPERM (`nft flush
+// ruleset` succeeds but skips the table), the listing is still -print-rules', no pass repaired anything, and
+// DNS is served.
+func checkRefused(t *testing.T, a *harness.Agent, name string, err error, before PassStats, want string) {
+	t.Helper()
+	switch {
+	case name == "nft flush ruleset":
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	case err == nil:
+		t.Errorf("%s succeeded on an owned table", name)
+	case !errors.Is(err, unix.EPERM) && !strings.Contains(err.Error(), "Operation not permitted"):
+		t.Errorf("%s failed with %v, want EPERM", name, err)
+	}
+	if got, ok := ListTable(); !ok || got != want {
+		t.Errorf("after %s, nft list table inet %s:\n%s\nwant (-print-rules):\n%s", name, TableName, got, want)
+	}
+	checkLink(t)
+	time.Sleep(quiet)
+	after, err := Passes(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := after.Count(`result="repaired"`) - before.Count(`result="repaired"`); n != 0 {
+		t.Errorf("%v repairing passes after a refused tamper", n)
+	}
+	checkDNS(t)
 }
 
 // TestIdle leaves a settled agent alone for 10 s: with nothing changing and the periodic pass an hour away, it
