@@ -49,6 +49,8 @@ type loopHandler struct {
 	addr  string
 	srv   *Server
 
+	checked chan struct{} // closed once the first probe came back (with or without a loop) or gave up
+
 	mu       sync.Mutex
 	seen     int
 	off      bool
@@ -74,7 +76,9 @@ func setupLoop(c *caddy.Controller) error {
 			}
 		}
 	}
-	l := &loopHandler{zone: zone, qname: randomLabel() + "." + randomLabel() + "." + strings.TrimPrefix(zone, "."), gen: s.pending.gen, srv: s}
+	l := &loopHandler{zone: zone, qname: randomLabel() + "." + randomLabel() + "." + strings.TrimPrefix(zone, "."), gen: s.pending.gen, srv: s,
+		checked: make(chan struct{})}
+	s.pending.loopChecks = append(s.pending.loopChecks, l.checked)
 	if zone == "." {
 		l.qname = randomLabel() + "." + randomLabel() + "."
 	}
@@ -110,8 +114,16 @@ func (l *loopHandler) probe() {
 	m := new(dns.Msg)
 	m.SetQuestion(l.qname, dns.TypeHINFO)
 	c := &dns.Client{Timeout: 5 * time.Second}
+	defer func() {
+		select {
+		case <-l.checked:
+		default:
+			close(l.checked)
+		}
+	}()
 	for deadline := time.Now().Add(loopProbeFor); time.Now().Before(deadline); {
 		if _, _, err := c.Exchange(m, l.addr); err == nil || l.isLoop() {
+			close(l.checked)
 			break
 		}
 		l.mu.Lock()
@@ -121,6 +133,24 @@ func (l *loopHandler) probe() {
 	}
 	time.Sleep(loopWatchFor)
 	l.disable()
+}
+
+// WaitLoopChecks waits until every `loop` directive of the running configuration has had its probe answered
+// (or found a loop), at most timeout. The agent intercepts nothing before that, so that a configuration that
+// loops never gets the clients' queries.
+func (s *Server) WaitLoopChecks(timeout time.Duration) bool {
+	s.mu.Lock()
+	checks := s.loopChecks
+	s.mu.Unlock()
+	deadline := time.After(timeout)
+	for _, c := range checks {
+		select {
+		case <-c:
+		case <-deadline:
+			return false
+		}
+	}
+	return true
 }
 
 func (l *loopHandler) disable() {

@@ -52,12 +52,15 @@ type Server struct {
 	ready  atomic.Pointer[func() error]
 	onLoop atomic.Pointer[func(*LoopError)]
 	gen    int // configurations started so far: 1 after Start, +1 per successful Reload
+
+	loopChecks []chan struct{} // the running configuration's loop probes (loop.go)
 }
 
 type pendingConfig struct {
-	health   map[string]bool
-	lameduck time.Duration
-	gen      int // the generation the configuration being set up will have
+	health     map[string]bool
+	lameduck   time.Duration
+	gen        int // the generation the configuration being set up will have
+	loopChecks []chan struct{}
 }
 
 // OnLoop sets what is called (once per configuration, from a DNS handler goroutine: it must not block on the
@@ -152,6 +155,7 @@ func (s *Server) Reload(corefile []byte) (changed bool, err error) {
 // commit applies what the directives of the instance just started asked for.
 func (s *Server) commit() error {
 	s.lameduck = s.pending.lameduck
+	s.loopChecks = s.pending.loopChecks
 	return s.syncHealth(s.pending.health)
 }
 

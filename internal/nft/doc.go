@@ -1,15 +1,22 @@
-// Package nft owns nodelocaldns' one nftables table, `inet nodelocaldns`.
+// Package nft owns each nodelocaldns instance's nftables table, `inet nodelocaldns` (`nodelocaldns-<n>` for a
+// second instance on the node).
+//
+// The table is owned (NFT_TABLE_F_OWNER): [Conn] creates it on its lasting netlink socket, the kernel deletes
+// it the moment that socket closes (exit, crash, SIGKILL), and no other process, root included, can change or
+// delete it; `nft flush ruleset` skips it. [Conn.Instances] lists every instance's table: their sets say which
+// addresses each needs on the shared interface, their chains that it serves.
 //
 // The desired table is a pure value: [Build] turns a [Spec] (listen IPs, DNS port, health port) into a
 // [Ruleset], which prints as nft syntax ([Ruleset.String]) and is programmed by [Conn.Apply] in one netlink
-// batch (add table, delete table, add table, contents, one commit), so packets see the old table or the new
-// one, never a gap, and re-applying can never duplicate a rule. [Conn.Check] reads the table back and
-// compares it expression by expression; [Conn.Teardown] deletes the table in one call; [Watch] turns nftables
-// netlink notifications into reconcile triggers.
+// batch (remove the contents, add the new ones, one commit), so packets see the old table or the new one, never
+// a gap. [Registration] is the first step of an instance: the sets without chains. [Conn.Check] reads the table
+// back; [Conn.Teardown] deletes it in one call over the owning socket.
 //
 // Hooks and priorities, and why they coexist with kube-proxy and iptables-nft:
 //
-//	prerouting  -300 raw-prerouting   notrack  tcp/udp to @local4/@local6, DNS port
+//	prerouting  -300 raw-prerouting   notrack  tcp/udp to @local4/@local6, DNS port, only while a socket is
+//	                                           bound to that address and port ([Gate]): else kube-proxy's DNAT
+//	                                           takes the query to kube-dns (fail open)
 //	            -200 (conntrack)      kube-proxy's DNAT of the kube-dns ClusterIP needs a conntrack entry
 //	            -100 (dstnat)         table ip kube-proxy / iptables-nft's nat PREROUTING
 //	input          0 filter-input     accept   tcp/udp to the local IPs, DNS port
@@ -20,7 +27,7 @@
 // A packet marked notrack at -300 gets no conntrack entry, and NAT only acts on tracked packets, so a query to
 // the kube-dns ClusterIP (also bound on the node-local interface) skips kube-proxy's DNAT whatever it is
 // written in (nftables mode, iptables-nft, iptables-legacy) and is delivered to the local cache. Deleting our
-// table is enough to hand the ClusterIP back to kube-proxy: there is nothing else to undo.
+// table (or our process ending) is enough to hand the ClusterIP back to kube-proxy: there is nothing else to undo.
 //
 // Our accept rules keep node-cache's intent and count packets, but an nftables accept only ends its own base
 // chain: a drop in another table on the same hook still wins. [Conn.ForeignDropPolicies] finds such chains so

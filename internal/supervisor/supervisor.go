@@ -42,6 +42,8 @@ const (
 	// removing the interface (they are answered from the addresses they were sent to), and between detaching
 	// the DNS listeners and stopping CoreDNS when another instance stays (detach.go).
 	drainDelay = 100 * time.Millisecond
+	// loopCheckWait bounds how long start-up waits for the `loop` directive's probes before intercepting.
+	loopCheckWait = 2 * time.Second
 )
 
 // Config is what the supervisor needs besides the options.
@@ -158,6 +160,16 @@ func (s *Supervisor) Run(ctx context.Context) (err error) {
 	if err := s.checkListeners(); err != nil {
 		return err
 	}
+	// A configuration that forwards to itself must never get the clients' queries: intercept only once the
+	// `loop` probes came back clean (or gave up: an unreachable upstream must not hold start-up).
+	if !s.dns.WaitLoopChecks(loopCheckWait) {
+		s.log.Warn("loop detection still probing; serving anyway", zap.Duration("waited", loopCheckWait))
+	}
+	select {
+	case err := <-s.fatal():
+		return err
+	default:
+	}
 	step("coredns listening", t)
 	s.writePIDFile()
 
@@ -167,6 +179,16 @@ func (s *Supervisor) Run(ctx context.Context) (err error) {
 		return err
 	}
 	step("serving", t)
+	if s.table != nil {
+		// A table an earlier version left (unowned, its notrack not gated) would blackhole the ClusterIP
+		// whenever we do not serve. An earlier version still running re-creates its own; it goes for good when
+		// that instance stops or when we leave.
+		if legacy, err := s.table.DeleteLegacy(); err != nil {
+			s.log.Warn("delete tables left by earlier versions", zap.Error(err))
+		} else if len(legacy) > 0 {
+			s.log.Info("deleted tables left by earlier versions", zap.Strings("tables", legacy))
+		}
+	}
 	if s.manages() {
 		s.pass(ctx, []string{"start"}) // readiness reads its result
 	} else {

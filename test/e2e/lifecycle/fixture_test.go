@@ -96,6 +96,12 @@ func (n *node) start(extra ...string) *harness.Agent {
 // localIP.
 func (n *node) startWith(localips, bind string, extra ...string) *harness.Agent {
 	n.t.Helper()
+	return n.startCorefile(localips, harness.StandardCorefile(localIP, bind, "cluster.local"), extra...)
+}
+
+// startCorefile runs an agent with the given base Corefile.
+func (n *node) startCorefile(localips, corefile string, extra ...string) *harness.Agent {
+	n.t.Helper()
 	args := append([]string{"-localip", localips, "-upstreamsvc", "kube-dns-upstream", "-health-port", "8080"}, extra...)
 	var stderr io.Writer
 	if os.Getenv("LIFECYCLE_AGENT_LOG") != "" {
@@ -103,7 +109,7 @@ func (n *node) startWith(localips, bind string, extra ...string) *harness.Agent 
 	}
 	return harness.Start(n.t, harness.Config{
 		Args:         args,
-		BaseCorefile: harness.StandardCorefile(localIP, bind, "cluster.local"),
+		BaseCorefile: corefile,
 		Env:          []string{"KUBE_DNS_UPSTREAM_SERVICE_HOST=" + upstreamAddr},
 		Stderr:       stderr,
 	})

@@ -50,6 +50,14 @@ type load struct {
 	starts []time.Time
 	stalls []time.Duration            // per phase: the longest the sender itself was held up past a tick
 	counts map[int]map[string]*counts // phase -> target -> counts
+	notes  []string                   // figures measured beside the load, printed under the table
+}
+
+// note adds a line under the report's table.
+func (l *load) note(s string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.notes = append(l.notes, s)
 }
 
 // startLoad starts the load in the pod namespace; it runs until the test ends.
@@ -332,6 +340,11 @@ const reportDirEnv = "NODELOCALDNS_TEST_REPORTS"
 // report prints the table to the test log, to stdout, and to $NODELOCALDNS_TEST_REPORTS/lifecycle-matrix.txt.
 func (l *load) report(t *testing.T) {
 	tbl := l.table()
+	l.mu.Lock()
+	for _, n := range l.notes {
+		tbl += "\n" + n + "\n"
+	}
+	l.mu.Unlock()
 	out := fmt.Sprintf("lifecycle matrix: failed DNS queries from the pod namespace per case (%d/s per target, %v timeout;\n"+
 		"late = answered after the timeout, by the kernel's receive time; stall = longest the load generator itself was held up)\n%s",
 		int(time.Second/loadInterval), queryTimeout, tbl)

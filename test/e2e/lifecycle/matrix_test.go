@@ -1,6 +1,8 @@
 package lifecycle
 
 import (
+	"fmt"
+	"net"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -86,9 +88,15 @@ func TestLifecycleMatrix(t *testing.T) {
 	m.requireSameTable()
 	m.serve()
 
+	serving := hostQueries(crashGap / 5)
 	m.phase("SIGKILL, no restart for 5 s (crash loop)", expectation{zero: []string{clusterIP}})
 	m.kill(c)
-	time.Sleep(crashGap)
+	crashed := hostQueries(crashGap - inflightSlack)
+	m.load.note(fmt.Sprintf("host-network client (the node's namespace) to the ClusterIP, one query at a time: while serving %s; "+
+		"during the 5 s after SIGKILL %s", serving, crashed))
+	if serving.viaAgent != serving.sent || crashed.viaKubeDNS != crashed.sent {
+		t.Errorf("host-network queries: serving %s, after SIGKILL %s; want all by the agent, then all by kube-dns", serving, crashed)
+	}
 	c = m.start("restart after 5 s, until ready", true)
 	m.requireSameTable()
 	m.serve()
@@ -119,6 +127,7 @@ func TestLifecycleMatrix(t *testing.T) {
 	time.Sleep(serveFor)
 	requireNothingLeft(t)
 
+	m.loopFailsStartUp()
 	m.surgeAddsAnAddress()
 	m.unprivilegedChangesNothing()
 
@@ -145,6 +154,22 @@ func TestLifecycleMatrix(t *testing.T) {
 	harness.Run(t, "ip", "link", "del", ifname)
 
 	m.settleAndCheck()
+}
+
+// loopFailsStartUp: a Corefile that forwards to the agent's own address. CoreDNS's loop plugin would exit the
+// process with our rules in place; ours reports it, and start-up fails through the orderly shutdown: nothing is
+// left and the ClusterIP is served by kube-dns throughout.
+func (m *matrix) loopFailsStartUp() {
+	t := m.t
+	m.phase("Corefile forwarding to itself: start-up fails", expectation{zero: []string{clusterIP}, allDirect: true})
+	cf := strings.ReplaceAll(harness.StandardCorefile(localIP, clusterIP, "cluster.local"), "__PILLAR__CLUSTER__DNS__", localIP)
+	a := m.n.startCorefile(localIP+","+clusterIP, cf)
+	if code := a.Wait(stopTimeout); code == 0 {
+		t.Fatalf("an agent whose Corefile loops exited with 0")
+	}
+	a.WaitLog(time.Second, "loop detected", func(l harness.LogLine) bool { return l.Msg == "loop detected" })
+	requireNothingLeft(t)
+	time.Sleep(serveFor)
 }
 
 // surgeAddsAnAddress: a rollout that adds an address to -localip. The new instance registers the address in
@@ -315,6 +340,40 @@ func (m *matrix) settleAndCheck() {
 			t.Errorf("%s: %d ClusterIP queries reached the agent without our table", name, c.viaAgent)
 		}
 	}
+}
+
+// hostCounts is what happened to a host-network client's queries.
+type hostCounts struct{ sent, viaAgent, viaKubeDNS, failed int }
+
+func (c hostCounts) String() string {
+	return fmt.Sprintf("%d sent, %d by the agent, %d by kube-dns, %d failed", c.sent, c.viaAgent, c.viaKubeDNS, c.failed)
+}
+
+// hostQueries sends one query at a time to the ClusterIP from the node's own namespace (a host-network client)
+// for d and counts who answered.
+func hostQueries(d time.Duration) hostCounts {
+	var c hostCounts
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		c.sent++
+		conn, err := net.DialUDP("udp", nil, &net.UDPAddr{IP: net.ParseIP(clusterIP), Port: 53})
+		if err != nil {
+			c.failed++
+			continue
+		}
+		answer, err := query(conn, "host.default.svc.cluster.local.")
+		conn.Close()
+		switch {
+		case err != nil:
+			c.failed++
+		case answer == answerAgent:
+			c.viaAgent++
+		case answer == answerKubeDNS:
+			c.viaKubeDNS++
+		default:
+			c.failed++
+		}
+	}
+	return c
 }
 
 func keys(m map[int]bool) []int {
