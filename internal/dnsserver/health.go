@@ -112,7 +112,12 @@ func (hl *healthListener) close() {
 
 func (s *Server) healthMux() *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/health", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("/health", func(w http.ResponseWriter, r *http.Request) {
+		if err := (*s.live.Load())(r.Context()); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, err.Error()+"\n")
+			return
+		}
 		io.WriteString(w, http.StatusText(http.StatusOK))
 	})
 	mux.HandleFunc("/ready", func(w http.ResponseWriter, _ *http.Request) {

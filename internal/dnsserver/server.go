@@ -11,6 +11,7 @@
 package dnsserver
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -50,6 +51,7 @@ type Server struct {
 	pending  pendingConfig // filled by directive setups during a start or restart
 
 	ready  atomic.Pointer[func() error]
+	live   atomic.Pointer[func(context.Context) error]
 	onLoop atomic.Pointer[func(*LoopError)]
 	gen    int // configurations started so far: 1 after Start, +1 per successful Reload
 
@@ -92,7 +94,17 @@ func New(log *zap.Logger) (*Server, error) {
 	}
 	routeStdLog(log.Named("coredns"))
 	s.SetReadiness(nil)
+	s.SetLiveness(nil)
 	return s, nil
+}
+
+// SetLiveness sets the check behind /health, the kubelet's liveness probe; nil means alive whenever the health
+// listener answers. The check gets the probe request's context.
+func (s *Server) SetLiveness(check func(context.Context) error) {
+	if check == nil {
+		check = func(context.Context) error { return nil }
+	}
+	s.live.Store(&check)
 }
 
 // SetReadiness sets the check behind /ready on the health listeners; nil means ready whenever CoreDNS serves.

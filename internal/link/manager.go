@@ -12,6 +12,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// requestTimeout bounds each netlink request of the Manager.
+const requestTimeout = 5 * time.Second
+
 // Manager creates, repairs, checks and removes our interface. Its methods are safe for concurrent use; each
 // reads the kernel afresh, so a Manager carries no state between calls beyond the link kind it chose at start.
 type Manager struct {
@@ -50,6 +53,12 @@ func New(log *zap.Logger, opts ...Option) (*Manager, error) {
 		h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 		if err != nil {
 			return nil, fmt.Errorf("open netlink handle: %w", err)
+		}
+		// Every request gets an answer in milliseconds; one that gets none for this long fails instead of
+		// hanging the reconcile loop (SO_RCVTIMEO/SO_SNDTIMEO on the handle's socket).
+		if err := h.SetSocketTimeout(requestTimeout); err != nil {
+			h.Close()
+			return nil, fmt.Errorf("set netlink socket timeout: %w", err)
 		}
 		c.ops = h
 	}

@@ -34,6 +34,8 @@ type Metrics struct {
 	Instances        prometheus.Gauge       //
 	FailOpen         *prometheus.GaugeVec   // path
 	UnboundLocalIP   *prometheus.GaugeVec   // ip
+	Damped           prometheus.Counter     //
+	LivenessFailures *prometheus.CounterVec // reason
 	RuleCounters     *RuleCounterCollector  // the table's own counters, read at scrape time
 }
 
@@ -87,11 +89,19 @@ func New(reg prometheus.Registerer, counters func() ([]RuleCounter, error)) (*Me
 			Namespace: "nodelocaldns", Name: "unbound_local_ip",
 			Help: "1 for a local IP no DNS listener is bound to (the Corefile listens on the wildcard address): queries to it are not intercepted.",
 		}, []string{"ip"}),
+		Damped: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "nodelocaldns", Name: "reconcile_damped_total",
+			Help: "Reconcile passes delayed because another writer kept undoing our repairs (each damped pass once).",
+		}),
+		LivenessFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "nodelocaldns", Name: "liveness_failures_total",
+			Help: "/health answers that failed, by reason: reconcile or reload (a pass running too long), dns (our listener did not answer).",
+		}, []string{"reason"}),
 	}
 	for _, t := range []string{ErrIptables, ErrIptablesLock, ErrInterfaceAdd, ErrInterfaceCheck, ErrConfigmap, ErrNftables} {
 		m.SetupErrors.WithLabelValues(t)
 	}
-	cs := []prometheus.Collector{m.SetupErrors, m.Passes, m.PassDuration, m.Repairs, m.Reloads, m.ReloadDuration, m.ForeignDropChain, m.Ready, m.Instances, m.FailOpen, m.UnboundLocalIP}
+	cs := []prometheus.Collector{m.SetupErrors, m.Passes, m.PassDuration, m.Repairs, m.Reloads, m.ReloadDuration, m.ForeignDropChain, m.Ready, m.Instances, m.FailOpen, m.UnboundLocalIP, m.Damped, m.LivenessFailures}
 	if counters != nil {
 		m.RuleCounters = &RuleCounterCollector{read: counters}
 		cs = append(cs, m.RuleCounters)

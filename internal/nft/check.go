@@ -45,7 +45,7 @@ func (d Drift) String() string { return string(d.Kind) + ": " + d.Object }
 // form (see ruleKey), as a multiset per chain: a missing and a foreign rule are both reported, and so is a
 // duplicate.
 func (c *Conn) Check(r *Ruleset) ([]Drift, error) {
-	c.mu.Lock()
+	c.lock()
 	defer c.mu.Unlock()
 	tables, err := c.ops.ListTablesOfFamily(nftables.TableFamilyINet)
 	if err != nil {

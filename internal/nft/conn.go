@@ -32,6 +32,8 @@ type nftOps interface {
 	// CreateOwnedTable creates table inet name with NFT_TABLE_F_OWNER, failing with EEXIST when the name is
 	// taken, on the socket every other call uses: the table lives exactly as long as that socket.
 	CreateOwnedTable(name string) error
+	// SetDeadline bounds the next requests (see requestTimeout).
+	SetDeadline(time.Time) error
 	// Discard drops whatever the socket still holds after a failed batch (acknowledgements the library
 	// stopped reading), so the next request reads its own answer.
 	Discard()
@@ -100,7 +102,7 @@ func Open(opts ...Option) (*Conn, error) {
 
 // Close closes the socket, and with it the kernel removes our table.
 func (c *Conn) Close() error {
-	c.mu.Lock()
+	c.lock()
 	defer c.mu.Unlock()
 	c.table = ""
 	if err := c.ops.CloseLasting(); err != nil {
@@ -114,7 +116,7 @@ func (c *Conn) PortID() uint32 { return c.portID.Load() }
 
 // Table is the name of the table c owns, "" before the first [Conn.Apply].
 func (c *Conn) Table() string {
-	c.mu.Lock()
+	c.lock()
 	defer c.mu.Unlock()
 	return c.table
 }
@@ -125,7 +127,7 @@ func (c *Conn) Table() string {
 // contents or the new, and a failed batch changes nothing. The table itself is never re-created: an owned
 // table can only be replaced by closing the socket, which would leave a gap.
 func (c *Conn) Apply(r *Ruleset) error {
-	c.mu.Lock()
+	c.lock()
 	defer c.mu.Unlock()
 	start := time.Now()
 	if ce := c.log.Check(zap.DebugLevel, "applying nftables table"); ce != nil {
@@ -239,7 +241,7 @@ func (c *Conn) abort(t *nftables.Table) {
 // Teardown deletes our table, and with it every chain, rule and set, in one call, over the owning socket. The
 // socket stays open; a later Apply creates a new table. Without a table it does nothing.
 func (c *Conn) Teardown() error {
-	c.mu.Lock()
+	c.lock()
 	defer c.mu.Unlock()
 	if c.table == "" {
 		return nil

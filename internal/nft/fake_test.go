@@ -3,6 +3,7 @@ package nft
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -67,6 +68,8 @@ func (k *fakeKernel) CreateOwnedTable(name string) error {
 }
 
 func (k *fakeKernel) Discard() { k.discards++ }
+
+func (k *fakeKernel) SetDeadline(time.Time) error { return nil }
 
 func (k *fakeKernel) DelSet(s *nftables.Set) {
 	k.queue = append(k.queue, func(k *fakeKernel) error {

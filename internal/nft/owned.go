@@ -89,7 +89,7 @@ func hasOwner(flags uint32) bool {
 // Instances lists the live instances on the node: every inet table with an instance name and the owner flag.
 // A table being created may have no sets yet; it needs no address yet either. Sorted by table name.
 func (c *Conn) Instances() ([]Instance, error) {
-	c.mu.Lock()
+	c.lock()
 	defer c.mu.Unlock()
 	tables, err := c.ops.ListTablesOfFamily(nftables.TableFamilyINet)
 	if err != nil {
@@ -154,7 +154,7 @@ func (c *Conn) Instances() ([]Instance, error) {
 // owned tables left behind (their notrack rules are not gated and would blackhole the ClusterIP after a
 // crash). It returns the names deleted.
 func (c *Conn) DeleteLegacy() ([]string, error) {
-	c.mu.Lock()
+	c.lock()
 	defer c.mu.Unlock()
 	tables, err := c.ops.ListTablesOfFamily(nftables.TableFamilyINet)
 	if err != nil {

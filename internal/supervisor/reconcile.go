@@ -27,7 +27,7 @@ const (
 // pass makes the interface carry what the live instances need (node.ensureLink) and looks for foreign drop
 // policies. Our table needs no pass: it is owned, nobody else can change it. Other instances' tables coming
 // and going change the union, so their notifications trigger passes too.
-func (s *Supervisor) pass(_ context.Context, reasons []string) error {
+func (s *Supervisor) pass(_ context.Context, reasons []string) (changed bool, err error) {
 	start := time.Now()
 	var repaired []string
 	var errs []error
@@ -54,7 +54,7 @@ func (s *Supervisor) pass(_ context.Context, reasons []string) error {
 		s.countPass(reasons, resultInSync, start)
 		s.log.Debug("in sync", zap.Strings("triggers", reasons), zap.Duration("elapsed", time.Since(start)))
 	}
-	return err
+	return len(repaired) > 0, err
 }
 
 // atomicErr holds an error, nil included.
@@ -77,7 +77,7 @@ func (s *Supervisor) startWatchers(ctx context.Context, wg *sync.WaitGroup) {
 	// instances registering or leaving, foreign drop policies).
 	if s.table != nil {
 		wg.Go(func() {
-			err := nft.Watch(ctx, s.log, func(reason string) { s.runner.Trigger("nft:" + reason) }, nft.IgnoreConn(s.table))
+			err := nft.Watch(ctx, s.log, func(reason string) { s.runner.trigger("nft:" + reason) }, nft.IgnoreConn(s.table))
 			if err != nil && ctx.Err() == nil {
 				s.log.Error("nftables watch stopped; relying on the periodic pass", zap.Error(err))
 			}
@@ -85,7 +85,7 @@ func (s *Supervisor) startWatchers(ctx context.Context, wg *sync.WaitGroup) {
 	}
 	if s.links != nil {
 		wg.Go(func() {
-			err := link.Watch(ctx, s.log, s.opts.InterfaceName, func(reason string) { s.runner.Trigger("link:" + reason) })
+			err := link.Watch(ctx, s.log, s.opts.InterfaceName, func(reason string) { s.runner.trigger("link:" + reason) })
 			if err != nil && ctx.Err() == nil {
 				s.log.Error("link watch stopped; relying on the periodic pass", zap.Error(err))
 			}

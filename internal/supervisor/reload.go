@@ -53,17 +53,16 @@ func (s *Supervisor) render() ([]byte, error) {
 
 // reloadPass re-renders after a ConfigMap change or SIGUSR1 and reloads CoreDNS in-process. On any error the
 // running configuration keeps serving; a refused kube-dns ConfigMap alone leaves the rest of a change to apply.
-func (s *Supervisor) reloadPass(_ context.Context, reasons []string) error {
+func (s *Supervisor) reloadPass(_ context.Context, reasons []string) (changed bool, err error) {
 	start := time.Now()
 	if s.revertLoop() {
-		return nil
+		return true, nil
 	}
 	cf, kd, kdErr, err := s.latest()
-	changed := false
 	if err == nil && s.loops.isRefused(cf) {
 		s.log.Error("configuration still the one refused for a forwarding loop; the previous one keeps serving", zap.Strings("triggers", reasons))
 		withMetrics(s.m, func(m *metrics.Metrics) { m.Reloads.WithLabelValues("loop").Inc() })
-		return nil
+		return false, nil
 	}
 	if err == nil {
 		prev := s.dns.Corefile()
@@ -75,7 +74,10 @@ func (s *Supervisor) reloadPass(_ context.Context, reasons []string) error {
 		s.setupError(metrics.ErrConfigmap)
 		withMetrics(s.m, func(m *metrics.Metrics) { m.Reloads.WithLabelValues("error").Inc() })
 		s.log.Error("configuration change refused; the running configuration keeps serving", zap.Strings("triggers", reasons), zap.Error(err))
-		return nil // a bad ConfigMap is retried on its next change, not in a loop
+		// Retried with backoff (1 s doubling to 30 s) as well as on the next change: a reload can fail for a
+		// reason that passes (an address not yet bindable, a plugin's transient error), and a ConfigMap that
+		// stays bad costs one render and parse per backoff step.
+		return false, err
 	}
 	s.kubeDNS = kd
 	result := "unchanged"
@@ -92,7 +94,7 @@ func (s *Supervisor) reloadPass(_ context.Context, reasons []string) error {
 		s.log.Info("configuration unchanged; coredns keeps running", zap.Strings("triggers", reasons), zap.Duration("elapsed", time.Since(start)))
 	}
 	withMetrics(s.m, func(m *metrics.Metrics) { m.Reloads.WithLabelValues(result).Inc() })
-	return nil
+	return changed, nil
 }
 
 // loopState is what the supervisor knows of forwarding loops the `loop` directive found (dnsserver/loop.go).
@@ -141,7 +143,7 @@ func (s *Supervisor) onLoop(e *dnsserver.LoopError) {
 	}
 	s.loops.pending.Store(int32(e.Generation))
 	if s.reloads != nil {
-		s.reloads.Trigger("loop")
+		s.reloads.trigger("loop")
 	}
 }
 
@@ -206,7 +208,7 @@ func (s *Supervisor) onSIGUSR1(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-ch:
-			s.reloads.Trigger("sigusr1")
+			s.reloads.trigger("sigusr1")
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -11,37 +12,62 @@ import (
 
 // Trigger reasons the runner adds by itself.
 const (
-	ReasonPeriodic = "periodic" // the -syncinterval safety net
-	ReasonRetry    = "retry"    // the previous pass failed
+	reasonPeriodic = "periodic" // the -syncinterval safety net
+	reasonRetry    = "retry"    // the previous pass failed
 )
 
-// Runner runs a pass function on demand, the way kube-proxy's BoundedFrequencyRunner does: triggers coalesce
+// runner runs a pass function on demand, the way kube-proxy's BoundedFrequencyRunner does: triggers coalesce
 // into one pending pass (a channel of one), passes are at least minInterval apart, a failed pass is retried
 // with exponential backoff, and a periodic pass every maxInterval is only a safety net. The pass recomputes
 // everything from scratch, so the runner carries no state between passes but the reasons that asked for one.
-type Runner struct {
-	pass                     func(ctx context.Context, reasons []string) error
+//
+// Two more bounds keep a runner from spinning or hiding a hang:
+//   - damping: when a writer outside the agent keeps undoing what passes repair (a script re-deleting an
+//     address, a second manager of the same interface), each pass that changed something soon after the last
+//     one that did lengthens the wait before the next, up to a cap; a pass that finds nothing to change ends
+//     the fight. A single repair is never delayed.
+//   - liveness: the start of the pass in progress is recorded, so /health can tell a pass that hangs.
+type runner struct {
+	pass                     passFunc
 	minInterval, maxInterval time.Duration
 	backoffMin, backoffMax   time.Duration
+	damp                     damping
 	clock                    clock.Clock
 
 	kick    chan struct{}
 	mu      sync.Mutex
 	reasons map[string]bool
+
+	busySince atomic.Int64 // unix nanoseconds when the pass in progress started; 0 when idle
 }
 
-// RunnerConfig configures a Runner. Zero backoff values default to 10 ms and maxInterval/4.
-type RunnerConfig struct {
-	MinInterval, MaxInterval time.Duration
-	BackoffMin, BackoffMax   time.Duration
-	Clock                    clock.Clock // nil: the real clock
+// passFunc does one pass. changed reports that it had to change something (a repair, a reload); only
+// damping looks at it.
+type passFunc func(ctx context.Context, reasons []string) (changed bool, err error)
+
+// damping configures how a runner backs off from a fight. The zero value never damps.
+type damping struct {
+	after  int           // passes in a row that changed something, each within window of the last, before damping
+	window time.Duration // how close two changing passes must be to count as one fight
+	min    time.Duration // the first damped wait; each further changing pass doubles it
+	max    time.Duration // the cap
+	// onDamp is called with the wait whenever a pass is damped, and with 0 when a fight ends.
+	onDamp func(wait time.Duration, streak int)
 }
 
-// NewRunner returns a runner for pass; start it with Run.
-func NewRunner(cfg RunnerConfig, pass func(ctx context.Context, reasons []string) error) *Runner {
-	r := &Runner{
-		pass: pass, minInterval: cfg.MinInterval, maxInterval: cfg.MaxInterval,
-		backoffMin: cfg.BackoffMin, backoffMax: cfg.BackoffMax, clock: cfg.Clock,
+// runnerConfig configures a runner. Zero backoff values default to 10 ms and maxInterval/4.
+type runnerConfig struct {
+	minInterval, maxInterval time.Duration
+	backoffMin, backoffMax   time.Duration
+	damp                     damping
+	clock                    clock.Clock // nil: the real clock
+}
+
+// newRunner returns a runner for pass; start it with run.
+func newRunner(cfg runnerConfig, pass passFunc) *runner {
+	r := &runner{
+		pass: pass, minInterval: cfg.minInterval, maxInterval: cfg.maxInterval,
+		backoffMin: cfg.backoffMin, backoffMax: cfg.backoffMax, damp: cfg.damp, clock: cfg.clock,
 		kick: make(chan struct{}, 1), reasons: map[string]bool{},
 	}
 	if r.clock == nil {
@@ -56,9 +82,9 @@ func NewRunner(cfg RunnerConfig, pass func(ctx context.Context, reasons []string
 	return r
 }
 
-// Trigger asks for a pass soon, for reason. It never blocks; triggers that arrive before the pass starts
+// trigger asks for a pass soon, for reason. It never blocks; triggers that arrive before the pass starts
 // share it.
-func (r *Runner) Trigger(reason string) {
+func (r *runner) trigger(reason string) {
 	r.mu.Lock()
 	r.reasons[reason] = true
 	r.mu.Unlock()
@@ -68,7 +94,7 @@ func (r *Runner) Trigger(reason string) {
 	}
 }
 
-func (r *Runner) takeReasons() []string {
+func (r *runner) takeReasons() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	reasons := make([]string, 0, len(r.reasons))
@@ -80,15 +106,24 @@ func (r *Runner) takeReasons() []string {
 	return reasons
 }
 
-// Run runs passes until ctx is done. A pass that fails is retried; Run itself never fails.
-func (r *Runner) Run(ctx context.Context) {
-	var lastRun, retryAt time.Time
-	failures := 0
+// busy reports how long the pass in progress has been running; ok is false when none runs.
+func (r *runner) busy() (d time.Duration, ok bool) {
+	since := r.busySince.Load()
+	if since == 0 {
+		return 0, false
+	}
+	return r.clock.Since(time.Unix(0, since)), true
+}
+
+// run runs passes until ctx is done. A pass that fails is retried; run itself never fails.
+func (r *runner) run(ctx context.Context) {
+	var lastRun, retryAt, lastChange time.Time
+	failures, streak := 0, 0
 	nextPeriodic := r.clock.Now().Add(r.maxInterval)
 	for {
-		wait, reason := nextPeriodic.Sub(r.clock.Now()), ReasonPeriodic
+		wait, reason := nextPeriodic.Sub(r.clock.Now()), reasonPeriodic
 		if !retryAt.IsZero() && retryAt.Before(nextPeriodic) {
-			wait, reason = retryAt.Sub(r.clock.Now()), ReasonRetry
+			wait, reason = retryAt.Sub(r.clock.Now()), reasonRetry
 		}
 		t := r.clock.NewTimer(max(wait, 0))
 		select {
@@ -98,21 +133,28 @@ func (r *Runner) Run(ctx context.Context) {
 		case <-r.kick:
 			t.Stop()
 		case <-t.C():
-			r.Trigger(reason)
+			r.trigger(reason)
 			<-r.kick
 		}
-		if since := r.clock.Since(lastRun); !lastRun.IsZero() && since < r.minInterval {
-			if !r.sleep(ctx, r.minInterval-since) {
+		gap := r.minInterval
+		if d := r.damped(streak); d > gap {
+			gap = d
+		}
+		if since := r.clock.Since(lastRun); !lastRun.IsZero() && since < gap {
+			if !r.sleep(ctx, gap-since) {
 				return
 			}
 		}
 		select {
-		case <-r.kick: // triggers that arrived while waiting out minInterval are served by this pass
+		case <-r.kick: // triggers that arrived while waiting out the gap are served by this pass
 		default:
 		}
-		err := r.pass(ctx, r.takeReasons())
+		r.busySince.Store(r.clock.Now().UnixNano())
+		changed, err := r.pass(ctx, r.takeReasons())
+		r.busySince.Store(0)
 		lastRun = r.clock.Now()
 		nextPeriodic = lastRun.Add(r.maxInterval)
+		streak = r.fight(streak, changed && err == nil, lastRun, &lastChange)
 		if err == nil {
 			failures, retryAt = 0, time.Time{}
 			continue
@@ -123,7 +165,38 @@ func (r *Runner) Run(ctx context.Context) {
 	}
 }
 
-func (r *Runner) sleep(ctx context.Context, d time.Duration) bool {
+// fight updates the streak of changing passes after a pass at now.
+func (r *runner) fight(streak int, changed bool, now time.Time, lastChange *time.Time) int {
+	if r.damp.after <= 0 {
+		return 0
+	}
+	switch {
+	case !changed:
+		if streak >= r.damp.after && r.damp.onDamp != nil {
+			r.damp.onDamp(0, streak)
+		}
+		return 0
+	case !lastChange.IsZero() && now.Sub(*lastChange) <= r.damp.window:
+		streak++
+	default:
+		streak = 1
+	}
+	*lastChange = now
+	if d := r.damped(streak); d > 0 && r.damp.onDamp != nil {
+		r.damp.onDamp(d, streak)
+	}
+	return streak
+}
+
+// damped is the wait before the next pass after streak changing passes in a row.
+func (r *runner) damped(streak int) time.Duration {
+	if r.damp.after <= 0 || streak < r.damp.after {
+		return 0
+	}
+	return min(r.damp.min<<min(streak-r.damp.after, 30), r.damp.max)
+}
+
+func (r *runner) sleep(ctx context.Context, d time.Duration) bool {
 	t := r.clock.NewTimer(d)
 	defer t.Stop()
 	select {

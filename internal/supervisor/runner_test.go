@@ -3,7 +3,9 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,21 +14,27 @@ import (
 
 // passRecorder records each pass and lets the test decide its result.
 type passRecorder struct {
-	passes chan string // the reasons of each pass, joined
-	result chan error  // what the pass returns
+	passes  chan string // the reasons of each pass, joined
+	result  chan error  // what the pass returns
+	changed atomic.Bool // whether passes report a change
+	release chan struct{}
+	block   atomic.Bool // passes wait for release
 }
 
 func newRecorder() *passRecorder {
-	return &passRecorder{passes: make(chan string, 100), result: make(chan error, 100)}
+	return &passRecorder{passes: make(chan string, 100), result: make(chan error, 100), release: make(chan struct{})}
 }
 
-func (p *passRecorder) pass(_ context.Context, reasons []string) error {
+func (p *passRecorder) pass(_ context.Context, reasons []string) (bool, error) {
 	p.passes <- strings.Join(reasons, ",")
+	if p.block.Load() {
+		<-p.release
+	}
 	select {
 	case err := <-p.result:
-		return err
+		return false, err
 	default:
-		return nil
+		return p.changed.Load(), nil
 	}
 }
 
@@ -51,14 +59,14 @@ func (p *passRecorder) none(t *testing.T) {
 	}
 }
 
-func startRunner(t *testing.T, cfg RunnerConfig) (*Runner, *passRecorder, *clocktesting.FakeClock) {
+func startRunner(t *testing.T, cfg runnerConfig) (*runner, *passRecorder, *clocktesting.FakeClock) {
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	cfg.Clock = clk
+	cfg.clock = clk
 	rec := newRecorder()
-	r := NewRunner(cfg, rec.pass)
+	r := newRunner(cfg, rec.pass)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { r.Run(ctx); close(done) }()
+	go func() { r.run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return r, rec, clk
 }
@@ -76,17 +84,17 @@ func waitForTimer(t *testing.T, clk *clocktesting.FakeClock) {
 }
 
 func TestRunnerCoalescesTriggers(t *testing.T) {
-	r, rec, clk := startRunner(t, RunnerConfig{MinInterval: time.Second, MaxInterval: time.Hour})
+	r, rec, clk := startRunner(t, runnerConfig{minInterval: time.Second, maxInterval: time.Hour})
 	waitForTimer(t, clk)
-	r.Trigger("nft")
+	r.trigger("nft")
 	if got := rec.next(t); got != "nft" {
 		t.Fatalf("first pass reasons = %q", got)
 	}
 	// Within minInterval of that pass: all of these must share one pass, after the interval.
 	waitForTimer(t, clk)
-	r.Trigger("link")
-	r.Trigger("nft")
-	r.Trigger("link")
+	r.trigger("link")
+	r.trigger("nft")
+	r.trigger("link")
 	waitForTimer(t, clk)
 	rec.none(t)
 	clk.Step(time.Second)
@@ -97,24 +105,24 @@ func TestRunnerCoalescesTriggers(t *testing.T) {
 }
 
 func TestRunnerPeriodicIsOnlyASafetyNet(t *testing.T) {
-	_, rec, clk := startRunner(t, RunnerConfig{MinInterval: time.Millisecond, MaxInterval: time.Minute})
+	_, rec, clk := startRunner(t, runnerConfig{minInterval: time.Millisecond, maxInterval: time.Minute})
 	waitForTimer(t, clk)
 	clk.Step(59 * time.Second)
 	rec.none(t)
 	clk.Step(time.Second)
-	if got := rec.next(t); got != ReasonPeriodic {
+	if got := rec.next(t); got != reasonPeriodic {
 		t.Fatalf("pass reasons = %q, want periodic", got)
 	}
 }
 
 func TestRunnerRetriesWithBackoff(t *testing.T) {
-	r, rec, clk := startRunner(t, RunnerConfig{MinInterval: time.Millisecond, MaxInterval: time.Hour, BackoffMin: 100 * time.Millisecond, BackoffMax: 350 * time.Millisecond})
+	r, rec, clk := startRunner(t, runnerConfig{minInterval: time.Millisecond, maxInterval: time.Hour, backoffMin: 100 * time.Millisecond, backoffMax: 350 * time.Millisecond})
 	waitForTimer(t, clk)
 	boom := errors.New("boom")
 	rec.result <- boom
 	rec.result <- boom
 	rec.result <- boom
-	r.Trigger("nft")
+	r.trigger("nft")
 	rec.next(t)
 	// Retries after 100ms, 200ms, then capped at 350ms; then success ends the retries.
 	for _, d := range []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 350 * time.Millisecond} {
@@ -122,7 +130,7 @@ func TestRunnerRetriesWithBackoff(t *testing.T) {
 		clk.Step(d - time.Millisecond)
 		rec.none(t)
 		clk.Step(time.Millisecond)
-		if got := rec.next(t); got != ReasonRetry {
+		if got := rec.next(t); got != reasonRetry {
 			t.Fatalf("after %v: reasons = %q, want retry", d, got)
 		}
 	}
@@ -132,14 +140,106 @@ func TestRunnerRetriesWithBackoff(t *testing.T) {
 }
 
 func TestRunnerStopsOnCancel(t *testing.T) {
-	r := NewRunner(RunnerConfig{MaxInterval: time.Hour}, func(context.Context, []string) error { return nil })
+	r := newRunner(runnerConfig{maxInterval: time.Hour}, func(context.Context, []string) (bool, error) { return false, nil })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { r.Run(ctx); close(done) }()
+	go func() { r.run(ctx); close(done) }()
 	cancel()
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
 		t.Fatal("Run did not return after cancel")
+	}
+}
+
+// A writer that keeps undoing our repairs makes every pass change something: after damp.after such passes in a
+// row the wait before the next doubles up to the cap; one pass that finds nothing to change ends it.
+func TestRunnerDampsAFight(t *testing.T) {
+	var waits []time.Duration
+	cfg := runnerConfig{minInterval: 5 * time.Millisecond, maxInterval: time.Hour, damp: damping{
+		after: 3, window: time.Second, min: 100 * time.Millisecond, max: 300 * time.Millisecond,
+		onDamp: func(d time.Duration, _ int) { waits = append(waits, d) },
+	}}
+	r, rec, clk := startRunner(t, cfg)
+	rec.changed.Store(true)
+	waitForTimer(t, clk)
+	// Three repairs 5 ms apart: the first two are not delayed beyond minInterval.
+	r.trigger("link")
+	rec.next(t)
+	for range 2 {
+		waitForTimer(t, clk)
+		r.trigger("link")
+		waitForTimer(t, clk)
+		rec.none(t)
+		clk.Step(5 * time.Millisecond)
+		rec.next(t)
+	}
+	// Now damped: 100 ms, 200 ms, then the 300 ms cap.
+	for _, d := range []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond, 300 * time.Millisecond} {
+		waitForTimer(t, clk)
+		r.trigger("link")
+		waitForTimer(t, clk)
+		clk.Step(d - time.Millisecond)
+		rec.none(t)
+		clk.Step(time.Millisecond)
+		if got := rec.next(t); got != "link" {
+			t.Fatalf("damped pass reasons = %q", got)
+		}
+	}
+	// The writer stops: this pass changes nothing, and the next trigger is served after minInterval again.
+	rec.changed.Store(false)
+	waitForTimer(t, clk)
+	r.trigger("link")
+	waitForTimer(t, clk)
+	clk.Step(300 * time.Millisecond)
+	rec.next(t)
+	waitForTimer(t, clk)
+	r.trigger("link")
+	waitForTimer(t, clk)
+	clk.Step(5 * time.Millisecond)
+	rec.next(t)
+	want := []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond, 300 * time.Millisecond, 300 * time.Millisecond, 0}
+	if fmt.Sprint(waits) != fmt.Sprint(want) {
+		t.Fatalf("onDamp waits = %v, want %v", waits, want)
+	}
+}
+
+// Repairs far apart are never damped, however many.
+func TestRunnerDoesNotDampSeparateRepairs(t *testing.T) {
+	cfg := runnerConfig{minInterval: 5 * time.Millisecond, maxInterval: time.Hour, damp: damping{
+		after: 2, window: time.Second, min: time.Minute, max: time.Minute,
+	}}
+	r, rec, clk := startRunner(t, cfg)
+	rec.changed.Store(true)
+	for range 5 {
+		waitForTimer(t, clk)
+		clk.Step(2 * time.Second)
+		waitForTimer(t, clk)
+		r.trigger("link")
+		rec.next(t)
+	}
+}
+
+// busy reports the pass in progress and its age, so /health can fail on a pass that hangs.
+func TestRunnerReportsABusyPass(t *testing.T) {
+	r, rec, clk := startRunner(t, runnerConfig{minInterval: time.Millisecond, maxInterval: time.Hour})
+	if _, ok := r.busy(); ok {
+		t.Fatal("busy before any pass")
+	}
+	rec.block.Store(true)
+	waitForTimer(t, clk)
+	r.trigger("link")
+	rec.next(t)
+	clk.Step(42 * time.Second)
+	if d, ok := r.busy(); !ok || d != 42*time.Second {
+		t.Fatalf("busy() = %v, %v; want 42s, true", d, ok)
+	}
+	rec.release <- struct{}{}
+	deadline := time.Now().Add(5 * time.Second)
+	for _, ok := r.busy(); ok; _, ok = r.busy() {
+		if time.Now().After(deadline) {
+			t.Fatal("still busy after the pass returned")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

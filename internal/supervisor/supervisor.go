@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -35,6 +36,7 @@ const (
 	minPassInterval  = 5 * time.Millisecond  // floor between passes: bounds the cost of an event storm
 	configDebounce   = 20 * time.Millisecond // coalesces a ConfigMap update's burst of inotify events
 	shutdownDeadline = 20 * time.Second      // below the pod's default 30 s grace period
+	loopsStop        = 5 * time.Second       // of which the reconcile and reload loops may take this much
 	defaultKubeDNSCM = "/etc/kube-dns"
 	// drainDelay is how long queries already steered to us get to be answered: between deleting the table and
 	// removing the interface (they are answered from the addresses they were sent to), and between detaching
@@ -66,8 +68,8 @@ type Supervisor struct {
 	table   *nft.Conn
 	links   *link.Manager
 	dns     *dnsserver.Server
-	runner  *Runner
-	reloads *Runner
+	runner  *runner
+	reloads *runner
 
 	lastPass   atomicErr // result of the last reconcile pass
 	warnedDrop sync.Map  // foreign drop chains already warned about
@@ -150,6 +152,7 @@ func (s *Supervisor) Run(ctx context.Context) (err error) {
 		return err
 	}
 	s.dns.SetReadiness(s.readiness)
+	s.dns.SetLiveness(s.liveness)
 	s.dns.OnLoop(s.onLoop)
 	if err := s.dns.Start(cf, s.opts.Corefile); err != nil {
 		return err
@@ -193,14 +196,14 @@ func (s *Supervisor) Run(ctx context.Context) (err error) {
 		s.lastPass.store(nil)
 	}
 
-	s.reloads = NewRunner(RunnerConfig{MaxInterval: 24 * time.Hour, BackoffMin: time.Second, BackoffMax: 30 * time.Second}, s.reloadPass)
-	wg.Go(func() { s.reloads.Run(runCtx) })
-	wg.Go(func() { watcher.Run(runCtx, func() { s.reloads.Trigger("configmap") }) })
+	s.reloads = newRunner(runnerConfig{maxInterval: 24 * time.Hour, backoffMin: time.Second, backoffMax: 30 * time.Second}, s.reloadPass)
+	wg.Go(func() { s.reloads.run(runCtx) })
+	wg.Go(func() { watcher.Run(runCtx, func() { s.reloads.trigger("configmap") }) })
 	wg.Go(func() { s.onSIGUSR1(runCtx) })
 	if s.manages() {
-		s.runner = NewRunner(RunnerConfig{MinInterval: minPassInterval, MaxInterval: s.opts.SyncInterval}, s.pass)
+		s.runner = newRunner(runnerConfig{minInterval: minPassInterval, maxInterval: s.opts.SyncInterval, damp: s.damping()}, s.pass)
 		s.startWatchers(runCtx, &wg)
-		wg.Go(func() { s.runner.Run(runCtx) })
+		wg.Go(func() { s.runner.run(runCtx) })
 	}
 	s.log.Info("ready", zap.Duration("elapsed", time.Since(start)), zap.String("table", s.tableName()),
 		zap.Bool("gated", s.node.gated.Load()), zap.Int32("other_instances", s.node.others.Load()))
@@ -215,28 +218,25 @@ func (s *Supervisor) Run(ctx context.Context) (err error) {
 }
 
 // shutdown stops the loops, leaves the node (node.leave), hands our listeners over when another instance
-// stays, and stops CoreDNS, within the deadline.
+// stays, and stops CoreDNS, all within shutdownDeadline: a step still running then is abandoned and the
+// process exits (the kernel removes our table with our socket).
 func (s *Supervisor) shutdown(stopRunning context.CancelFunc, wg *sync.WaitGroup) {
 	start := time.Now()
+	b := newBounded(s.log, shutdownDeadline)
 	stopRunning()
-	wg.Wait()
-	othersServe := s.node.leave(s.opts.SkipTeardown, drainDelay)
+	// A loop stuck in a pass (a CoreDNS reload that never returns) must not keep us from leaving the node.
+	b.do("stop loops", loopsStop, wg.Wait)
+	var othersServe atomic.Bool
+	b.do("leave the node", 0, func() { othersServe.Store(s.node.leave(s.opts.SkipTeardown, drainDelay)) })
 	if s.dns != nil {
-		if othersServe {
-			s.passQueries()
+		if othersServe.Load() {
+			b.do("hand queries over", 0, s.passQueries)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), shutdownDeadline)
-		defer cancel()
-		done := make(chan error, 1)
-		go func() { done <- s.dns.Stop() }()
-		select {
-		case err := <-done:
-			if err != nil {
+		b.do("stop coredns", 0, func() {
+			if err := s.dns.Stop(); err != nil {
 				s.log.Warn("stop coredns", zap.Error(err))
 			}
-		case <-ctx.Done():
-			s.log.Error("coredns did not stop before the deadline", zap.Duration("deadline", shutdownDeadline))
-		}
+		})
 	}
 	if s.opts.PIDFile != "" {
 		os.Remove(s.opts.PIDFile)

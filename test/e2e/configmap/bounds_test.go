@@ -1,0 +1,72 @@
+package configmap
+
+import (
+	"net/http"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nodelocaldns/nodelocaldns/test/harness"
+)
+
+// A reload that fails for a reason that passes is retried with backoff, not only on the next ConfigMap change:
+// here a server block binds an address that does not exist yet; once it is added (and nothing else changes),
+// the retry serves it.
+func TestFailedReloadIsRetried(t *testing.T) {
+	e := start(t, setup{})
+	const extra = "169.254.20.11"
+	errorsBefore := e.metric(reloadsError)
+	base := harness.StandardCorefile(localIP, dnsServer, domain) +
+		"\nexample.test:53 {\n    bind " + extra + "\n    forward . " + ip(upX) + "\n}\n"
+	e.base.Update(t, map[string]string{"Corefile.base": base})
+	e.waitMetric(reloadsError, errorsBefore)
+
+	okBefore := e.metric(reloadsOK)
+	harness.Run(t, "ip", "addr", "add", extra+"/32", "dev", "lo")
+	t.Cleanup(func() { exec.Command("ip", "addr", "del", extra+"/32", "dev", "lo").Run() })
+	// The first retries come 1 s and 2 s after the failure.
+	waited := harness.Eventually(t, 10*time.Second, "the failed reload to be retried and serve "+extra, func() bool {
+		got, err := harness.Lookup(extra+":53", "udp", "q.example.test", queryTimeout)
+		return err == nil && got == ansUpX
+	})
+	t.Logf("served %s %v after the address appeared", extra, waited)
+	if e.metric(reloadsOK) <= okBefore {
+		t.Errorf("%s did not increase", reloadsOK)
+	}
+	retried := false
+	for _, l := range e.agent.Lines() {
+		if triggers, _ := l.Raw["triggers"].([]any); l.Msg == "reloaded coredns" && slices.Contains(triggers, any("retry")) {
+			retried = true
+		}
+	}
+	if !retried {
+		t.Errorf("no reload triggered by retry in the log: %v", e.logsSince(0, "reloaded coredns"))
+	}
+}
+
+// /health is the agent's own liveness: it fails while our DNS listener does not answer (here a foreign
+// nftables rule drops the agent's own probe on its way to the listener) and recovers when it answers again.
+func TestHealthFailsWhileDNSDoesNotAnswer(t *testing.T) {
+	e := start(t, setup{})
+	c := &http.Client{Timeout: 3 * time.Second}
+	if err := health(c); err != nil {
+		t.Fatalf("/health before: %v", err)
+	}
+	harness.Run(t, "nft", "add table inet blockdns { chain out { type filter hook output priority 0; ip daddr "+localIP+" udp dport 53 drop; }; }")
+	t.Cleanup(func() { exec.Command("nft", "delete", "table", "inet", "blockdns").Run() })
+	var last error
+	harness.Eventually(t, 10*time.Second, "/health to fail", func() bool {
+		last = health(c)
+		return last != nil
+	})
+	if !strings.Contains(last.Error(), "503") || !strings.Contains(last.Error(), "does not answer") {
+		t.Errorf("/health failed with %v, want 503 naming the listener that does not answer", last)
+	}
+	if v := e.metric(`nodelocaldns_liveness_failures_total{reason="dns"}`); v < 1 {
+		t.Errorf("liveness failures (dns) = %v, want >= 1", v)
+	}
+	harness.Run(t, "nft", "delete", "table", "inet", "blockdns")
+	harness.Eventually(t, 10*time.Second, "/health to recover", func() bool { return health(c) == nil })
+}
