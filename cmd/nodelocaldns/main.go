@@ -11,9 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
-	"sync"
 	"syscall"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -84,27 +82,13 @@ func serve(o *options.Options, log *zap.Logger) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT)
 	defer stop()
 
-	// The table's counters are read at scrape time. Scrapes of our endpoint and of CoreDNS's prometheus endpoint
-	// (the same registry) run concurrently, so the connection is opened once, on first use.
-	var counters func() ([]metrics.RuleCounter, error)
-	if o.SetupNftables {
-		open := sync.OnceValues(func() (*nft.Conn, error) { return nft.Open() })
-		counters = func() ([]metrics.RuleCounter, error) {
-			c, err := open()
-			if err != nil {
-				return nil, err
-			}
-			return ruleCounters(c)
-		}
-	}
-	m, err := metrics.New(prometheus.DefaultRegisterer, counters)
+	m, err := metrics.New(prometheus.DefaultRegisterer, nil) // the supervisor sets the rule counters' source
 	if err != nil {
 		log.Error("register metrics", zap.Error(err))
 		return 1
 	}
-	go serveMetrics(ctx, log, o.MetricsListenAddress)
-
-	sup, err := supervisor.New(supervisor.Config{Options: o, Log: log, Getenv: os.Getenv, Metrics: m})
+	cfg := supervisor.Config{Options: o, Log: log, Getenv: os.Getenv, Metrics: m, Gatherer: prometheus.DefaultGatherer}
+	sup, err := supervisor.New(cfg)
 	if err != nil {
 		log.Error("invalid configuration", zap.Error(err))
 		return 2
@@ -116,37 +100,6 @@ func serve(o *options.Options, log *zap.Logger) int {
 		return 1
 	}
 	return 0
-}
-
-// serveMetrics serves /metrics until ctx is done. As in node-cache, the agent serves DNS without its own metrics
-// endpoint rather than not at all; unlike node-cache, a failed bind (say, node-cache still holds the port during a
-// migration) is retried, so the endpoint appears once the port is free.
-func serveMetrics(ctx context.Context, log *zap.Logger, addr string) {
-	const retry = 5 * time.Second
-	for {
-		err := metrics.Serve(ctx, addr, prometheus.DefaultGatherer)
-		if err == nil || ctx.Err() != nil {
-			return
-		}
-		log.Error("metrics server; retrying", zap.String("address", addr), zap.Duration("retry", retry), zap.Error(err))
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(retry):
-		}
-	}
-}
-
-func ruleCounters(c *nft.Conn) ([]metrics.RuleCounter, error) {
-	rcs, err := c.Counters()
-	if err != nil {
-		return nil, err
-	}
-	out := make([]metrics.RuleCounter, len(rcs))
-	for i, rc := range rcs {
-		out[i] = metrics.RuleCounter{Chain: rc.Chain, Comment: rc.Comment, Packets: rc.Packets, Bytes: rc.Bytes}
-	}
-	return out, nil
 }
 
 // teardown is `-teardown`: the same leaving sequence as a stopping instance (supervisor.Teardown).

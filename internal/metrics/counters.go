@@ -1,6 +1,10 @@
 package metrics
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // RuleCounter is one nftables rule's counter: the packets that skipped conntrack or were accepted.
 type RuleCounter struct {
@@ -9,9 +13,20 @@ type RuleCounter struct {
 }
 
 // RuleCounterCollector exports the counters of our table's rules, read from the kernel at scrape time so the
-// numbers are the kernel's and nothing polls between scrapes.
+// numbers are the kernel's and nothing polls between scrapes. It reads through the agent's own nftables
+// connection, which exists only once the supervisor has opened it: until [RuleCounterCollector.SetSource] it
+// exports nothing.
 type RuleCounterCollector struct {
-	read func() ([]RuleCounter, error)
+	read atomic.Pointer[func() ([]RuleCounter, error)]
+}
+
+// SetSource sets where Collect reads the counters; nil exports nothing again.
+func (c *RuleCounterCollector) SetSource(read func() ([]RuleCounter, error)) {
+	if read == nil {
+		c.read.Store(nil)
+		return
+	}
+	c.read.Store(&read)
 }
 
 var (
@@ -27,7 +42,11 @@ func (c *RuleCounterCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *RuleCounterCollector) Collect(ch chan<- prometheus.Metric) {
-	counters, err := c.read()
+	read := c.read.Load()
+	if read == nil {
+		return
+	}
+	counters, err := (*read)()
 	if err != nil {
 		// Leave the counters out of this scrape rather than fail it: the same registry backs CoreDNS's own
 		// prometheus endpoint, whose handler answers 500 to any collector error, and a read can race with a

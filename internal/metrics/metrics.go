@@ -40,7 +40,8 @@ type Metrics struct {
 }
 
 // New creates the collectors and registers them with reg. counters reads our nftables rules' counters at
-// scrape time; nil leaves them out.
+// scrape time; nil leaves them out until RuleCounters.SetSource is called (the supervisor does, once its own
+// nftables connection, the one that owns our table, is open).
 func New(reg prometheus.Registerer, counters func() ([]RuleCounter, error)) (*Metrics, error) {
 	m := &Metrics{
 		SetupErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -102,10 +103,9 @@ func New(reg prometheus.Registerer, counters func() ([]RuleCounter, error)) (*Me
 		m.SetupErrors.WithLabelValues(t)
 	}
 	cs := []prometheus.Collector{m.SetupErrors, m.Passes, m.PassDuration, m.Repairs, m.Reloads, m.ReloadDuration, m.ForeignDropChain, m.Ready, m.Instances, m.FailOpen, m.UnboundLocalIP, m.Damped, m.LivenessFailures}
-	if counters != nil {
-		m.RuleCounters = &RuleCounterCollector{read: counters}
-		cs = append(cs, m.RuleCounters)
-	}
+	m.RuleCounters = &RuleCounterCollector{}
+	m.RuleCounters.SetSource(counters)
+	cs = append(cs, m.RuleCounters)
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return nil, err

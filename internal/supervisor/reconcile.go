@@ -152,3 +152,16 @@ func (s *Supervisor) repair(object string, n int) {
 func (s *Supervisor) setupError(kind string) {
 	withMetrics(s.m, func(m *metrics.Metrics) { m.SetupErrors.WithLabelValues(kind).Inc() })
 }
+
+// ruleCounters reads our table's rule counters for a scrape.
+func (s *Supervisor) ruleCounters() ([]metrics.RuleCounter, error) {
+	rcs, err := s.table.Counters()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]metrics.RuleCounter, len(rcs))
+	for i, rc := range rcs {
+		out[i] = metrics.RuleCounter{Chain: rc.Chain, Comment: rc.Comment, Packets: rc.Packets, Bytes: rc.Bytes}
+	}
+	return out, nil
+}

@@ -21,6 +21,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/corefile"
@@ -52,13 +53,19 @@ type Config struct {
 	Log     *zap.Logger
 	Getenv  func(string) string // os.Getenv in production
 	Metrics *metrics.Metrics    // nil: nothing is counted
+	// Gatherer is served on -metrics-listen-address for the agent's whole life; nil serves no endpoint.
+	Gatherer prometheus.Gatherer
+	// Background runs beside the agent for its whole life: started first, stopped last (background.go).
+	Background []Actor
 }
 
 // Supervisor runs one agent.
 type Supervisor struct {
-	opts *options.Options
-	log  *zap.Logger
-	m    *metrics.Metrics
+	opts       *options.Options
+	log        *zap.Logger
+	m          *metrics.Metrics
+	gatherer   prometheus.Gatherer
+	background []Actor
 
 	params     corefile.Params
 	kubeDNSDir string
@@ -79,7 +86,7 @@ type Supervisor struct {
 // New validates cfg and prepares an agent; nothing is started yet.
 func New(cfg Config) (*Supervisor, error) {
 	o := cfg.Options
-	s := &Supervisor{opts: o, log: cfg.Log, m: cfg.Metrics}
+	s := &Supervisor{opts: o, log: cfg.Log, m: cfg.Metrics, gatherer: cfg.Gatherer, background: cfg.Background}
 	s.kubeDNSDir = o.KubeDNSConfigDir
 	if s.kubeDNSDir == "" {
 		if st, err := os.Stat(defaultKubeDNSCM); err == nil && st.IsDir() {
@@ -110,6 +117,8 @@ func (s *Supervisor) Run(ctx context.Context) (err error) {
 	step := func(name string, t time.Time) {
 		s.log.Info("start-up step done", zap.String("step", name), zap.Duration("elapsed", time.Since(t)))
 	}
+	// Deferred first, so it runs last: the metrics endpoint and the tuner outlive the shutdown.
+	defer s.startBackground()()
 
 	t := time.Now()
 	watcher, err := corefile.NewWatcher(s.log, s.watchDirs(), configDebounce)
@@ -281,6 +290,8 @@ func (s *Supervisor) openKernel() error {
 		return fmt.Errorf("open nftables: %w", err)
 	}
 	s.node.reg = s.table
+	// Scrapes read our rules' counters through this same socket: it owns our table, whatever its name.
+	withMetrics(s.m, func(m *metrics.Metrics) { m.RuleCounters.SetSource(s.ruleCounters) })
 	if s.opts.SetupInterface {
 		if s.links, err = link.New(s.log); err != nil {
 			return fmt.Errorf("open link manager: %w", err)
@@ -292,6 +303,7 @@ func (s *Supervisor) openKernel() error {
 
 func (s *Supervisor) closeKernel() {
 	if s.table != nil {
+		withMetrics(s.m, func(m *metrics.Metrics) { m.RuleCounters.SetSource(nil) })
 		s.table.Close()
 	}
 	if s.links != nil {
