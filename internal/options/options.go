@@ -14,6 +14,8 @@ import (
 	"net/netip"
 	"strings"
 	"time"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/addr"
 )
 
 // Mode is what the process does after parsing.
@@ -174,27 +176,23 @@ func (r *raw) finish(o *Options) error {
 	return err
 }
 
+// parseLocalIPs reads -localip; what may be a listen address is internal/addr's rule, shared with the interface,
+// the table and the Corefile. IPv4-mapped IPv6 addresses are taken as the IPv4 address they carry.
 func parseLocalIPs(s string) ([]netip.Addr, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, fmt.Errorf("flag -localip is required: comma-separated IP addresses to listen on")
 	}
 	var ips []netip.Addr
-	seen := map[netip.Addr]bool{}
 	for _, f := range strings.Split(s, ",") {
 		f = strings.TrimSpace(f)
 		ip, err := netip.ParseAddr(f)
-		if err != nil || ip.Zone() != "" {
+		if err != nil {
 			return nil, fmt.Errorf("invalid value %q for flag -localip: %q is not an IP address", s, f)
 		}
-		ip = ip.Unmap()
-		if ip.IsUnspecified() || ip.IsMulticast() {
-			return nil, fmt.Errorf("invalid value %q for flag -localip: %s cannot be a listen address", s, ip)
-		}
-		if seen[ip] {
-			return nil, fmt.Errorf("invalid value %q for flag -localip: %s is listed twice", s, ip)
-		}
-		seen[ip] = true
-		ips = append(ips, ip)
+		ips = append(ips, ip.Unmap())
+	}
+	if err := addr.CheckListenIPs(ips); err != nil {
+		return nil, fmt.Errorf("invalid value %q for flag -localip: %w", s, err)
 	}
 	return ips, nil
 }
@@ -208,10 +206,10 @@ func parsePort(flagName, s string) (uint16, error) {
 	return uint16(p), nil
 }
 
-// validateInterfaceName applies the kernel's rules for a link name (IFNAMSIZ, no '/', ':' or white space).
+// validateInterfaceName applies internal/addr's rule, the one internal/link enforces.
 func validateInterfaceName(name string) error {
-	if name == "" || len(name) > 15 || name == "." || name == ".." || strings.ContainsAny(name, "/: \t\n") {
-		return fmt.Errorf("invalid value %q for flag -interfacename: want 1-15 characters without '/', ':' or spaces", name)
+	if err := addr.CheckInterfaceName(name); err != nil {
+		return fmt.Errorf("invalid value %q for flag -interfacename: %w", name, err)
 	}
 	return nil
 }
