@@ -32,6 +32,7 @@ type Metrics struct {
 	ForeignDropChain *prometheus.GaugeVec   // chain
 	Ready            prometheus.Gauge       //
 	Leader           prometheus.Gauge       //
+	ConfigPolling    prometheus.Gauge       // 1 while ConfigMap changes are found by periodic re-reads (no inotify)
 	RuleCounters     *RuleCounterCollector  // the table's own counters, read at scrape time
 }
 
@@ -77,11 +78,15 @@ func New(reg prometheus.Registerer, counters func() ([]RuleCounter, error)) (*Me
 			Namespace: "nodelocaldns", Name: "leader",
 			Help: "1 when this instance manages the node's table and interface, 0 while it waits for an older instance to hand over.",
 		}),
+		ConfigPolling: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "nodelocaldns", Name: "config_watch_polling",
+			Help: "1 when inotify is unavailable (its limits exhausted) and the ConfigMap directories are re-read periodically instead.",
+		}),
 	}
 	for _, t := range []string{ErrIptables, ErrIptablesLock, ErrInterfaceAdd, ErrInterfaceCheck, ErrConfigmap, ErrNftables} {
 		m.SetupErrors.WithLabelValues(t)
 	}
-	cs := []prometheus.Collector{m.SetupErrors, m.Passes, m.PassDuration, m.Repairs, m.Reloads, m.ReloadDuration, m.ForeignDropChain, m.Ready, m.Leader}
+	cs := []prometheus.Collector{m.SetupErrors, m.Passes, m.PassDuration, m.Repairs, m.Reloads, m.ReloadDuration, m.ForeignDropChain, m.Ready, m.Leader, m.ConfigPolling}
 	if counters != nil {
 		m.RuleCounters = &RuleCounterCollector{read: counters}
 		cs = append(cs, m.RuleCounters)
@@ -92,4 +97,12 @@ func New(reg prometheus.Registerer, counters func() ([]RuleCounter, error)) (*Me
 		}
 	}
 	return m, nil
+}
+
+// ConfigPollingGauge is m.ConfigPolling, or nil when nothing is counted (m nil).
+func (m *Metrics) ConfigPollingGauge() prometheus.Gauge {
+	if m == nil {
+		return nil
+	}
+	return m.ConfigPolling
 }

@@ -26,6 +26,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/configwatch"
 	"github.com/nodelocaldns/nodelocaldns/internal/corefile"
 	"github.com/nodelocaldns/nodelocaldns/internal/dnsserver"
 	"github.com/nodelocaldns/nodelocaldns/internal/link"
@@ -115,7 +116,7 @@ func (s *Supervisor) Run(ctx context.Context) (err error) {
 	}
 
 	t := time.Now()
-	watcher, err := corefile.NewWatcher(s.log, s.watchDirs(), configDebounce)
+	watcher, err := configwatch.New(configwatch.Config{Log: s.log, Dirs: s.watchDirs(), Polling: s.m.ConfigPollingGauge()})
 	if err != nil {
 		return err
 	}
