@@ -13,8 +13,8 @@ import (
 	"strings"
 )
 
-// MaxInterfaceNameLen is IFNAMSIZ (16) minus the terminating NUL.
-const MaxInterfaceNameLen = 15
+// maxInterfaceNameLen is IFNAMSIZ (16) minus the terminating NUL.
+const maxInterfaceNameLen = 15
 
 // CheckListenIP reports why ip cannot be a listen address, naming it; nil when it can.
 func CheckListenIP(ip netip.Addr) error {
@@ -63,8 +63,8 @@ func CheckInterfaceName(name string) error {
 	switch {
 	case name == "":
 		return errors.New("interface name is empty")
-	case len(name) > MaxInterfaceNameLen:
-		return fmt.Errorf("interface name %q is longer than %d bytes", name, MaxInterfaceNameLen)
+	case len(name) > maxInterfaceNameLen:
+		return fmt.Errorf("interface name %q is longer than %d bytes", name, maxInterfaceNameLen)
 	case name == "." || name == "..":
 		return fmt.Errorf("interface name %q is not a valid interface name", name)
 	case strings.ContainsAny(name, "/: \t\n\v\f\r\x00"):

@@ -3,6 +3,7 @@ package options
 import (
 	"bytes"
 	"errors"
+	"io"
 	"net/netip"
 	"strings"
 	"testing"
@@ -101,6 +102,28 @@ func TestHelp(t *testing.T) {
 	for _, f := range []string{"-localip", "-setupiptables", "-syncinterval", "-dns.port", "-print-rules"} {
 		if !strings.Contains(buf.String(), f) {
 			t.Errorf("usage lacks %s", f)
+		}
+	}
+}
+
+// Every flag listed as compatibility-only exists, parses with node-cache's spelling, and says so in the usage.
+func TestCompatibilityOnlyFlags(t *testing.T) {
+	var usage strings.Builder
+	if _, err := Parse([]string{"-h"}, &usage); err != ErrHelp {
+		t.Fatalf("-h: %v", err)
+	}
+	values := map[string]string{"setupiptables": "true", "corefile": "/etc/Corefile", "reloadwithsignal": "true", "pidfile": "/tmp/node-cache.pid", "quiet": "true"}
+	for name, why := range CompatibilityOnly {
+		if !strings.Contains(usage.String(), "(node-cache compatibility: "+why+")") {
+			t.Errorf("-%s: usage does not mark it as compatibility-only:\n%s", name, usage.String())
+		}
+		v, ok := values[name]
+		if !ok {
+			t.Errorf("-%s: no test value", name)
+			continue
+		}
+		if _, err := Parse([]string{"-localip", "169.254.20.10", "-" + name + "=" + v}, io.Discard); err != nil {
+			t.Errorf("-%s=%s: %v", name, v, err)
 		}
 	}
 }
