@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"errors"
 	"testing"
 	"time"
 )
@@ -15,13 +16,33 @@ const pollEvery = 2 * time.Millisecond
 // code under test gives one.
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
+	return EventuallyNil(t, timeout, what, func() error {
+		if cond() {
+			return nil
+		}
+		return errNotYet
+	})
+}
+
+// EventuallyNil is [Eventually] for a check that says why it does not hold yet: the failure carries the last
+// reason.
+func EventuallyNil(t testing.TB, timeout time.Duration, what string, check func() error) time.Duration {
+	t.Helper()
 	start := time.Now()
 	deadline := start.Add(timeout)
-	for !cond() {
+	for {
+		err := check()
+		if err == nil {
+			return time.Since(start)
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, timeout)
+			if err == errNotYet {
+				t.Fatalf("%s: not within %v", what, timeout)
+			}
+			t.Fatalf("%s: not within %v; last: %v", what, timeout, err)
 		}
 		time.Sleep(pollEvery)
 	}
-	return time.Since(start)
 }
+
+var errNotYet = errors.New("condition not met")
