@@ -1,5 +1,5 @@
 // Package deploy holds the Kubernetes manifests (base/ and overlays/, kustomize layout), the Dockerfile and the
-// `make image` fragment; it has no code of its own.
+// `make image` fragment; its only code is [StandardCorefile], the ConfigMap's Corefile for tests and the demo.
 //
 // Its tests are the manifests' contract: every overlay renders with kustomize's own library (krusty), decodes
 // strictly into the Kubernetes API types, keeps the standard nodelocaldns.yaml's objects and arguments, and holds

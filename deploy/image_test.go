@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"debug/elf"
-	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -22,6 +21,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/image"
+	"github.com/nodelocaldns/nodelocaldns/internal/image/imagetest"
 )
 
 // What TestMakeImage asks `make image` for.
@@ -132,31 +132,12 @@ func checkImageConfig(t *testing.T, img v1.Image) {
 // node-cache alias: no shell, no iptables, no nft, nothing else.
 func unpackOnly(t *testing.T, img v1.Image, root string) {
 	t.Helper()
-	layers, err := img.Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(layers) != 1 {
-		t.Fatalf("image has %d layers, want 1", len(layers))
-	}
-	rc, err := layers[0].Uncompressed()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
+	hdrs, files := imagetest.Layer(t, img)
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	var got []string
-	tr := tar.NewReader(rc)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, h := range hdrs {
 		got = append(got, h.Name)
 		switch base := path.Base(h.Name); {
 		case slices.Contains([]string{"sh", "bash", "ash", "dash", "busybox", "nft", "ip", "xtables-nft-multi", "xtables-legacy-multi"}, base),
@@ -165,14 +146,9 @@ func unpackOnly(t *testing.T, img v1.Image, root string) {
 		}
 		switch {
 		case h.Name == image.BinaryName && h.Typeflag == tar.TypeReg && h.Mode == 0o755 && h.Uid == 0:
-			f, err := os.OpenFile(filepath.Join(root, h.Name), os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o755)
-			if err != nil {
+			if err := os.WriteFile(filepath.Join(root, h.Name), files[h.Name], 0o755); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := io.Copy(f, tr); err != nil {
-				t.Fatal(err)
-			}
-			f.Close()
 		case h.Name == image.AliasName && h.Typeflag == tar.TypeSymlink && h.Linkname == image.BinaryName:
 			if err := os.Symlink(h.Linkname, filepath.Join(root, h.Name)); err != nil {
 				t.Fatal(err)

@@ -138,10 +138,7 @@ func placeholders(b []byte) []string {
 // TestBaseCorefileIsStandard: the base ConfigMap carries the standard template byte for byte, so a cluster's
 // existing node-local-dns ConfigMap and ours are interchangeable.
 func TestBaseCorefileIsStandard(t *testing.T) {
-	want, err := os.ReadFile("testdata/standard.Corefile")
-	if err != nil {
-		t.Fatal(err)
-	}
+	want := []byte(StandardCorefile)
 	b, err := os.ReadFile("base/configmap.yaml")
 	if err != nil {
 		t.Fatal(err)

@@ -20,33 +20,11 @@ dnsmasq --keep-in-foreground --no-resolv --no-hosts --listen-address=127.0.0.53 
 sleep 0.3
 
 mkdir -p "$work/coredns" "$work/kube-dns"
-# The standard nodelocaldns.yaml Corefile after the documented sed (link-local 169.254.20.10, kube-dns 10.96.0.10).
-cat >"$work/coredns/Corefile.base" <<'COREFILE'
-cluster.local:53 {
-    errors
-    cache {
-            success 9984 30
-            denial 9984 5
-    }
-    reload
-    loop
-    bind 169.254.20.10 10.96.0.10
-    forward . __PILLAR__CLUSTER__DNS__ {
-            force_tcp
-    }
-    prometheus :9253
-    health 169.254.20.10:8080
-    }
-.:53 {
-    errors
-    cache 30
-    reload
-    loop
-    bind 169.254.20.10 10.96.0.10
-    forward . __PILLAR__UPSTREAM__SERVERS__
-    prometheus :9253
-    }
-COREFILE
+# The standard Corefile as deploy/ ships it (the node-local-dns ConfigMap; a deploy test proves the two equal),
+# after the documented sed: link-local 169.254.20.10, kube-dns 10.96.0.10, domain cluster.local.
+sed -e 's/__PILLAR__LOCAL__DNS__/169.254.20.10/g' -e 's/__PILLAR__DNS__SERVER__/10.96.0.10/g' \
+  -e 's/__PILLAR__DNS__DOMAIN__/cluster.local/g' "$(dirname "$0")/../deploy/testdata/standard.Corefile" \
+  >"$work/coredns/Corefile.base"
 # The kube-dns ConfigMap: upstreams for "." and one stub domain.
 echo '["127.0.0.53"]' >"$work/kube-dns/upstreamNameservers"
 echo '{"corp.internal": ["127.0.0.53:53"]}' >"$work/kube-dns/stubDomains"

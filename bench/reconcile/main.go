@@ -82,7 +82,7 @@ func (r row) p(q float64) time.Duration { return r.repair.quantile(q) }
 func bench(t *harness.Program, n int, only string) ([]row, error) {
 	a := rec.StartAgent(t)
 	want := rec.PrintRules(t)
-	harness.Eventually(t, 5*time.Second, "the nft listing equals -print-rules", func() bool {
+	testenv.Eventually(t, 5*time.Second, "the nft listing equals -print-rules", func() bool {
 		got, ok := rec.ListTable()
 		return ok && got == want
 	})

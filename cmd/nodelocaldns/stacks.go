@@ -1,8 +1,12 @@
 package main
 
 import (
+	"context"
+	"fmt"
+	"os"
 	"runtime"
 	"runtime/metrics"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -34,9 +38,11 @@ const (
 	gcCycles          = "/gc/cycles/total:gc-cycles"
 )
 
-// stackTuner raises the runtime's starting stack size to stackTarget.
+// stackTuner raises the runtime's starting stack size to stackTarget. A tuner that found the runtime unable to
+// use it (see newStackTuner) is inert: it parks nothing and Run returns at once.
 type stackTuner struct {
 	log     *zap.Logger
+	inert   bool
 	ballast int           // goroutines parked
 	release chan struct{} // closed by stop
 	lastGC  uint64
@@ -46,16 +52,89 @@ type stackTuner struct {
 
 // newStackTuner parks a first estimate of the goroutines needed, 1.2 per goroutine running. GCs are rare in an
 // idle agent, so without it the first queries would wait several cycles for the target.
-func newStackTuner(log *zap.Logger) *stackTuner {
+func newStackTuner(log *zap.Logger) *stackTuner { return newStackTunerEnv(log, os.Getenv) }
+
+// newStackTunerEnv is newStackTuner reading GODEBUG through getenv. It checks once, before parking anything, what
+// the tuner relies on, and returns an inert tuner (saying why) when
+//   - the runtime lacks either metric or reports it as another kind: Value.Uint64 panics on any kind but
+//     KindUint64, and a Go release may drop or retype a metric (runtime/metrics promises no stability);
+//   - GODEBUG turns the heuristic off (adaptivestackstart=0): every goroutine then starts at the fixed 2 KiB, so
+//     parked frames would only cost memory.
+func newStackTunerEnv(log *zap.Logger, getenv func(string) string) *stackTuner {
 	t := &stackTuner{log: log, release: make(chan struct{}), samples: []metrics.Sample{{Name: gcCycles}, {Name: startingStackSize}}}
+	if err := checkUint64Metrics(t.samples); err != nil {
+		t.inert = true
+		log.Info("goroutine stacks not tuned: the runtime does not report what the tuner reads", zap.Error(err))
+		return t
+	}
+	if godebug(getenv("GODEBUG"), "adaptivestackstart") == "0" {
+		t.inert = true
+		log.Info("goroutine stacks not tuned: GODEBUG adaptivestackstart=0 turns the runtime's heuristic off")
+		return t
+	}
 	t.add(runtime.NumGoroutine() * 6 / 5)
 	return t
 }
 
-// run adjusts after GCs for the life of the process.
-func (t *stackTuner) run() {
-	for range time.Tick(stackTuneInterval) {
-		t.step()
+// checkUint64Metrics reads samples once and reports any that is not a uint64.
+func checkUint64Metrics(samples []metrics.Sample) error {
+	metrics.Read(samples)
+	for _, s := range samples {
+		if k := s.Value.Kind(); k != metrics.KindUint64 {
+			if k == metrics.KindBad {
+				return fmt.Errorf("runtime metric %s: not supported by this Go release", s.Name)
+			}
+			return fmt.Errorf("runtime metric %s: kind %d, want uint64", s.Name, k)
+		}
+	}
+	return nil
+}
+
+// godebug returns the value of key in a GODEBUG string ("k=v,k=v"; the last one wins, as for the runtime).
+func godebug(env, key string) string {
+	v := ""
+	for _, kv := range strings.Split(env, ",") {
+		if k, val, ok := strings.Cut(strings.TrimSpace(kv), "="); ok && k == key {
+			v = val
+		}
+	}
+	return v
+}
+
+// startStackTuner starts a tuner and returns the function that stops it and waits for it: main's
+// `defer startStackTuner(log)()`.
+func startStackTuner(log *zap.Logger) (stop func()) {
+	t := newStackTuner(log)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t.Run(ctx)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// run adjusts for the life of the process. Deprecated: main is to call startStackTuner; run stays until it does.
+func (t *stackTuner) run() { t.Run(context.Background()) }
+
+// Run adjusts after GCs until ctx is done, then releases the parked goroutines.
+func (t *stackTuner) Run(ctx context.Context) {
+	defer t.stop()
+	if t.inert {
+		return
+	}
+	tick := time.NewTicker(stackTuneInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			t.step()
+		}
 	}
 }
 
@@ -88,7 +167,7 @@ func (t *stackTuner) add(n int) {
 	}
 }
 
-// stop releases the parked goroutines; the agent's tuner runs for the life of the process.
+// stop releases the parked goroutines. Run calls it when it returns; call it at most once.
 func (t *stackTuner) stop() { close(t.release) }
 
 // holdFrame keeps a ballastFrame-sized frame on its goroutine's stack until release is closed.

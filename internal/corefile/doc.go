@@ -9,7 +9,5 @@
 // domain, an IP address with an optional port and dns:// or tls:// scheme) and written back in canonical form, so
 // no ConfigMap value can inject Corefile text: whitespace, braces, quotes, '#' and newlines cannot pass.
 //
-// [Watcher] notices ConfigMap updates the way Kubernetes performs them (a new timestamped directory and an atomic
-// rename of the ..data symlink) with fsnotify, debounces bursts and reports a directory only when the content seen
-// through its key symlinks really changed.
+// Watching the ConfigMap volumes for changes is internal/configwatch's job; this package only reads and renders.
 package corefile

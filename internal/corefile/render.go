@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/addr"
 )
 
 // Template variables. node-cache substitutes the first five at run time (cmd/node-cache/app/configmap.go,
@@ -108,11 +110,15 @@ type values struct {
 
 func (p Params) values(haveStubs bool) (values, error) {
 	var v values
+	// No local IPs is allowed here (a base without __PILLAR__LOCAL__DNS__ renders without them); the ones given
+	// obey the rule the interface and the table enforce.
+	if len(p.LocalIPs) > 0 {
+		if err := addr.CheckListenIPs(p.LocalIPs); err != nil {
+			return values{}, err
+		}
+	}
 	ips := make([]string, 0, len(p.LocalIPs))
 	for _, a := range p.LocalIPs {
-		if !a.IsValid() || a.Zone() != "" {
-			return values{}, fmt.Errorf("local IP %q: not an IP address without zone", a)
-		}
 		ips = append(ips, a.String())
 	}
 	v.local = strings.Join(ips, " ")

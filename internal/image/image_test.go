@@ -4,7 +4,6 @@ import (
 	"archive/tar"
 	"bytes"
 	"debug/elf"
-	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -17,6 +16,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/image/imagetest"
 )
 
 // created is the timestamp of every test image: any fixed time will do.
@@ -80,45 +81,9 @@ func TestBuildConfig(t *testing.T) {
 	}
 }
 
-// layerEntries returns the image's layers' tar headers and the content of regular files.
-func layerEntries(t *testing.T, img v1.Image) ([]*tar.Header, map[string][]byte) {
-	t.Helper()
-	layers, err := img.Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(layers) != 1 {
-		t.Fatalf("image has %d layers, want 1", len(layers))
-	}
-	rc, err := layers[0].Uncompressed()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
-	var hdrs []*tar.Header
-	files := map[string][]byte{}
-	tr := tar.NewReader(rc)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		hdrs = append(hdrs, h)
-		if h.Typeflag == tar.TypeReg {
-			if files[h.Name], err = io.ReadAll(tr); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	return hdrs, files
-}
-
 func TestBuildLayer(t *testing.T) {
 	bin := buildHello(t)
-	hdrs, files := layerEntries(t, mustBuild(t, Spec{Binary: bin, Arch: runtime.GOARCH, Version: "dev", Created: created}))
+	hdrs, files := imagetest.Layer(t, mustBuild(t, Spec{Binary: bin, Arch: runtime.GOARCH, Version: "dev", Created: created}))
 	if len(hdrs) != 2 {
 		t.Fatalf("layer has %d entries, want 2 (binary and alias)", len(hdrs))
 	}
@@ -249,7 +214,7 @@ func TestWriteTarballRoundTrip(t *testing.T) {
 // unpack writes the image's single layer under root.
 func unpack(t *testing.T, img v1.Image, root string) {
 	t.Helper()
-	hdrs, files := layerEntries(t, img)
+	hdrs, files := imagetest.Layer(t, img)
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -36,6 +36,7 @@ type Metrics struct {
 	UnboundLocalIP   *prometheus.GaugeVec   // ip
 	Damped           prometheus.Counter     //
 	LivenessFailures *prometheus.CounterVec // reason
+	ConfigPolling    prometheus.Gauge       // 1 while ConfigMap changes are found by periodic re-reads (no inotify)
 	RuleCounters     *RuleCounterCollector  // the table's own counters, read at scrape time
 }
 
@@ -98,11 +99,15 @@ func New(reg prometheus.Registerer, counters func() ([]RuleCounter, error)) (*Me
 			Namespace: "nodelocaldns", Name: "liveness_failures_total",
 			Help: "/health answers that failed, by reason: reconcile or reload (a pass running too long), dns (our listener did not answer).",
 		}, []string{"reason"}),
+		ConfigPolling: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "nodelocaldns", Name: "config_watch_polling",
+			Help: "1 when inotify is unavailable (its limits exhausted) and the ConfigMap directories are re-read periodically instead.",
+		}),
 	}
 	for _, t := range []string{ErrIptables, ErrIptablesLock, ErrInterfaceAdd, ErrInterfaceCheck, ErrConfigmap, ErrNftables} {
 		m.SetupErrors.WithLabelValues(t)
 	}
-	cs := []prometheus.Collector{m.SetupErrors, m.Passes, m.PassDuration, m.Repairs, m.Reloads, m.ReloadDuration, m.ForeignDropChain, m.Ready, m.Instances, m.FailOpen, m.UnboundLocalIP, m.Damped, m.LivenessFailures}
+	cs := []prometheus.Collector{m.SetupErrors, m.Passes, m.PassDuration, m.Repairs, m.Reloads, m.ReloadDuration, m.ForeignDropChain, m.Ready, m.Instances, m.FailOpen, m.UnboundLocalIP, m.Damped, m.LivenessFailures, m.ConfigPolling}
 	m.RuleCounters = &RuleCounterCollector{}
 	m.RuleCounters.SetSource(counters)
 	cs = append(cs, m.RuleCounters)
@@ -112,4 +117,12 @@ func New(reg prometheus.Registerer, counters func() ([]RuleCounter, error)) (*Me
 		}
 	}
 	return m, nil
+}
+
+// ConfigPollingGauge is m.ConfigPolling, or nil when nothing is counted (m nil).
+func (m *Metrics) ConfigPollingGauge() prometheus.Gauge {
+	if m == nil {
+		return nil
+	}
+	return m.ConfigPolling
 }

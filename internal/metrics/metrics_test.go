@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
 // scrape serves reg on a free loopback port and returns the text exposition.
@@ -32,14 +34,10 @@ func scrape(t *testing.T, reg *prometheus.Registry) string {
 		}
 	}()
 	var resp *http.Response
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if resp, err = http.Get("http://" + addr + "/metrics"); err == nil || time.Now().After(deadline) {
-			break
-		}
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	testenv.EventuallyNil(t, 5*time.Second, "GET /metrics", func() (err error) {
+		resp, err = http.Get("http://" + addr + "/metrics")
+		return err
+	})
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)

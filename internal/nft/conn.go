@@ -63,9 +63,6 @@ type options struct {
 // WithLogger sets the logger; Conn names it "nft". The default discards.
 func WithLogger(l *zap.Logger) Option { return func(o *options) { o.log = l } }
 
-// WithNetNS makes the connection program the network namespace behind fd instead of the caller's.
-func WithNetNS(fd int) Option { return func(o *options) { o.netns = fd } }
-
 // withOps replaces the kernel with a fake (unit tests).
 func withOps(ops nftOps) Option { return func(o *options) { o.ops = ops } }
 

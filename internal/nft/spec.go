@@ -2,8 +2,9 @@ package nft
 
 import (
 	"errors"
-	"fmt"
 	"net/netip"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/addr"
 )
 
 // Spec is everything the table depends on. The zero ports are invalid; callers pass the values of
@@ -24,23 +25,8 @@ type Spec struct {
 
 // Validate reports the first reason the spec cannot be programmed, naming the bad value.
 func (s Spec) Validate() error {
-	if len(s.LocalIPs) == 0 {
-		return errors.New("no local IPs")
-	}
-	for _, ip := range s.LocalIPs {
-		switch {
-		case !ip.IsValid():
-			return errors.New("invalid local IP (zero value)")
-		case ip.Zone() != "":
-			return fmt.Errorf("local IP %s: zones are not supported", ip)
-		case ip.Is4In6():
-			// An IPv4 packet never carries a mapped address; the rule would silently match nothing.
-			return fmt.Errorf("local IP %s: IPv4-mapped IPv6 address, use %s", ip, ip.Unmap())
-		case ip.IsUnspecified():
-			return fmt.Errorf("local IP %s: unspecified address", ip)
-		case ip.IsMulticast():
-			return fmt.Errorf("local IP %s: multicast address", ip)
-		}
+	if err := addr.CheckListenIPs(s.LocalIPs); err != nil {
+		return err
 	}
 	if s.DNSPort == 0 {
 		return errors.New("dns port 0")

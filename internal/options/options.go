@@ -14,6 +14,8 @@ import (
 	"net/netip"
 	"strings"
 	"time"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/addr"
 )
 
 // Mode is what the process does after parsing.
@@ -120,6 +122,8 @@ func Parse(args []string, usage io.Writer) (*Options, error) {
 	fs.BoolVar(&r.teardown, "teardown", false, "remove the table and interface an earlier run left behind and exit")
 	fs.StringVar(&r.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 
+	markCompatibility(fs)
+
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(usage)
@@ -132,6 +136,26 @@ func Parse(args []string, usage io.Writer) (*Options, error) {
 		return nil, fmt.Errorf("unexpected argument %q (flags only)", fs.Arg(0))
 	}
 	return o, r.finish(o)
+}
+
+// CompatibilityOnly lists, in one place, the flags accepted only so that node-cache's manifests and scripts run
+// unchanged: each parses, and does little or nothing of what it did in node-cache, for the reason given. The usage
+// text marks them.
+var CompatibilityOnly = map[string]string{
+	"setupiptables":    "alias of -setupnftables: there are no iptables rules, the switch governs the nftables table",
+	"corefile":         "node-cache overwrote it with -conf; used only as the output path when -conf is not given",
+	"reloadwithsignal": "SIGUSR1 always reloads, and ConfigMap changes reload without a signal",
+	"pidfile":          "node-cache polled it before programming rules; written for tools that still read it",
+	"quiet":            "accepted and ignored: the agent prints no banner",
+}
+
+// markCompatibility prefixes the usage of the compatibility-only flags.
+func markCompatibility(fs *flag.FlagSet) {
+	for name, why := range CompatibilityOnly {
+		if f := fs.Lookup(name); f != nil {
+			f.Usage = "(node-cache compatibility: " + why + ") " + f.Usage
+		}
+	}
 }
 
 // finish validates the raw values into o.
@@ -174,27 +198,23 @@ func (r *raw) finish(o *Options) error {
 	return err
 }
 
+// parseLocalIPs reads -localip; what may be a listen address is internal/addr's rule, shared with the interface,
+// the table and the Corefile. IPv4-mapped IPv6 addresses are taken as the IPv4 address they carry.
 func parseLocalIPs(s string) ([]netip.Addr, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, fmt.Errorf("flag -localip is required: comma-separated IP addresses to listen on")
 	}
 	var ips []netip.Addr
-	seen := map[netip.Addr]bool{}
 	for _, f := range strings.Split(s, ",") {
 		f = strings.TrimSpace(f)
 		ip, err := netip.ParseAddr(f)
-		if err != nil || ip.Zone() != "" {
+		if err != nil {
 			return nil, fmt.Errorf("invalid value %q for flag -localip: %q is not an IP address", s, f)
 		}
-		ip = ip.Unmap()
-		if ip.IsUnspecified() || ip.IsMulticast() {
-			return nil, fmt.Errorf("invalid value %q for flag -localip: %s cannot be a listen address", s, ip)
-		}
-		if seen[ip] {
-			return nil, fmt.Errorf("invalid value %q for flag -localip: %s is listed twice", s, ip)
-		}
-		seen[ip] = true
-		ips = append(ips, ip)
+		ips = append(ips, ip.Unmap())
+	}
+	if err := addr.CheckListenIPs(ips); err != nil {
+		return nil, fmt.Errorf("invalid value %q for flag -localip: %w", s, err)
 	}
 	return ips, nil
 }
@@ -208,10 +228,10 @@ func parsePort(flagName, s string) (uint16, error) {
 	return uint16(p), nil
 }
 
-// validateInterfaceName applies the kernel's rules for a link name (IFNAMSIZ, no '/', ':' or white space).
+// validateInterfaceName applies internal/addr's rule, the one internal/link enforces.
 func validateInterfaceName(name string) error {
-	if name == "" || len(name) > 15 || name == "." || name == ".." || strings.ContainsAny(name, "/: \t\n") {
-		return fmt.Errorf("invalid value %q for flag -interfacename: want 1-15 characters without '/', ':' or spaces", name)
+	if err := addr.CheckInterfaceName(name); err != nil {
+		return fmt.Errorf("invalid value %q for flag -interfacename: %w", name, err)
 	}
 	return nil
 }

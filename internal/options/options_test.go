@@ -3,6 +3,7 @@ package options
 import (
 	"bytes"
 	"errors"
+	"io"
 	"net/netip"
 	"strings"
 	"testing"
@@ -69,8 +70,9 @@ func TestParseErrors(t *testing.T) {
 		{[]string{}, "-localip is required"},
 		{[]string{"-localip", "169.254.20.300"}, `"169.254.20.300" is not an IP address`},
 		{[]string{"-localip", "1.2.3.4,1.2.3.4"}, "listed twice"},
-		{[]string{"-localip", "0.0.0.0"}, "0.0.0.0 cannot be a listen address"},
-		{[]string{"-localip", "fe80::1%eth0"}, `"fe80::1%eth0" is not an IP address`},
+		{[]string{"-localip", "0.0.0.0"}, "local IP 0.0.0.0: unspecified address"},
+		{[]string{"-localip", "fe80::1%eth0"}, `invalid value "fe80::1%eth0" for flag -localip: local IP fe80::1%eth0: IPv6 zones are not supported`},
+		{[]string{"-localip", "1.2.3.4", "-interfacename", "ifb0"}, `invalid value "ifb0" for flag -interfacename: interface name "ifb0" is reserved`},
 		{[]string{"-localip", "1.2.3.4", "-syncinterval", "soon"}, `invalid value "soon" for flag -syncinterval`},
 		{[]string{"-localip", "1.2.3.4", "-syncinterval", "0"}, `invalid value "0" for flag -syncinterval`},
 		{[]string{"-localip", "1.2.3.4", "-health-port", "http"}, `invalid value "http" for flag -health-port`},
@@ -100,6 +102,28 @@ func TestHelp(t *testing.T) {
 	for _, f := range []string{"-localip", "-setupiptables", "-syncinterval", "-dns.port", "-print-rules"} {
 		if !strings.Contains(buf.String(), f) {
 			t.Errorf("usage lacks %s", f)
+		}
+	}
+}
+
+// Every flag listed as compatibility-only exists, parses with node-cache's spelling, and says so in the usage.
+func TestCompatibilityOnlyFlags(t *testing.T) {
+	var usage strings.Builder
+	if _, err := Parse([]string{"-h"}, &usage); err != ErrHelp {
+		t.Fatalf("-h: %v", err)
+	}
+	values := map[string]string{"setupiptables": "true", "corefile": "/etc/Corefile", "reloadwithsignal": "true", "pidfile": "/tmp/node-cache.pid", "quiet": "true"}
+	for name, why := range CompatibilityOnly {
+		if !strings.Contains(usage.String(), "(node-cache compatibility: "+why+")") {
+			t.Errorf("-%s: usage does not mark it as compatibility-only:\n%s", name, usage.String())
+		}
+		v, ok := values[name]
+		if !ok {
+			t.Errorf("-%s: no test value", name)
+			continue
+		}
+		if _, err := Parse([]string{"-localip", "169.254.20.10", "-" + name + "=" + v}, io.Discard); err != nil {
+			t.Errorf("-%s=%s: %v", name, v, err)
 		}
 	}
 }

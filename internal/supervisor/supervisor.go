@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/configwatch"
 	"github.com/nodelocaldns/nodelocaldns/internal/corefile"
 	"github.com/nodelocaldns/nodelocaldns/internal/dnsserver"
 	"github.com/nodelocaldns/nodelocaldns/internal/link"
@@ -121,7 +122,7 @@ func (s *Supervisor) Run(ctx context.Context) (err error) {
 	defer s.startBackground()()
 
 	t := time.Now()
-	watcher, err := corefile.NewWatcher(s.log, s.watchDirs(), configDebounce)
+	watcher, err := configwatch.New(configwatch.Config{Log: s.log, Dirs: s.watchDirs(), Polling: s.m.ConfigPollingGauge()})
 	if err != nil {
 		return err
 	}

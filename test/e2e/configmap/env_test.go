@@ -176,17 +176,14 @@ func (e *env) lookup(zone string) (string, error) {
 // waitAnswer waits until a fresh name under zone is answered with want, and returns the time since t0.
 func (e *env) waitAnswer(t0 time.Time, zone, want string) time.Duration {
 	e.t.Helper()
-	deadline := time.Now().Add(applyTimeout)
-	for {
+	testenv.EventuallyNil(e.t, applyTimeout, zone+" answered by "+want, func() error {
 		got, err := e.lookup(zone)
 		if err == nil && got == want {
-			return time.Since(t0)
+			return nil
 		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("%s not answered by %s within %v (last: %q, %v)\nCorefile:\n%s", zone, want, applyTimeout, got, err, e.corefile())
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return fmt.Errorf("got %q, %v; Corefile:\n%s", got, err, e.corefile())
+	})
+	return time.Since(t0)
 }
 
 // expectAnswer fails unless a fresh name under zone is answered with want right now.
@@ -209,7 +206,7 @@ func (e *env) metric(series string) float64 {
 func (e *env) waitMetric(series string, before float64) float64 {
 	e.t.Helper()
 	var v float64
-	harness.Eventually(e.t, applyTimeout, series+" to increase", func() bool {
+	testenv.Eventually(e.t, applyTimeout, series+" to increase", func() bool {
 		v = e.metric(series)
 		return v > before
 	})

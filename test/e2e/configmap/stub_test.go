@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 	"github.com/nodelocaldns/nodelocaldns/test/harness"
 )
 
@@ -31,7 +32,7 @@ func TestStubDomainAddChangeRemove(t *testing.T) {
 	t0 = e.updateKubeDNS(map[string]string{"upstreamNameservers": upstreams(upX)})
 	t.Logf("stub domain removed: answered after %v", e.waitAnswer(t0, "acme.local", ansUpX))
 	// The Corefile for operators is written just after the reload succeeded.
-	harness.Eventually(t, applyTimeout, "the written Corefile to drop acme.local", func() bool {
+	testenv.Eventually(t, applyTimeout, "the written Corefile to drop acme.local", func() bool {
 		return !strings.Contains(e.corefile(), "acme.local")
 	})
 }
@@ -52,7 +53,7 @@ func TestUpstreamNameserversAddChangeRemove(t *testing.T) {
 	e.expectAnswer("kubernetes.default.svc."+domain, ansCluster)
 
 	t0 = e.updateKubeDNS(map[string]string{})
-	harness.Eventually(t, applyTimeout, "the . block to forward to /etc/resolv.conf again", func() bool {
+	testenv.Eventually(t, applyTimeout, "the . block to forward to /etc/resolv.conf again", func() bool {
 		return strings.Contains(e.corefile(), "forward . /etc/resolv.conf")
 	})
 	t.Logf("upstreamNameservers removed: Corefile rendered after %v", time.Since(t0))

@@ -96,7 +96,7 @@ func TestServesLikeNodeCache(t *testing.T) {
 			"upstreamNameservers": `["127.0.0.54"]`,
 			"stubDomains":         `{"corp.example": ["127.0.0.55"], "evil.example": ["1.1.1.1 }\n. {\n whoami"]}`,
 		})
-		harness.Eventually(t, 5*time.Second, "configmap error counted", func() bool {
+		testenv.Eventually(t, 5*time.Second, "configmap error counted", func() bool {
 			v, _ := a.Metric(`coredns_nodecache_setup_errors_total{errortype="configmap"}`)
 			return v >= 1
 		})
@@ -175,7 +175,7 @@ func TestMetricsPortTakenAtStartup(t *testing.T) {
 		t.Errorf("answer %s while the metrics port is taken", got)
 	}
 	taken.Close()
-	harness.Eventually(t, 15*time.Second, "metrics served once the port is free", func() bool {
+	testenv.Eventually(t, 15*time.Second, "metrics served once the port is free", func() bool {
 		resp, err := http.Get("http://" + addr + "/metrics")
 		if err != nil {
 			return false

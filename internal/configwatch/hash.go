@@ -1,4 +1,4 @@
-package corefile
+package configwatch
 
 import (
 	"crypto/sha256"

@@ -1,9 +1,11 @@
-package corefile
+package configwatch
 
 import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
 func TestDirHash(t *testing.T) {
@@ -25,12 +27,12 @@ func TestDirHash(t *testing.T) {
 	}
 
 	dir := filepath.Join(root, "cm")
-	writeConfigMap(t, dir, map[string]string{"a": "1", "b": "2"})
+	testenv.WriteConfigMap(t, dir, map[string]string{"a": "1", "b": "2"})
 	first := h(dir)
 	if first == h(empty) {
 		t.Fatal("content not hashed")
 	}
-	writeConfigMap(t, dir, map[string]string{"a": "1", "b": "2"})
+	testenv.WriteConfigMap(t, dir, map[string]string{"a": "1", "b": "2"})
 	if h(dir) != first {
 		t.Error("an identical rewrite (new ..<timestamp> dir, ..data swapped) changed the hash")
 	}
@@ -44,12 +46,12 @@ func TestDirHash(t *testing.T) {
 			t.Errorf("%s changed the hash", name)
 		}
 	}
-	writeConfigMap(t, dir, map[string]string{"a": "1", "b": "3"})
+	testenv.WriteConfigMap(t, dir, map[string]string{"a": "1", "b": "3"})
 	if h(dir) == first {
 		t.Error("a changed value behind the ..data symlink was not seen")
 	}
 	second := h(dir)
-	writeConfigMap(t, dir, map[string]string{"a": "1", "c": "3"})
+	testenv.WriteConfigMap(t, dir, map[string]string{"a": "1", "c": "3"})
 	if h(dir) == second {
 		t.Error("a renamed key was not seen")
 	}
