@@ -69,13 +69,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	t := tune(os.Getenv, os.ReadFile)
 	logTuning(log, t)
-	if !t.Off {
-		go newStackTuner(log.Named("tuning")).run()
-	}
-	return serve(o, log)
+	return serve(o, log, t)
 }
 
-func serve(o *options.Options, log *zap.Logger) int {
+func serve(o *options.Options, log *zap.Logger, t tuning) int {
 	// Every signal that would end the process leaves the node the same way (supervisor: delete our table, then
 	// the interface if no other instance is left). SIGKILL cannot be caught: the kernel then removes our
 	// owned table by itself.
@@ -88,6 +85,9 @@ func serve(o *options.Options, log *zap.Logger) int {
 		return 1
 	}
 	cfg := supervisor.Config{Options: o, Log: log, Getenv: os.Getenv, Metrics: m, Gatherer: prometheus.DefaultGatherer}
+	if !t.Off {
+		cfg.Background = append(cfg.Background, supervisor.Actor{Name: "stack tuner", Run: newStackTuner(log.Named("tuning")).Run})
+	}
 	sup, err := supervisor.New(cfg)
 	if err != nil {
 		log.Error("invalid configuration", zap.Error(err))

@@ -101,25 +101,6 @@ func godebug(env, key string) string {
 	return v
 }
 
-// startStackTuner starts a tuner and returns the function that stops it and waits for it: main's
-// `defer startStackTuner(log)()`.
-func startStackTuner(log *zap.Logger) (stop func()) {
-	t := newStackTuner(log)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t.Run(ctx)
-	}()
-	return func() {
-		cancel()
-		<-done
-	}
-}
-
-// run adjusts for the life of the process. Deprecated: main is to call startStackTuner; run stays until it does.
-func (t *stackTuner) run() { t.Run(context.Background()) }
-
 // Run adjusts after GCs until ctx is done, then releases the parked goroutines.
 func (t *stackTuner) Run(ctx context.Context) {
 	defer t.stop()

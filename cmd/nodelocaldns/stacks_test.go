@@ -150,11 +150,15 @@ func TestAdaptiveStackStartOffIgnoresBallast(t *testing.T) {
 	}
 }
 
-// The tuner stops: the function startStackTuner returns cancels it, waits for it, and its parked goroutines
-// exit.
+// The tuner stops: Run returns when its context is cancelled (the supervisor's background stop), and its
+// parked goroutines exit.
 func TestStackTunerStops(t *testing.T) {
 	before := runtime.NumGoroutine()
-	stop := startStackTuner(zaptest.NewLogger(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { newStackTuner(zaptest.NewLogger(t)).Run(ctx); close(ran) }()
+	stop := func() { cancel(); <-ran }
+	testenv.Eventually(t, 5*time.Second, "the tuner to park goroutines", func() bool { return runtime.NumGoroutine() > before+1 })
 	if n := runtime.NumGoroutine(); n <= before {
 		t.Fatalf("%d goroutines with the tuner running, %d before: nothing parked", n, before)
 	}

@@ -35,10 +35,9 @@ import (
 
 // Timing of the reconcile loop and of shutdown.
 const (
-	minPassInterval  = 5 * time.Millisecond  // floor between passes: bounds the cost of an event storm
-	configDebounce   = 20 * time.Millisecond // coalesces a ConfigMap update's burst of inotify events
-	shutdownDeadline = 20 * time.Second      // below the pod's default 30 s grace period
-	loopsStop        = 5 * time.Second       // of which the reconcile and reload loops may take this much
+	minPassInterval  = 5 * time.Millisecond // floor between passes: bounds the cost of an event storm
+	shutdownDeadline = 20 * time.Second     // below the pod's default 30 s grace period
+	loopsStop        = 5 * time.Second      // of which the reconcile and reload loops may take this much
 	defaultKubeDNSCM = "/etc/kube-dns"
 	// drainDelay is how long queries already steered to us get to be answered: between deleting the table and
 	// removing the interface (they are answered from the addresses they were sent to), and between detaching
