@@ -269,4 +269,3 @@ func isOwn(portID, pid uint32, own []*Conn) bool {
 	_, err := os.Stat("/proc/self/task/" + strconv.Itoa(int(pid)))
 	return err == nil
 }
-

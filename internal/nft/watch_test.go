@@ -158,7 +158,6 @@ func TestWatchResubscribesAfterOverrun(t *testing.T) {
 	}
 }
 
-
 // TestWatchBaseChainsOnlyWhenChanged: a foreign table rewritten the way kube-proxy and iptables-nft-restore
 // do it (flush, re-declare the base chain unchanged, re-add every rule) is no trigger; a base chain whose
 // policy changes, or that goes, is. With WatchTables, only the named tables are ours.

@@ -40,7 +40,9 @@ type bpfFixup struct {
 
 func (a *bpfAsm) label(name string) { a.labels[name] = len(a.prog) }
 
-func (a *bpfAsm) op(code uint16, k uint32) { a.prog = append(a.prog, unix.SockFilter{Code: code, K: k}) }
+func (a *bpfAsm) op(code uint16, k uint32) {
+	a.prog = append(a.prog, unix.SockFilter{Code: code, K: k})
+}
 
 func (a *bpfAsm) jump(code uint16, k uint32, jt, jf string) {
 	a.fixups = append(a.fixups, bpfFixup{at: len(a.prog), jt: jt, jf: jf})
