@@ -70,7 +70,9 @@ table ip post {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.ContainsFunc(got, func(d ForeignDrop) bool { return d.Chain == "inet nodelocaldns-2/input" && d.Policy && len(d.Rules) == 1 }) {
+	if !slices.ContainsFunc(got, func(d ForeignDrop) bool {
+		return d.Chain == "inet nodelocaldns-2/input" && d.Policy && len(d.Rules) == 1
+	}) {
 		t.Errorf("ForeignDrops(%q) = %+v, want inet nodelocaldns-2/input with its policy and rule", TableName, got)
 	}
 }
