@@ -39,7 +39,8 @@ func run() (code int) {
 		return code
 	}
 	n := flag.Int("n", 20, "trials per tamper")
-	only := flag.String("tamper", "", "run only the tamper of this name (e.g. \"flush set\")")
+	only := flag.String("tamper", "", "run only the tamper of this name (e.g. \"flush set\"; \"none\" for none)")
+	foreignN := flag.Int("foreign-n", 11, "transactions per row of the foreign-churn table (0 skips it)")
 	flag.Parse()
 	if !testenv.IsRoot() || !testenv.InThrowawayNetNS() {
 		fmt.Fprintln(os.Stderr, "bench/reconcile: needs root, to run in a throwaway network namespace")
@@ -57,6 +58,12 @@ func run() (code int) {
 		return 1
 	}
 	print(rows, *n, startLoad)
+	if *foreignN > 0 {
+		if err := runForeign(*foreignN); err != nil {
+			fmt.Fprintf(os.Stderr, "bench/reconcile: foreign churn: %v\n", err)
+			return 1
+		}
+	}
 	// A missed latency target is the table's to show (it depends on the machine's load); a tamper left
 	// unrepaired is a failure.
 	for _, r := range rows {

@@ -54,29 +54,33 @@ var familyNames = map[nftables.TableFamily]string{
 	nftables.TableFamilyINet: "inet",
 }
 
-// Counters reads the packet and byte counters of our rules. An absent table has no counters (nil, nil).
-func (c *Conn) Counters() ([]RuleCounter, error) {
+// ourChains are the chains [Build] creates, read by [Conn.Counters].
+var ourChains = []string{ChainRawPrerouting, ChainRawOutput, ChainFilterInput, ChainFilterOutput}
+
+// Counters reads the packet and byte counters of our rules in inet [TableName]. See [Conn.TableCounters].
+func (c *Conn) Counters() ([]RuleCounter, error) { return c.TableCounters(TableName, ourChains...) }
+
+// TableCounters reads the counters of the rules of the named chains of inet table, one rule dump per chain
+// filtered by the kernel on table and chain: a scrape never lists other tables or chains. A table or chain
+// that is absent has no counters.
+func (c *Conn) TableCounters(table string, chains ...string) ([]RuleCounter, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	chains, err := c.ops.ListChains()
-	if err != nil {
-		return nil, fmt.Errorf("list chains: %w", err)
-	}
-	t := nftTable()
+	t := &nftables.Table{Name: table, Family: nftables.TableFamilyINet}
 	var out []RuleCounter
-	for _, ch := range chains {
-		if ch.Table == nil || ch.Table.Name != TableName || ch.Table.Family != nftables.TableFamilyINet {
+	for _, name := range chains {
+		rules, err := c.ops.GetRules(t, &nftables.Chain{Name: name, Table: t})
+		if IsNotExist(err) {
 			continue
 		}
-		rules, err := c.ops.GetRules(t, ch)
 		if err != nil {
-			return nil, fmt.Errorf("list rules of chain %s: %w", ch.Name, err)
+			return nil, fmt.Errorf("list rules of chain %s %s: %w", table, name, err)
 		}
 		for _, r := range rules {
 			comment, _ := userdata.GetString(r.UserData, userdata.TypeComment)
 			for _, e := range r.Exprs {
 				if cnt, ok := e.(*expr.Counter); ok {
-					out = append(out, RuleCounter{Chain: ch.Name, Comment: comment, Packets: cnt.Packets, Bytes: cnt.Bytes})
+					out = append(out, RuleCounter{Chain: name, Comment: comment, Packets: cnt.Packets, Bytes: cnt.Bytes})
 					break
 				}
 			}

@@ -1,14 +1,16 @@
 package nft
 
 import (
+	"cmp"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 
+	"github.com/google/nftables"
 	"github.com/mdlayher/netlink"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
@@ -23,8 +25,10 @@ type WatchOption func(*watchOptions)
 
 type watchOptions struct {
 	own        []*Conn
+	tables     []string
 	readBuffer int
 	retryMax   time.Duration
+	subscribed func()
 }
 
 // IgnoreConn makes Watch ignore transactions committed through c. The kernel stamps each notification with
@@ -35,65 +39,150 @@ func IgnoreConn(c *Conn) WatchOption { return func(o *watchOptions) { o.own = ap
 // WithReadBuffer sets the socket's receive buffer. Larger makes an overrun rarer; tests make it tiny.
 func WithReadBuffer(bytes int) WatchOption { return func(o *watchOptions) { o.readBuffer = bytes } }
 
+// WatchTables names our tables (inet family), whose every change is a trigger. The default is [TableName];
+// an instance that owns `nodelocaldns-<n>` names it here.
+func WatchTables(names ...string) WatchOption {
+	return func(o *watchOptions) { o.tables = append([]string(nil), names...) }
+}
+
+// OnSubscribed is called each time Watch has joined the notification group (at start and after each
+// resubscription), before it reads: every transaction committed after it returns will be seen.
+func OnSubscribed(f func()) WatchOption { return func(o *watchOptions) { o.subscribed = f } }
+
 // Watch subscribes to nftables notifications and calls trigger for every transaction that may affect our
-// table: any change inside it, the deletion of any table (`nft flush ruleset` deletes them all), a base chain
-// added or removed elsewhere (a drop policy may have appeared), and set element changes it cannot attribute.
+// table or what we report about others: any change inside our tables, the deletion of any table (`nft flush
+// ruleset` deletes them all), a base chain of another table added, deleted, or re-declared with another hook,
+// priority or policy (a drop policy may have appeared or gone), and set element changes it cannot attribute.
+// A base chain re-declared unchanged (kube-proxy and iptables-nft-restore do so on every sync) is no trigger,
+// and rules and set elements of other tables are dropped by a socket filter before they reach us (see
+// watchbpf.go): the work per foreign transaction does not grow with its size.
+//
 // Transactions committed by this process (see [IgnoreConn]) are not triggers, so our own Apply never causes
 // a storm. When events may have been lost (ENOBUFS, socket error) it resubscribes and calls
 // trigger([ReasonOverrun]). trigger runs on Watch's goroutine and must not block (a channel of one with a
 // non-blocking send is the intended use). Watch returns nil when ctx is done, or an error if it cannot
 // subscribe at all at start.
 //
-// It reads the netlink messages itself rather than through google/nftables' Monitor, whose action and object
-// filters are broken in v0.3.0 (`flags&1<<type` binds as `(flags&1)<<type`) and which parses every foreign
-// rule it sees; all we need is the message type, the table name and, for generations, the writer.
+// It reads the netlink datagrams itself into one reused buffer rather than through google/nftables' Monitor
+// (whose filters are broken in v0.3.0 and which parses every foreign rule) or mdlayher's Receive (which peeks,
+// then allocates a buffer and a message per notification).
 func Watch(ctx context.Context, log *zap.Logger, trigger func(reason string), opts ...WatchOption) error {
-	o := watchOptions{readBuffer: 4 << 20, retryMax: 30 * time.Second}
+	o := watchOptions{tables: []string{TableName}, readBuffer: 4 << 20, retryMax: 30 * time.Second}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	log = log.Named("nft-watch")
-	nl, err := subscribe(o.readBuffer)
+	w := &watcher{log: log, trigger: trigger, own: o.own, buf: make([]byte, 64<<10),
+		state: watchState{ours: o.tables}}
+	nl, err := w.subscribe(o)
 	if err != nil {
 		return fmt.Errorf("subscribe to nftables events: %w", err)
 	}
 	for {
-		err := receive(ctx, nl, log, trigger, o.own)
+		err := w.receive(ctx, nl)
 		if ctx.Err() != nil {
 			return nil
 		}
 		log.Warn("nftables events may have been lost, resubscribing", zap.Error(err))
-		if nl = resubscribe(ctx, log, o); nl == nil {
+		if nl = w.resubscribe(ctx, o); nl == nil {
 			return nil
 		}
 		trigger(ReasonOverrun)
 	}
 }
 
-func subscribe(readBuffer int) (*netlink.Conn, error) {
+type watcher struct {
+	log     *zap.Logger
+	trigger func(string)
+	own     []*Conn
+	buf     []byte
+	state   watchState
+	reasons []string // the current transaction's relevant changes
+}
+
+// subscribe dials, filters, joins the group, then learns the base chains as they stand: a chain re-declared
+// later is news only if it differs from this.
+func (w *watcher) subscribe(o watchOptions) (*netlink.Conn, error) {
 	nl, err := netlink.Dial(unix.NETLINK_NETFILTER, nil)
 	if err != nil {
 		return nil, fmt.Errorf("dial netfilter netlink: %w", err)
 	}
-	if err := nl.SetReadBuffer(readBuffer); err != nil {
-		_ = nl.Close()
-		return nil, fmt.Errorf("set read buffer %d: %w", readBuffer, err)
+	fail := func(err error) (*netlink.Conn, error) { _ = nl.Close(); return nil, err }
+	if err := nl.SetReadBuffer(o.readBuffer); err != nil {
+		return fail(fmt.Errorf("set read buffer %d: %w", o.readBuffer, err))
+	}
+	if err := attachFilter(nl, o.tables); err != nil {
+		return fail(err)
 	}
 	if err := nl.JoinGroup(unix.NFNLGRP_NFTABLES); err != nil {
-		_ = nl.Close()
-		return nil, fmt.Errorf("join NFNLGRP_NFTABLES: %w", err)
+		return fail(fmt.Errorf("join NFNLGRP_NFTABLES: %w", err))
+	}
+	chains, err := listBaseChains(o.tables)
+	if err != nil {
+		return fail(err)
+	}
+	w.state.chains = chains
+	if o.subscribed != nil {
+		o.subscribed()
 	}
 	return nl, nil
 }
 
+func attachFilter(nl *netlink.Conn, tables []string) error {
+	prog, err := foreignRuleFilter(tables)
+	if err != nil {
+		return err
+	}
+	rc, err := nl.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("attach socket filter: %w", err)
+	}
+	var serr error
+	err = rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptSockFprog(int(fd), unix.SOL_SOCKET, unix.SO_ATTACH_FILTER,
+			&unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]})
+	})
+	if err = cmp.Or(err, serr); err != nil {
+		return fmt.Errorf("attach socket filter (%d instructions): %w", len(prog), err)
+	}
+	return nil
+}
+
+// listBaseChains dumps the chains once (no rules) and keeps the base chains of tables other than ours.
+func listBaseChains(ours []string) (map[chainKey]chainHook, error) {
+	c, err := nftables.New()
+	if err != nil {
+		return nil, fmt.Errorf("open nftables reader: %w", err)
+	}
+	chains, err := c.ListChains()
+	if err != nil {
+		return nil, fmt.Errorf("list chains: %w", err)
+	}
+	out := map[chainKey]chainHook{}
+	for _, ch := range chains {
+		if ch.Table == nil || ch.Hooknum == nil || (ch.Table.Family == nftables.TableFamilyINet && slices.Contains(ours, ch.Table.Name)) {
+			continue
+		}
+		h := chainHook{hook: uint32(*ch.Hooknum)}
+		if ch.Priority != nil {
+			h.priority = uint32(*ch.Priority)
+		}
+		if ch.Policy != nil {
+			h.policy, h.hasPolicy = uint32(*ch.Policy), true
+		}
+		out[chainKey{family: uint8(ch.Table.Family), table: ch.Table.Name, chain: ch.Name}] = h
+	}
+	return out, nil
+}
+
 // resubscribe retries with backoff until it succeeds (the new socket) or ctx is done (nil).
-func resubscribe(ctx context.Context, log *zap.Logger, o watchOptions) *netlink.Conn {
+func (w *watcher) resubscribe(ctx context.Context, o watchOptions) *netlink.Conn {
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, o.retryMax) {
-		nl, err := subscribe(o.readBuffer)
+		nl, err := w.subscribe(o)
 		if err == nil {
 			return nl
 		}
-		log.Warn("resubscribe to nftables events", zap.Error(err), zap.Duration("retry_in", wait))
+		w.log.Warn("resubscribe to nftables events", zap.Error(err), zap.Duration("retry_in", wait))
 		select {
 		case <-ctx.Done():
 			return nil
@@ -102,151 +191,81 @@ func resubscribe(ctx context.Context, log *zap.Logger, o watchOptions) *netlink.
 	}
 }
 
-// receive reads until the socket fails or ctx is done, collecting the relevant changes of each transaction
-// and triggering once per transaction when its generation message arrives.
-func receive(ctx context.Context, nl *netlink.Conn, log *zap.Logger, trigger func(string), own []*Conn) error {
+// receive reads datagrams until the socket fails or ctx is done, collecting the relevant changes of each
+// transaction and triggering once per transaction when its generation message arrives.
+func (w *watcher) receive(ctx context.Context, nl *netlink.Conn) error {
 	stop := context.AfterFunc(ctx, func() { _ = nl.Close() })
 	defer stop()
 	defer nl.Close()
-	var reasons []string
+	rc, err := nl.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("raw nftables socket: %w", err)
+	}
+	w.reasons = w.reasons[:0]
 	for {
-		msgs, err := nl.Receive()
-		if err != nil {
-			if errors.Is(err, unix.ENOBUFS) {
-				return fmt.Errorf("socket overrun: %w", err)
-			}
+		var n, flags int
+		var rerr error
+		err := rc.Read(func(fd uintptr) bool {
+			n, _, flags, _, rerr = unix.Recvmsg(int(fd), w.buf, nil, unix.MSG_DONTWAIT)
+			return rerr != unix.EAGAIN && rerr != unix.EWOULDBLOCK
+		})
+		switch err = cmp.Or(err, rerr); {
+		case errors.Is(err, unix.ENOBUFS):
+			return fmt.Errorf("socket overrun: %w", err)
+		case err != nil:
 			return fmt.Errorf("receive nftables event: %w", err)
+		case flags&unix.MSG_TRUNC != 0:
+			return fmt.Errorf("nftables event larger than %d bytes, truncated", len(w.buf))
 		}
-		for _, m := range msgs {
-			ev, ok := parseEvent(m)
-			if !ok {
-				continue
-			}
-			if ev.typ != unix.NFT_MSG_NEWGEN {
-				if r, ok := relevant(ev); ok {
-					reasons = append(reasons, r)
-				}
-				continue
-			}
-			if len(reasons) > 0 && !isOwn(ev, own) {
-				reason := reasons[0]
-				if len(reasons) > 1 {
-					reason += fmt.Sprintf(" (+%d more)", len(reasons)-1)
-				}
-				reason += fmt.Sprintf(" by %s[%d]", ev.comm, ev.pid)
-				log.Debug("nftables change", zap.String("reason", reason))
-				trigger(reason)
-			}
-			reasons = reasons[:0]
+		w.datagram(w.buf[:n])
+	}
+}
+
+// datagram handles one datagram's messages.
+func (w *watcher) datagram(b []byte) {
+	for {
+		m, rest, ok := nextMessage(b)
+		if !ok {
+			return
 		}
+		b = rest
+		if m.typ != unix.NFT_MSG_NEWGEN {
+			if r := w.state.notice(m); r != "" {
+				w.reasons = append(w.reasons, r)
+			}
+			continue
+		}
+		if len(w.reasons) > 0 {
+			pid, comm := generation(m)
+			if !isOwn(m.portID, pid, w.own) {
+				reason := w.reasons[0]
+				if len(w.reasons) > 1 {
+					reason += fmt.Sprintf(" (+%d more)", len(w.reasons)-1)
+				}
+				reason += fmt.Sprintf(" by %s[%d]", comm, pid)
+				w.log.Debug("nftables change", zap.String("reason", reason))
+				w.trigger(reason)
+			}
+		}
+		w.reasons = w.reasons[:0]
 	}
 }
 
 // isOwn reports whether a transaction was committed by this process: through one of the ignored
 // connections, or by one of our threads as seen from our pid namespace.
-func isOwn(gen event, own []*Conn) bool {
+func isOwn(portID, pid uint32, own []*Conn) bool {
 	for _, c := range own {
-		if p := c.PortID(); p != 0 && p == gen.portID {
+		if p := c.PortID(); p != 0 && p == portID {
 			return true
 		}
 	}
-	if gen.pid == 0 {
+	if pid == 0 {
 		return false
 	}
-	if int(gen.pid) == os.Getpid() {
+	if int(pid) == os.Getpid() {
 		return true
 	}
 	// The kernel reports the committing thread's id, not the process id.
-	_, err := os.Stat("/proc/self/task/" + strconv.Itoa(int(gen.pid)))
+	_, err := os.Stat("/proc/self/task/" + strconv.Itoa(int(pid)))
 	return err == nil
-}
-
-// event is what Watch needs from one nftables notification.
-type event struct {
-	typ       uint8 // NFT_MSG_*
-	family    uint8
-	table     string // "" when the message carries none
-	baseChain bool   // a chain with a hook
-	portID    uint32 // netlink port of the writer's socket
-	pid       uint32 // NEWGEN: the writer's thread id
-	comm      string // NEWGEN: the writer's command name
-}
-
-// Attribute numbers (linux/netfilter/nf_tables.h). The table name is attribute 1 in every object message.
-const (
-	attrTable     = 1
-	attrChainHook = 4 // NFTA_CHAIN_HOOK
-	attrGenPID    = 2 // NFTA_GEN_PROC_PID
-	attrGenName   = 3 // NFTA_GEN_PROC_NAME
-)
-
-func parseEvent(m netlink.Message) (event, bool) {
-	if uint16(m.Header.Type)>>8 != unix.NFNL_SUBSYS_NFTABLES || len(m.Data) < 4 {
-		return event{}, false
-	}
-	ev := event{typ: uint8(m.Header.Type & 0xff), family: m.Data[0], portID: m.Header.PID}
-	ad, err := netlink.NewAttributeDecoder(m.Data[4:])
-	if err != nil {
-		return ev, true // unparsable: keep the type, relevant() decides conservatively
-	}
-	ad.ByteOrder = binary.BigEndian
-	for ad.Next() {
-		switch {
-		case ev.typ == unix.NFT_MSG_NEWGEN && ad.Type() == attrGenPID:
-			ev.pid = ad.Uint32()
-		case ev.typ == unix.NFT_MSG_NEWGEN && ad.Type() == attrGenName:
-			ev.comm = ad.String()
-		case ev.typ != unix.NFT_MSG_NEWGEN && ad.Type() == attrTable:
-			ev.table = ad.String()
-		case (ev.typ == unix.NFT_MSG_NEWCHAIN || ev.typ == unix.NFT_MSG_DELCHAIN) && ad.Type() == attrChainHook:
-			ev.baseChain = true
-		}
-	}
-	return ev, true
-}
-
-var msgNames = map[uint8]string{
-	unix.NFT_MSG_NEWTABLE: "add table", unix.NFT_MSG_DELTABLE: "delete table",
-	unix.NFT_MSG_NEWCHAIN: "add chain", unix.NFT_MSG_DELCHAIN: "delete chain",
-	unix.NFT_MSG_NEWRULE: "add rule", unix.NFT_MSG_DELRULE: "delete rule",
-	unix.NFT_MSG_NEWSET: "add set", unix.NFT_MSG_DELSET: "delete set",
-	unix.NFT_MSG_NEWSETELEM: "add element", unix.NFT_MSG_DELSETELEM: "delete element",
-}
-
-// relevant says whether a change may affect our table or what we report about others, and describes it.
-func relevant(ev event) (string, bool) {
-	name, known := msgNames[ev.typ]
-	if !known {
-		return "", false // objects, flowtables, generations
-	}
-	where := fmt.Sprintf("%s %s", familyName(ev.family), ev.table)
-	switch {
-	case ev.table == TableName && ev.family == unix.NFPROTO_INET:
-		return name + " in " + where, true
-	case ev.typ == unix.NFT_MSG_DELTABLE:
-		return name + " " + where, true
-	case ev.baseChain:
-		return name + " (base chain) in " + where, true
-	case ev.table == "" && (ev.typ == unix.NFT_MSG_NEWSETELEM || ev.typ == unix.NFT_MSG_DELSETELEM):
-		return name + " in an unnamed table", true
-	}
-	return "", false
-}
-
-func familyName(f uint8) string {
-	switch f {
-	case unix.NFPROTO_INET:
-		return "inet"
-	case unix.NFPROTO_IPV4:
-		return "ip"
-	case unix.NFPROTO_IPV6:
-		return "ip6"
-	case unix.NFPROTO_ARP:
-		return "arp"
-	case unix.NFPROTO_BRIDGE:
-		return "bridge"
-	case unix.NFPROTO_NETDEV:
-		return "netdev"
-	}
-	return "family" + strconv.Itoa(int(f))
 }

@@ -17,6 +17,8 @@ func startWatch(t *testing.T, trigger func(string), opts ...WatchOption) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	subscribed := make(chan struct{}, 8)
+	opts = append(opts, OnSubscribed(func() { subscribed <- struct{}{} }))
 	go func() { done <- Watch(ctx, zaptest.NewLogger(t), trigger, opts...) }()
 	t.Cleanup(func() {
 		cancel()
@@ -29,7 +31,13 @@ func startWatch(t *testing.T, trigger func(string), opts ...WatchOption) {
 			t.Errorf("Watch did not return after cancel")
 		}
 	})
-	time.Sleep(50 * time.Millisecond) // let it subscribe
+	select { // every transaction committed from here on is seen
+	case <-subscribed:
+	case err := <-done:
+		t.Fatalf("Watch: %v", err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Watch did not subscribe within 5s")
+	}
 }
 
 func collect() (func(string), <-chan string) {
@@ -90,7 +98,7 @@ func TestWatchIgnoresOwnWritesAndSeesOthers(t *testing.T) {
 			}
 			sh(t, "nft", "add", "table", "inet", "filter")
 			sh(t, "nft", "add", "chain", "inet", "filter", "input", "{ type filter hook input priority 0; policy drop; }")
-			if r := next(t, ch); !strings.Contains(r, "add chain (base chain) in inet filter") {
+			if r := next(t, ch); !strings.Contains(r, "add chain (base chain input, hook 1, policy drop) in inet filter") {
 				t.Errorf("trigger = %q, want a foreign base chain", r)
 			}
 		})
@@ -101,30 +109,16 @@ func TestWatchIgnoresOwnWritesAndSeesOthers(t *testing.T) {
 // ends a transaction carries the netlink port of the socket that committed it.
 func TestGenerationCarriesWriterPort(t *testing.T) {
 	c := freshConn(t)
-	nl, err := subscribe(1 << 20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nl.Close()
+	nl := rawSubscriber(t, false)
 	if err := c.Apply(Build(goldenCases[0].spec)); err != nil {
 		t.Fatal(err)
 	}
 	if c.PortID() == 0 {
 		t.Fatal("PortID() = 0 after Apply")
 	}
-	_ = nl.SetReadDeadline(time.Now().Add(5 * time.Second))
-	for {
-		msgs, err := nl.Receive()
-		if err != nil {
-			t.Fatalf("no generation message: %v", err)
-		}
-		for _, m := range msgs {
-			if ev, ok := parseEvent(m); ok && ev.typ == unix.NFT_MSG_NEWGEN {
-				if ev.portID != c.PortID() {
-					t.Errorf("generation port = %d, our socket = %d", ev.portID, c.PortID())
-				}
-				return
-			}
+	for _, m := range readTransaction(t, nl) {
+		if m.typ == unix.NFT_MSG_NEWGEN && m.portID != c.PortID() {
+			t.Errorf("generation port = %d, our socket = %d", m.portID, c.PortID())
 		}
 	}
 }
@@ -164,24 +158,35 @@ func TestWatchResubscribesAfterOverrun(t *testing.T) {
 	}
 }
 
-func TestRelevant(t *testing.T) {
-	for _, tc := range []struct {
-		ev   event
-		want bool
-	}{
-		{event{typ: unix.NFT_MSG_NEWRULE, family: unix.NFPROTO_INET, table: TableName}, true},
-		{event{typ: unix.NFT_MSG_NEWRULE, family: unix.NFPROTO_IPV4, table: TableName}, false}, // ip nodelocaldns is not ours
-		{event{typ: unix.NFT_MSG_NEWRULE, family: unix.NFPROTO_IPV4, table: "kube-proxy"}, false},
-		{event{typ: unix.NFT_MSG_DELTABLE, family: unix.NFPROTO_IPV4, table: "filter"}, true},
-		{event{typ: unix.NFT_MSG_NEWTABLE, family: unix.NFPROTO_IPV4, table: "filter"}, false},
-		{event{typ: unix.NFT_MSG_NEWCHAIN, family: unix.NFPROTO_IPV4, table: "filter", baseChain: true}, true},
-		{event{typ: unix.NFT_MSG_NEWCHAIN, family: unix.NFPROTO_IPV4, table: "filter"}, false},
-		{event{typ: unix.NFT_MSG_NEWSETELEM, family: unix.NFPROTO_INET}, true},
-		{event{typ: unix.NFT_MSG_NEWSETELEM, family: unix.NFPROTO_IPV4, table: "kube-proxy"}, false},
-		{event{typ: unix.NFT_MSG_NEWOBJ, family: unix.NFPROTO_INET, table: TableName}, false},
-	} {
-		if _, got := relevant(tc.ev); got != tc.want {
-			t.Errorf("relevant(%+v) = %v, want %v", tc.ev, got, tc.want)
-		}
+// TestWatchBaseChainsOnlyWhenChanged: a foreign table rewritten the way kube-proxy and iptables-nft-restore
+// do it (flush, re-declare the base chain unchanged, re-add every rule) is no trigger; a base chain whose
+// policy changes, or that goes, is. With WatchTables, only the named tables are ours.
+func TestWatchBaseChainsOnlyWhenChanged(t *testing.T) {
+	freshConn(t)
+	ours := "nodelocaldns-3"
+	rewrite := "add table ip big\nflush table ip big\n" +
+		"add chain ip big input { type filter hook input priority -5; policy accept; }\nadd chain ip big c\n" +
+		rulesText("ip", "big", "c", 2000, "")
+	nftStdin(t, rewrite)
+	nftStdin(t, fmt.Sprintf("add table inet %[1]s\nadd chain inet %[1]s c\nadd table inet %[2]s\nadd chain inet %[2]s c\nadd table ip sentinel\n", ours, TableName))
+	trigger, ch := collect()
+	startWatch(t, trigger, WatchTables(ours))
+	nftStdin(t, rewrite)
+	sh(t, "nft", "add", "rule", "inet", TableName, "c", "udp", "dport", "53", "drop") // not ours any more
+	sh(t, "nft", "delete", "table", "ip", "sentinel")
+	if r := next(t, ch); !strings.Contains(r, "delete table ip sentinel") {
+		t.Fatalf("first trigger = %q, want the sentinel's deletion (an unchanged rewrite and another table's rule are no trigger)", r)
+	}
+	sh(t, "nft", "add", "chain", "ip", "big", "input", "{ type filter hook input priority -5; policy drop; }")
+	if r := next(t, ch); !strings.Contains(r, "base chain input, hook 1, policy drop") || !strings.Contains(r, "ip big") {
+		t.Errorf("trigger = %q, want the policy change of ip big input", r)
+	}
+	sh(t, "nft", "add", "rule", "inet", ours, "c", "udp", "dport", "53", "drop")
+	if r := next(t, ch); !strings.Contains(r, "add rule in inet "+ours) {
+		t.Errorf("trigger = %q, want the rule in our table %s", r, ours)
+	}
+	sh(t, "nft", "delete", "chain", "ip", "big", "input")
+	if r := next(t, ch); !strings.Contains(r, "delete chain (base chain input) in ip big") {
+		t.Errorf("trigger = %q, want the base chain's deletion", r)
 	}
 }

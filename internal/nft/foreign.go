@@ -1,0 +1,161 @@
+package nft
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+// Foreign drops: what, outside our tables, may drop the DNS traffic our rules accept. An nftables accept ends
+// only its own base chain; every other base chain on the same hook still sees the packet, so a drop there
+// wins whatever we do. We never write into those tables; we find them and say so.
+
+// ForeignDrop is one base chain of another table that may drop DNS traffic.
+type ForeignDrop struct {
+	// Chain is "family table/chain", e.g. "ip filter/INPUT".
+	Chain string
+	// Hook is prerouting, input or output.
+	Hook string
+	// Policy is true when the chain's policy is drop (whatever its rules).
+	Policy bool
+	// Rules describes the chain's own drop and reject rules that may match DNS ("handle 7: reject"), in order.
+	Rules []string
+}
+
+// dnsPathHooks are the hooks a DNS query to us or its reply crosses: prerouting and input for a pod's query,
+// output for our reply and for a host-network client's query.
+var dnsPathHooks = map[nftables.ChainHook]string{
+	*nftables.ChainHookPrerouting: "prerouting",
+	*nftables.ChainHookInput:      "input",
+	*nftables.ChainHookOutput:     "output",
+}
+
+// ForeignDrops finds the base chains of tables other than ours (inet tables named in ours) on the DNS path
+// (ip, ip6 and inet families; prerouting, input and output hooks) that drop by policy or hold drop or reject
+// rules that may match DNS. It dumps the chains once (no rules) and then reads only those base chains' own
+// rules: a bounded read, whatever the size of kube-proxy's or anyone's regular chains. Rules reached through
+// a jump from a base chain are not followed. Sorted by chain.
+func (c *Conn) ForeignDrops(ours ...string) ([]ForeignDrop, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	chains, err := c.ops.ListChains()
+	if err != nil {
+		return nil, fmt.Errorf("list chains: %w", err)
+	}
+	var out []ForeignDrop
+	for _, ch := range chains {
+		if ch.Table == nil || ch.Hooknum == nil {
+			continue
+		}
+		if ch.Table.Family == nftables.TableFamilyINet && slices.Contains(ours, ch.Table.Name) {
+			continue
+		}
+		fam, ok := familyNames[ch.Table.Family]
+		hook, onPath := dnsPathHooks[*ch.Hooknum]
+		if !ok || !onPath {
+			continue // arp, bridge, netdev, forward, postrouting: not the path of DNS traffic to us
+		}
+		d := ForeignDrop{Chain: fmt.Sprintf("%s %s/%s", fam, ch.Table.Name, ch.Name), Hook: hook,
+			Policy: ch.Policy != nil && *ch.Policy == nftables.ChainPolicyDrop}
+		rules, err := c.ops.GetRules(ch.Table, ch)
+		if err != nil {
+			return nil, fmt.Errorf("list rules of base chain %s: %w", d.Chain, err)
+		}
+		for _, r := range rules {
+			if v, drops := dropVerdict(r.Exprs); drops && mayMatchDNS(r.Exprs) {
+				d.Rules = append(d.Rules, fmt.Sprintf("handle %d: %s", r.Handle, v))
+			}
+		}
+		if d.Policy || len(d.Rules) > 0 {
+			out = append(out, d)
+		}
+	}
+	slices.SortFunc(out, func(a, b ForeignDrop) int { return strings.Compare(a.Chain, b.Chain) })
+	return out, nil
+}
+
+// dropVerdict says whether a rule ends in drop or reject: nft's own verdict and reject statement, and the
+// xtables targets iptables-nft writes (-j DROP is a native verdict, -j REJECT an xt target).
+func dropVerdict(exprs []expr.Any) (string, bool) {
+	for _, e := range exprs {
+		switch e := e.(type) {
+		case *expr.Verdict:
+			if e.Kind == expr.VerdictDrop {
+				return "drop", true
+			}
+		case *expr.Reject:
+			return "reject", true
+		case *expr.Target:
+			if e.Name == "REJECT" || e.Name == "DROP" {
+				return "xt " + e.Name, true
+			}
+		}
+	}
+	return "", false
+}
+
+// mayMatchDNS rules out what certainly does not match DNS traffic to or from port 53: a protocol other than
+// udp and tcp, ports that are all other than 53, or a conntrack state match (our traffic is untracked, and
+// `ct state invalid drop` is every firewall's first rule). Anything it cannot read (sets, ranges, xt
+// matches, interfaces, addresses) may match.
+func mayMatchDNS(exprs []expr.Any) bool {
+	ports, port53 := 0, false
+	for i, e := range exprs {
+		if ct, ok := e.(*expr.Ct); ok && ct.Key == expr.CtKeySTATE {
+			return false
+		}
+		if i+1 >= len(exprs) {
+			break
+		}
+		cmp, ok := exprs[i+1].(*expr.Cmp)
+		if !ok || cmp.Op != expr.CmpOpEq {
+			continue
+		}
+		switch e := e.(type) {
+		case *expr.Meta:
+			if e.Key == expr.MetaKeyL4PROTO && len(cmp.Data) == 1 && cmp.Data[0] != unix.IPPROTO_UDP && cmp.Data[0] != unix.IPPROTO_TCP {
+				return false
+			}
+		case *expr.Payload:
+			if e.Base == expr.PayloadBaseTransportHeader && e.Len == 2 && (e.Offset == 0 || e.Offset == 2) {
+				ports++
+				port53 = port53 || bytes.Equal(cmp.Data, []byte{0, 53})
+			}
+			if e.Base == expr.PayloadBaseNetworkHeader && e.Offset == 9 && e.Len == 1 && len(cmp.Data) == 1 &&
+				cmp.Data[0] != unix.IPPROTO_UDP && cmp.Data[0] != unix.IPPROTO_TCP {
+				return false // ip protocol
+			}
+		}
+	}
+	return ports == 0 || port53
+}
+
+// LegacyTables lists the iptables-legacy tables that exist in this network namespace, as "ip filter" or
+// "ip6 nat". The kernel creates a legacy table in a namespace only when something uses it there (the
+// iptables-legacy tools' first call, through the x_tables sockopt interface; loading a module instantiates
+// nothing by itself), and iptables-nft never does, so a listed table means a legacy ruleset is being used
+// beside nftables: its rules see our traffic too, in hooks we cannot read through nftables. An empty or
+// absent file (no ip_tables module) means none.
+func LegacyTables() []string {
+	var out []string
+	for _, f := range []struct{ family, path string }{
+		{"ip", "/proc/net/ip_tables_names"},
+		{"ip6", "/proc/net/ip6_tables_names"},
+	} {
+		b, err := os.ReadFile(f.path)
+		if err != nil {
+			continue
+		}
+		for _, name := range strings.Fields(string(b)) {
+			out = append(out, f.family+" "+name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}

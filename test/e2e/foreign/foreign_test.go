@@ -1,0 +1,228 @@
+package foreign
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/nft"
+	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
+	"github.com/nodelocaldns/nodelocaldns/test/harness"
+)
+
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+
+// Conventions. The test's own throwaway namespace is the node, where the agent runs. Peers by veth:
+//
+//	pod       192.0.2.2 (node side 192.0.2.1)        queries clusterIP:53 and localIP:53
+//	kube-dns  198.51.100.2 (node side 198.51.100.1)  the ClusterIP's backend behind kube-proxy's DNAT
+//	          198.51.100.3                           kube-dns-upstream, the agent's forward target
+//
+// Each answers every A query with its own fixed address, so an answer says who served it.
+const (
+	localIP   = "169.254.20.10"
+	clusterIP = "10.96.0.10"
+
+	podHost, podAddr         = "192.0.2.1", "192.0.2.2"
+	kubeDNSHost, kubeDNSAddr = "198.51.100.1", "198.51.100.2"
+	upstreamAddr             = "198.51.100.3"
+
+	answerKubeDNS = "203.0.113.1"
+	answerAgent   = "203.0.113.2"
+
+	queryTimeout = 2 * time.Second
+)
+
+// Outcomes of one query, as the pod sees them.
+const (
+	fromKubeDNS = "answer from kube-dns"
+	fromAgent   = "answer from the agent"
+	timedOut    = "timeout"
+	refused     = "refused (ICMP unreachable)"
+)
+
+var kubeProxyRuleset = fmt.Sprintf(`table ip kube-proxy {
+	chain prerouting {
+		type nat hook prerouting priority -100; policy accept;
+		ip daddr %[1]s udp dport 53 dnat to %[2]s:53
+	}
+}
+`, clusterIP, kubeDNSAddr)
+
+// firewall is one foreign drop on the DNS path: how to put it in place and take it away, and what the
+// foreign-drop check must report (chain, policy drop, number of drop/reject rules).
+type firewall struct {
+	name         string
+	add, remove  func(t *testing.T)
+	chain        string
+	policy       bool
+	rules        int
+	withoutAgent string // what the pod sees for clusterIP without the agent
+	withAgent    string // ... and with it
+}
+
+func firewalls() []firewall {
+	return []firewall{
+		{name: "none", add: func(*testing.T) {}, remove: func(*testing.T) {},
+			withoutAgent: fromKubeDNS, withAgent: fromAgent},
+		{name: "iptables -P INPUT DROP (iptables-nft)",
+			add: func(t *testing.T) {
+				// Loopback and replies stay open, as on every host firewall: the agent's metrics listen on
+				// loopback, and its upstream's answers are replies (established) to the agent's forwards.
+				harness.Run(t, "iptables", "-A", "INPUT", "-i", "lo", "-j", "ACCEPT")
+				harness.Run(t, "iptables", "-A", "INPUT", "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT")
+				harness.Run(t, "iptables", "-P", "INPUT", "DROP")
+			},
+			remove: func(t *testing.T) {
+				harness.Run(t, "iptables", "-P", "INPUT", "ACCEPT")
+				harness.Run(t, "iptables", "-F", "INPUT")
+			},
+			chain: "ip filter/INPUT", policy: true, rules: 0,
+			withoutAgent: fromKubeDNS, withAgent: timedOut},
+		{name: "inet table: udp dport 53 reject on input",
+			add: func(t *testing.T) {
+				nftApply(t, "table inet fw {\n\tchain input {\n\t\ttype filter hook input priority 0; policy accept;\n\t\tudp dport 53 reject\n\t}\n}\n")
+			},
+			remove: func(t *testing.T) { harness.Run(t, "nft", "delete", "table", "inet", "fw") },
+			chain:  "inet fw/input", policy: false, rules: 1,
+			withoutAgent: fromKubeDNS, withAgent: refused},
+	}
+}
+
+func TestWhatAPodSeesUnderAForeignDrop(t *testing.T) {
+	testenv.RequireRoot(t)
+	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
+		t.Fatalf("enable forwarding in the node namespace: %v", err)
+	}
+	pod := harness.AddPeer(t, "pod", podHost, podAddr)
+	kubeDNS := harness.AddPeer(t, "kubedns", kubeDNSHost, kubeDNSAddr)
+	kubeDNS.Exec(t, "ip", "addr", "add", upstreamAddr+"/24", "dev", "eth0")
+	kubeDNS.Do(t, func() {
+		harness.StartUpstream(t, kubeDNSAddr+":53", answerKubeDNS)
+		harness.StartUpstream(t, upstreamAddr+":53", answerAgent)
+	})
+	nftApply(t, kubeProxyRuleset)
+	conn, err := nft.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+
+	var report []string
+	for _, fw := range firewalls() {
+		t.Run(fw.name, func(t *testing.T) {
+			fw.add(t)
+			defer fw.remove(t)
+			checkDetected(t, conn, fw)
+			withoutAgent := ask(t, pod, clusterIP)
+			if withoutAgent != fw.withoutAgent {
+				t.Errorf("without the agent, clusterIP: the pod sees %q, want %q", withoutAgent, fw.withoutAgent)
+			}
+
+			a := startAgent(t)
+			a.WaitReady()
+			gotCluster, gotLocal := ask(t, pod, clusterIP), ask(t, pod, localIP)
+			if gotCluster != fw.withAgent {
+				t.Errorf("with the agent, clusterIP: the pod sees %q, want %q", gotCluster, fw.withAgent)
+			}
+			if gotLocal != fw.withAgent {
+				t.Errorf("with the agent, localIP: the pod sees %q, want %q", gotLocal, fw.withAgent)
+			}
+			checkDetected(t, conn, fw)
+			if fw.policy { // the agent's own report, as wired today: one warning per drop-policy chain
+				a.WaitLog(5*time.Second, "the foreign drop policy warning", func(l harness.LogLine) bool {
+					return l.Level == "warn" && l.Raw["chain"] == fw.chain && strings.Contains(l.Msg, "drops by policy")
+				})
+			}
+			stopped := time.Now()
+			if code := a.Stop(10 * time.Second); code != 0 {
+				t.Errorf("agent exit code %d", code)
+			}
+			t.Logf("agent stopped in %v", time.Since(stopped))
+			report = append(report, fmt.Sprintf("%-42s | %-22s | %-26s | %s", fw.name, withoutAgent, gotCluster, gotLocal))
+		})
+	}
+	writeReport(t, append([]string{fmt.Sprintf("%-42s | %-22s | %-26s | %s", "foreign drop", "without agent: clusterIP", "with agent: clusterIP", "with agent: localIP")}, report...))
+}
+
+// checkDetected asks the foreign-drop check, as the agent would, and compares with what fw put in place.
+func checkDetected(t *testing.T, conn *nft.Conn, fw firewall) {
+	t.Helper()
+	drops, err := conn.ForeignDrops(nft.TableName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(drops, func(d nft.ForeignDrop) bool { return d.Chain == fw.chain })
+	switch {
+	case fw.chain == "" && len(drops) > 0:
+		t.Errorf("ForeignDrops = %+v, want none", drops)
+	case fw.chain != "" && i < 0:
+		t.Errorf("ForeignDrops = %+v, want %s", drops, fw.chain)
+	case fw.chain != "" && (drops[i].Policy != fw.policy || len(drops[i].Rules) != fw.rules):
+		t.Errorf("ForeignDrops[%s] = %+v, want policy drop %v and %d rules", fw.chain, drops[i], fw.policy, fw.rules)
+	}
+}
+
+// ask sends one UDP query from the pod and names the outcome.
+func ask(t *testing.T, pod *harness.Peer, server string) string {
+	t.Helper()
+	var got string
+	pod.Do(t, func() {
+		addr, err := harness.Lookup(net.JoinHostPort(server, "53"), "udp", "probe.cluster.local", queryTimeout)
+		var ne net.Error
+		switch {
+		case err == nil && addr == answerKubeDNS:
+			got = fromKubeDNS
+		case err == nil && addr == answerAgent:
+			got = fromAgent
+		case errors.Is(err, syscall.ECONNREFUSED):
+			got = refused
+		case errors.As(err, &ne) && ne.Timeout():
+			got = timedOut
+		case err != nil:
+			got = "error: " + err.Error()
+		default:
+			got = "answer " + addr
+		}
+	})
+	return got
+}
+
+func startAgent(t *testing.T) *harness.Agent {
+	t.Helper()
+	a := harness.Start(t, harness.Config{
+		Args:         []string{"-localip", localIP + "," + clusterIP, "-upstreamsvc", "kube-dns-upstream", "-health-port", "8080"},
+		BaseCorefile: harness.StandardCorefile(localIP, clusterIP, "cluster.local"),
+		Env:          []string{"KUBE_DNS_UPSTREAM_SERVICE_HOST=" + upstreamAddr},
+	})
+	t.Cleanup(func() { a.Stop(10 * time.Second) })
+	return a
+}
+
+func nftApply(t *testing.T, ruleset string) {
+	t.Helper()
+	cmd := exec.Command("nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(ruleset)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("nft -f: %v\n%s\n%s", err, out, ruleset)
+	}
+}
+
+// writeReport logs the table and writes it to $NODELOCALDNS_TEST_REPORTS/foreign-drops.txt when set.
+func writeReport(t *testing.T, lines []string) {
+	text := strings.Join(lines, "\n") + "\n"
+	t.Logf("what a pod sees:\n%s", text)
+	if dir := os.Getenv("NODELOCALDNS_TEST_REPORTS"); dir != "" {
+		if err := os.WriteFile(filepath.Join(dir, "foreign-drops.txt"), []byte(text), 0o644); err != nil {
+			t.Errorf("write report: %v", err)
+		}
+	}
+}
