@@ -38,6 +38,7 @@ type Metrics struct {
 	LivenessFailures *prometheus.CounterVec // reason
 	ConfigPolling    prometheus.Gauge       // 1 while ConfigMap changes are found by periodic re-reads (no inotify)
 	RuleCounters     *RuleCounterCollector  // the table's own counters, read at scrape time
+	Foreign          *Foreign               // drop and reject rules of other tables, iptables-legacy tables
 }
 
 // New creates the collectors and registers them with reg. counters reads our nftables rules' counters at
@@ -73,7 +74,7 @@ func New(reg prometheus.Registerer, counters func() ([]RuleCounter, error)) (*Me
 		}),
 		ForeignDropChain: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "nodelocaldns", Name: "foreign_drop_policy",
-			Help: "1 for each base chain of another table hooked on input or output with policy drop; our accept rules cannot override it.",
+			Help: "1 for each base chain of another table hooked on prerouting, input or output with policy drop; our accept rules cannot override it.",
 		}, []string{"chain"}),
 		Ready: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "nodelocaldns", Name: "ready",
@@ -115,6 +116,10 @@ func New(reg prometheus.Registerer, counters func() ([]RuleCounter, error)) (*Me
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
+	}
+	var err error
+	if m.Foreign, err = NewForeign(reg); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

@@ -30,7 +30,7 @@
 // table (or our process ending) is enough to hand the ClusterIP back to kube-proxy: there is nothing else to undo.
 //
 // Our accept rules keep node-cache's intent and count packets, but an nftables accept only ends its own base
-// chain: a drop in another table on the same hook still wins. [Conn.ForeignDropPolicies] finds such chains so
-// the caller can warn; we never write into tables we do not own.
+// chain: a drop in another table on the same hook still wins. [Conn.ForeignDrops] finds such chains (drop
+// policies, drop and reject rules) so the caller can warn; we never write into tables we do not own.
 // See https://github.com/kubernetes-sigs/knftables/blob/main/docs/iptables-porting.md for the doctrine.
 package nft

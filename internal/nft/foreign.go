@@ -42,7 +42,7 @@ var dnsPathHooks = map[nftables.ChainHook]string{
 // rules: a bounded read, whatever the size of kube-proxy's or anyone's regular chains. Rules reached through
 // a jump from a base chain are not followed. Sorted by chain.
 func (c *Conn) ForeignDrops(ours ...string) ([]ForeignDrop, error) {
-	c.mu.Lock()
+	c.lock()
 	defer c.mu.Unlock()
 	chains, err := c.ops.ListChains()
 	if err != nil {

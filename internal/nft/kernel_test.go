@@ -119,8 +119,8 @@ func TestCountersAndForeignDrop(t *testing.T) {
 		}
 	}
 
-	if got, err := c.ForeignDropPolicies(); err != nil || got != nil {
-		t.Errorf("ForeignDropPolicies with only our table = %v, %v", got, err)
+	if got, err := c.ForeignDrops(c.Table()); err != nil || got != nil {
+		t.Errorf("ForeignDrops with only our table = %v, %v", got, err)
 	}
 	nftStdin(t, `
 table inet filter {
@@ -133,11 +133,17 @@ table ip other {
 }
 `)
 	sh(t, "iptables", "-P", "INPUT", "DROP")
-	got, err := c.ForeignDropPolicies()
+	drops, err := c.ForeignDrops(c.Table())
 	if err != nil {
-		t.Fatalf("ForeignDropPolicies: %v", err)
+		t.Fatalf("ForeignDrops: %v", err)
+	}
+	var got []string
+	for _, d := range drops {
+		if d.Policy {
+			got = append(got, d.Chain)
+		}
 	}
 	if want := []string{"inet filter/input", "ip filter/INPUT", "ip other/out"}; strings.Join(got, ",") != strings.Join(want, ",") {
-		t.Errorf("ForeignDropPolicies = %q, want %q", got, want)
+		t.Errorf("ForeignDrops with a drop policy = %q, want %q", got, want)
 	}
 }

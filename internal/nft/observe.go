@@ -17,37 +17,6 @@ type RuleCounter struct {
 	Bytes   uint64
 }
 
-// ForeignDropPolicies lists the base chains of other tables that hook input or output with policy drop, as
-// "family table/chain" (e.g. "inet filter/input"), sorted. Our accept cannot override them: a packet must be
-// accepted by every base chain on its hook, so such a chain needs its own accept rule for DNS.
-func (c *Conn) ForeignDropPolicies() ([]string, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	chains, err := c.ops.ListChains()
-	if err != nil {
-		return nil, fmt.Errorf("list chains: %w", err)
-	}
-	var out []string
-	for _, ch := range chains {
-		if ch.Table == nil || ch.Hooknum == nil || ch.Policy == nil || *ch.Policy != nftables.ChainPolicyDrop {
-			continue
-		}
-		if ch.Table.Name == TableName && ch.Table.Family == nftables.TableFamilyINet {
-			continue
-		}
-		fam, ok := familyNames[ch.Table.Family]
-		if !ok {
-			continue // arp, bridge, netdev: their hooks are not the IP input/output path
-		}
-		if *ch.Hooknum != *nftables.ChainHookInput && *ch.Hooknum != *nftables.ChainHookOutput {
-			continue
-		}
-		out = append(out, fmt.Sprintf("%s %s/%s", fam, ch.Table.Name, ch.Name))
-	}
-	slices.Sort(out)
-	return out, nil
-}
-
 var familyNames = map[nftables.TableFamily]string{
 	nftables.TableFamilyIPv4: "ip",
 	nftables.TableFamilyIPv6: "ip6",
@@ -57,6 +26,9 @@ var familyNames = map[nftables.TableFamily]string{
 // ourChains are the chains [Build] creates, read by [Conn.Counters].
 var ourChains = []string{ChainRawPrerouting, ChainRawOutput, ChainFilterInput, ChainFilterOutput}
 
+// OurChains are the chains [Build] creates, for [Conn.TableCounters].
+func OurChains() []string { return slices.Clone(ourChains) }
+
 // Counters reads the packet and byte counters of our rules in inet [TableName]. See [Conn.TableCounters].
 func (c *Conn) Counters() ([]RuleCounter, error) { return c.TableCounters(TableName, ourChains...) }
 
@@ -64,7 +36,7 @@ func (c *Conn) Counters() ([]RuleCounter, error) { return c.TableCounters(TableN
 // filtered by the kernel on table and chain: a scrape never lists other tables or chains. A table or chain
 // that is absent has no counters.
 func (c *Conn) TableCounters(table string, chains ...string) ([]RuleCounter, error) {
-	c.mu.Lock()
+	c.lock()
 	defer c.mu.Unlock()
 	t := &nftables.Table{Name: table, Family: nftables.TableFamilyINet}
 	var out []RuleCounter

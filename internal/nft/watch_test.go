@@ -3,6 +3,7 @@ package nft
 import (
 	"context"
 	"fmt"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -88,13 +89,17 @@ func TestWatchIgnoresOwnWritesAndSeesOthers(t *testing.T) {
 			}
 			sh(t, "nft", "add", "table", "ip", "unrelated")
 			sh(t, "nft", "add", "chain", "ip", "unrelated", "c")
-			sh(t, "nft", "add", "rule", "inet", TableName, ChainFilterInput, "tcp", "dport", "22", "accept")
-			if r := next(t, ch); !strings.Contains(r, "add rule in inet "+TableName) {
-				t.Errorf("trigger = %q, want the foreign rule in our table (unrelated table changes are no trigger)", r)
+			// Our table is owned: another process's rule is refused, so nothing changes and nothing triggers.
+			if out, err := exec.Command("nft", "add", "rule", "inet", TableName, ChainFilterInput, "tcp", "dport", "22", "accept").CombinedOutput(); err == nil {
+				t.Fatalf("a foreign rule in our owned table was accepted: %s", out)
 			}
+			// nft flush ruleset skips our owned table and deletes the unrelated one: that deletion triggers.
 			sh(t, "nft", "flush", "ruleset")
-			if r := next(t, ch); !strings.Contains(r, "inet "+TableName) {
-				t.Errorf("trigger after nft flush ruleset = %q, want one naming our table", r)
+			if r := next(t, ch); !strings.Contains(r, "delete table ip unrelated") {
+				t.Errorf("trigger after nft flush ruleset = %q, want the unrelated table's deletion (unrelated additions are no trigger)", r)
+			}
+			if _, err := exec.Command("nft", "list", "table", "inet", TableName).Output(); err != nil {
+				t.Errorf("our owned table is gone after nft flush ruleset: %v", err)
 			}
 			sh(t, "nft", "add", "table", "inet", "filter")
 			sh(t, "nft", "add", "chain", "inet", "filter", "input", "{ type filter hook input priority 0; policy drop; }")

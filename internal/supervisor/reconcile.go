@@ -40,7 +40,9 @@ func (s *Supervisor) pass(_ context.Context, reasons []string) (changed bool, er
 		s.repair("interface", len(changes))
 		repaired = append(repaired, changes...)
 	}
-	s.checkForeignDrop()
+	if lookAtForeignTables(reasons) {
+		s.checkForeign()
+	}
 	err = errors.Join(errs...)
 	s.lastPass.store(err)
 	switch {
@@ -77,9 +79,26 @@ func (s *Supervisor) startWatchers(ctx context.Context, wg *sync.WaitGroup) {
 	// instances registering or leaving, foreign drop policies).
 	if s.table != nil {
 		wg.Go(func() {
-			err := nft.Watch(ctx, s.log, func(reason string) { s.runner.trigger("nft:" + reason) }, nft.IgnoreConn(s.table))
+			err := nft.Watch(ctx, s.log, func(reason string) { s.runner.trigger("nft:" + reason) },
+				nft.IgnoreConn(s.table), nft.WatchTables(s.table.Table()))
 			if err != nil && ctx.Err() == nil {
 				s.log.Error("nftables watch stopped; relying on the periodic pass", zap.Error(err))
+			}
+		})
+	}
+	if s.table != nil {
+		// A drop rule added to an existing foreign base chain is filtered out with every other foreign rule
+		// event (nft/watchbpf.go), so the foreign report is also refreshed on this slow tick.
+		wg.Go(func() {
+			t := time.NewTicker(foreignRecheck)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					s.runner.trigger(reasonForeign)
+				}
 			}
 		})
 	}
@@ -91,34 +110,6 @@ func (s *Supervisor) startWatchers(ctx context.Context, wg *sync.WaitGroup) {
 			}
 		})
 	}
-}
-
-// checkForeignDrop warns once per chain of another table that drops what our accept rules let through.
-func (s *Supervisor) checkForeignDrop() {
-	if s.table == nil {
-		return
-	}
-	chains, err := s.table.ForeignDropPolicies()
-	if err != nil {
-		s.log.Debug("list foreign drop policies", zap.Error(err))
-		return
-	}
-	current := map[string]bool{}
-	for _, c := range chains {
-		current[c] = true
-		if _, seen := s.warnedDrop.LoadOrStore(c, true); !seen {
-			s.log.Warn("a base chain of another table drops by policy on the path of DNS traffic; our accept rules cannot override it",
-				zap.String("chain", c))
-		}
-		withMetrics(s.m, func(m *metrics.Metrics) { m.ForeignDropChain.WithLabelValues(c).Set(1) })
-	}
-	s.warnedDrop.Range(func(k, _ any) bool {
-		if c := k.(string); !current[c] {
-			s.warnedDrop.Delete(c)
-			withMetrics(s.m, func(m *metrics.Metrics) { m.ForeignDropChain.DeleteLabelValues(c) })
-		}
-		return true
-	})
 }
 
 // countPass counts a pass once under each kind of trigger that asked for it. "nft:delete table ..." and
@@ -155,7 +146,7 @@ func (s *Supervisor) setupError(kind string) {
 
 // ruleCounters reads our table's rule counters for a scrape.
 func (s *Supervisor) ruleCounters() ([]metrics.RuleCounter, error) {
-	rcs, err := s.table.Counters()
+	rcs, err := s.table.TableCounters(s.table.Table(), nft.OurChains()...)
 	if err != nil {
 		return nil, err
 	}
