@@ -6,7 +6,6 @@ package harness
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -296,22 +295,6 @@ func FreePort(t testing.TB) string {
 	defer ln.Close()
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	return port
-}
-
-// Eventually polls cond every few milliseconds until it holds or timeout passes; it returns how long it took.
-func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s: not within %v", what, timeout)
-		case <-time.After(2 * time.Millisecond):
-		}
-	}
-	return time.Since(start)
 }
 
 // RunBinary runs the binary to completion with args and returns its combined output and exit code.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 	"github.com/nodelocaldns/nodelocaldns/test/harness"
 )
 
@@ -27,7 +28,7 @@ func TestFailedReloadIsRetried(t *testing.T) {
 	harness.Run(t, "ip", "addr", "add", extra+"/32", "dev", "lo")
 	t.Cleanup(func() { exec.Command("ip", "addr", "del", extra+"/32", "dev", "lo").Run() })
 	// The first retries come 1 s and 2 s after the failure.
-	waited := harness.Eventually(t, 10*time.Second, "the failed reload to be retried and serve "+extra, func() bool {
+	waited := testenv.Eventually(t, 10*time.Second, "the failed reload to be retried and serve "+extra, func() bool {
 		got, err := harness.Lookup(extra+":53", "udp", "q.example.test", queryTimeout)
 		return err == nil && got == ansUpX
 	})
@@ -57,7 +58,7 @@ func TestHealthFailsWhileDNSDoesNotAnswer(t *testing.T) {
 	harness.Run(t, "nft", "add table inet blockdns { chain out { type filter hook output priority 0; ip daddr "+localIP+" udp dport 53 drop; }; }")
 	t.Cleanup(func() { exec.Command("nft", "delete", "table", "inet", "blockdns").Run() })
 	var last error
-	harness.Eventually(t, 10*time.Second, "/health to fail", func() bool {
+	testenv.Eventually(t, 10*time.Second, "/health to fail", func() bool {
 		last = health(c)
 		return last != nil
 	})
@@ -68,5 +69,5 @@ func TestHealthFailsWhileDNSDoesNotAnswer(t *testing.T) {
 		t.Errorf("liveness failures (dns) = %v, want >= 1", v)
 	}
 	harness.Run(t, "nft", "delete", "table", "inet", "blockdns")
-	harness.Eventually(t, 10*time.Second, "/health to recover", func() bool { return health(c) == nil })
+	testenv.Eventually(t, 10*time.Second, "/health to recover", func() bool { return health(c) == nil })
 }

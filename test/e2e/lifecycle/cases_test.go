@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 	"github.com/nodelocaldns/nodelocaldns/test/harness"
 )
 
@@ -56,7 +57,7 @@ func (m *matrix) surgeAddsAnAddress() {
 	m.phase("surge adding an IP: new instance starts", expectation{zero: []string{clusterIP, localIP}})
 	next := m.n.startWith(localIP+","+clusterIP+","+newIP, clusterIP+" "+newIP)
 	next.WaitReady()
-	harness.Eventually(t, 5*time.Second, "/ready answers 200 with both instances serving", func() bool { c, _ := ready(); return c == 200 })
+	testenv.Eventually(t, 5*time.Second, "/ready answers 200 with both instances serving", func() bool { c, _ := ready(); return c == 200 })
 	m.phase("surge adding an IP: both serve", expectation{zero: []string{clusterIP, localIP, newIP}})
 	time.Sleep(serveFor)
 	m.phase("surge adding an IP: old instance SIGTERM", expectation{zero: []string{clusterIP, localIP, newIP}})

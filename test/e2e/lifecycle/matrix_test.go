@@ -166,7 +166,7 @@ func (m *matrix) start(name string, graceful bool, extra ...string) *harness.Age
 	m.phase(name, e)
 	a := m.n.start(extra...)
 	seen := map[int]bool{}
-	harness.Eventually(m.t, 30*time.Second, "/ready answers 200", func() bool {
+	testenv.Eventually(m.t, 30*time.Second, "/ready answers 200", func() bool {
 		code, _ := ready()
 		seen[code] = true
 		if code == 200 && ourTables(m.t) != 1 {
@@ -192,7 +192,7 @@ func (m *matrix) startSecond() *harness.Agent {
 	m.t.Helper()
 	a := m.n.start()
 	a.WaitReady()
-	harness.Eventually(m.t, 5*time.Second, "/ready answers 200 with both instances serving", func() bool { c, _ := ready(); return c == 200 })
+	testenv.Eventually(m.t, 5*time.Second, "/ready answers 200 with both instances serving", func() bool { c, _ := ready(); return c == 200 })
 	return a
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 	"github.com/nodelocaldns/nodelocaldns/test/harness"
 )
 
@@ -49,7 +50,7 @@ func TestRepairsFoughtOverAreDamped(t *testing.T) {
 		t.Errorf("the damping warning was logged %d times, want once", warned)
 	}
 	// The writer stopped: the next damped pass (at most 5 s away) repairs the address.
-	harness.Eventually(t, 10*time.Second, LocalIP+" back on "+LinkName, func() bool {
+	testenv.Eventually(t, 10*time.Second, LocalIP+" back on "+LinkName, func() bool {
 		out, err := exec.Command("ip", "-o", "addr", "show", "dev", LinkName).Output()
 		return err == nil && strings.Contains(string(out), " "+LocalIP+"/32 ")
 	})

@@ -33,7 +33,7 @@ func TestTamperMatrix(t *testing.T) {
 	testenv.RequireRoot(t)
 	a := StartAgent(t)
 	want := PrintRules(t)
-	harness.Eventually(t, 5*time.Second, "the nft listing equals -print-rules", func() bool {
+	testenv.Eventually(t, 5*time.Second, "the nft listing equals -print-rules", func() bool {
 		got, ok := ListTable()
 		return ok && got == want
 	})
