@@ -13,6 +13,13 @@
 //   - watch link and address notifications ([Watch]) so a deleted interface, a removed address or a link set
 //     down is repaired in milliseconds instead of at the next periodic pass.
 //
+// Words: "the interface" is what operators name (-interfacename, log messages, metrics' interface_add); "link" is
+// the kernel's and rtnetlink's word for the same object, used in this package's code. The addresses it must
+// carry are not only ours: the supervisor passes the union of every live instance's addresses (several
+// instances share one interface during a rollout), so Ensure removes only what no instance needs.
+//
+// Every request has a deadline (requestTimeout), so a wedged netlink socket fails a pass instead of hanging it.
+//
 // Everything that touches the kernel goes through the small [linkOps] interface, which *netlink.Handle
 // satisfies and which the unit tests replace with a map-backed fake returning the kernel's errors.
 package link
