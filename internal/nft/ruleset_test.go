@@ -23,7 +23,7 @@ var goldenCases = []struct {
 	{"ipv6", Spec{LocalIPs: ips("fd00::a"), DNSPort: 53, HealthPort: 8080}},
 	{"dual-stack", Spec{LocalIPs: ips("169.254.20.10", "fd00::a"), DNSPort: 53, HealthPort: 8080}},
 	{"several-ips", Spec{
-		LocalIPs:   ips("169.254.20.10", "10.96.0.10", "9.9.9.9", "10.96.0.10", "fd00::a", "2001:db8::53", "fd00::10"),
+		LocalIPs:   ips("169.254.20.10", "10.96.0.10", "9.9.9.9", "fd00::a", "2001:db8::53", "fd00::10"),
 		DNSPort:    53,
 		HealthPort: 8080,
 	}},
