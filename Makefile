@@ -20,13 +20,16 @@ deps:
 # Everything, as root: unit and golden tests, kernel tests in throwaway network namespaces, the real binary end to
 # end, and the kernel matrix in a VM where QEMU can be installed. Tests that need root skip with a message otherwise.
 # Tests that measure something (the lifecycle matrix's failed-query counts) write a report under out/reports; it is
-# printed after the run.
+# printed after the run, pass or fail. scripts/testsummary shows the output of failed and skipped tests and one line
+# per package. Under CI=true the kernel VM is required (kernel/kernel.mk).
 REPORTS := $(CURDIR)/out/reports
 test: deps
 	$(GO) vet ./...
 	rm -rf $(REPORTS) && mkdir -p $(REPORTS)
-	NODELOCALDNS_TEST_REPORTS=$(REPORTS) $(GO) test -count=1 -timeout 20m ./...
-	@for f in $(REPORTS)/*.txt; do [ -f "$$f" ] && { echo; echo "== $$(basename $$f .txt)"; cat "$$f"; }; done; true
+	$(GO) build -o out/testsummary ./scripts/testsummary
+	@status=0; NODELOCALDNS_TEST_REPORTS=$(REPORTS) $(GO) test -json -count=1 -timeout 20m ./... 2>&1 | out/testsummary || status=1; \
+	for f in $(REPORTS)/*.txt; do [ -f "$$f" ] && { echo; echo "== $$(basename $$f .txt)"; cat "$$f"; }; done; \
+	exit $$status
 	$(MAKE) --no-print-directory test-kernel-if-possible
 
 test-unit:

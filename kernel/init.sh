@@ -1,6 +1,7 @@
 #!/bin/sh
 # /init of the kernel-matrix VM (built by kernel/run.sh): mount the pseudo file systems, load the modules in
-# dependency order, run each test binary in its package directory, print one result marker, power off.
+# dependency order, run each test binary in its package directory and the real binary's lifecycle smoke test
+# (lifecycle.sh), print one result marker, power off.
 # The host judges the run by that marker only: QEMU exits 0 even when the guest panics.
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 mount -t proc proc /proc
@@ -23,6 +24,10 @@ while read -r pkg bin; do
 	echo "kernel-vm: === $pkg"
 	(cd "/src/$pkg" && "/tests/$bin" -test.v -test.timeout=10m $(cat /tests/args)) || rc=1
 done </tests/list
+if [ -x /tests/lifecycle.sh ]; then
+	echo "kernel-vm: === lifecycle (the real binary)"
+	/tests/lifecycle.sh || rc=1
+fi
 echo "NODELOCALDNS-KERNEL-RESULT rc=$rc"
 sync
 poweroff -f

@@ -21,6 +21,7 @@ type Upstream struct {
 
 	mu     sync.Mutex
 	byName map[string]int // queries per question name (lowercase, fully qualified)
+	tcp    map[string]int // those of byName that came over TCP
 }
 
 // QueriesFor returns how many queries for name reached the upstream. Unlike Queries it ignores CoreDNS's own
@@ -29,6 +30,13 @@ func (u *Upstream) QueriesFor(name string) int {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return u.byName[strings.ToLower(dns.Fqdn(name))]
+}
+
+// QueriesOverTCP returns how many of the queries for name came over TCP.
+func (u *Upstream) QueriesOverTCP(name string) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.tcp[strings.ToLower(dns.Fqdn(name))]
 }
 
 // StartUpstream serves on addr ("127.0.0.53:53", "10.0.0.2:53", "127.0.0.1:0") until the test ends.
@@ -65,9 +73,13 @@ func (u *Upstream) serve(w dns.ResponseWriter, r *dns.Msg) {
 	if len(r.Question) == 1 {
 		u.mu.Lock()
 		if u.byName == nil {
-			u.byName = map[string]int{}
+			u.byName, u.tcp = map[string]int{}, map[string]int{}
 		}
-		u.byName[strings.ToLower(r.Question[0].Name)]++
+		name := strings.ToLower(r.Question[0].Name)
+		u.byName[name]++
+		if _, ok := w.RemoteAddr().(*net.TCPAddr); ok {
+			u.tcp[name]++
+		}
 		u.mu.Unlock()
 	}
 	m := new(dns.Msg)

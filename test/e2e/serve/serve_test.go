@@ -60,11 +60,13 @@ func TestServesLikeNodeCache(t *testing.T) {
 	})
 
 	t.Run("cluster domain goes to kube-dns-upstream over TCP", func(t *testing.T) {
-		if got := lookup(t, "udp", "kubernetes.default.svc.cluster.local"); got != "10.0.0.53" {
+		const name = "kubernetes.default.svc.cluster.local"
+		if got := lookup(t, "udp", name); got != "10.0.0.53" {
 			t.Errorf("answer %s, want the cluster DNS's 10.0.0.53", got)
 		}
-		if cluster.Queries.Load() == 0 {
-			t.Error("cluster DNS saw no query")
+		// The client asked over UDP; the standard Corefile's force_tcp makes the cache ask over TCP.
+		if all, tcp := cluster.QueriesFor(name), cluster.QueriesOverTCP(name); all != 1 || tcp != 1 {
+			t.Errorf("cluster DNS saw %d queries for %s, %d of them over TCP; want 1, over TCP", all, name, tcp)
 		}
 	})
 	t.Run("other names go to upstreamNameservers", func(t *testing.T) {
@@ -87,8 +89,9 @@ func TestServesLikeNodeCache(t *testing.T) {
 		if got := lookup(t, "udp", "host.corp.example"); got != "10.0.0.55" {
 			t.Errorf("answer %s, want the stub server's 10.0.0.55", got)
 		}
-		if stub.Queries.Load() == 0 {
-			t.Error("stub server saw no query")
+		// Stub blocks forward over UDP, as node-cache's do (commit 0ceb7f4a).
+		if all, tcp := stub.QueriesFor("host.corp.example"), stub.QueriesOverTCP("host.corp.example"); all != 1 || tcp != 0 {
+			t.Errorf("stub server saw %d queries, %d over TCP; want 1 over UDP", all, tcp)
 		}
 	})
 	t.Run("injection attempt is refused and answers keep coming", func(t *testing.T) {

@@ -1,0 +1,166 @@
+// Command testsummary reads `go test -json` on stdin and prints what a reader of `make test` needs: the output
+// of failed and skipped tests as it happens (passing tests stay quiet, as without -v), then one line per package
+// with its counts and time, and a total. It exits 1 when any test or package failed (including a build failure),
+// so `go test -json ... | testsummary` fails like `go test` would.
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+)
+
+// event is one line of test2json output (cmd/test2json).
+type event struct {
+	Action     string
+	Package    string
+	ImportPath string // build-output and build-fail events name the package being built here
+	Test       string
+	Elapsed    float64
+	Output     string
+}
+
+type pkgResult struct {
+	pass, fail, skip int
+	result           string // ok, FAIL, skip (no test files) or "" while running
+	elapsed          float64
+	// output of the tests still running, by test; flushed when a test fails or skips, dropped when it passes.
+	running map[string][]string
+	pkgOut  []string // package-level output (build errors, panics outside a test, coverage lines)
+}
+
+func main() {
+	os.Exit(run(os.Stdin, os.Stdout))
+}
+
+func run(in io.Reader, out io.Writer) int {
+	pkgs := map[string]*pkgResult{}
+	var order []string
+	get := func(name string) *pkgResult {
+		p, ok := pkgs[name]
+		if !ok {
+			p = &pkgResult{running: map[string][]string{}}
+			pkgs[name] = p
+			order = append(order, name)
+		}
+		return p
+	}
+	start := time.Now()
+	buildFailed := false
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var e event
+		err := json.Unmarshal(sc.Bytes(), &e)
+		if err == nil && e.Package == "" && e.ImportPath != "" {
+			switch e.Action {
+			case "build-output":
+				fmt.Fprint(out, e.Output) // compiler errors, as go test prints them
+			case "build-fail":
+				buildFailed = true
+			}
+			continue
+		}
+		if err != nil || e.Package == "" {
+			fmt.Fprintln(out, sc.Text()) // not an event: pass it through
+			continue
+		}
+		p := get(e.Package)
+		switch {
+		case e.Test != "" && e.Action == "output":
+			p.running[e.Test] = append(p.running[e.Test], e.Output)
+		case e.Test != "" && (e.Action == "pass" || e.Action == "fail" || e.Action == "skip"):
+			lines := p.running[e.Test]
+			delete(p.running, e.Test)
+			top := !strings.Contains(e.Test, "/")
+			switch e.Action {
+			case "pass":
+				if top {
+					p.pass++
+				}
+			case "fail":
+				if top {
+					p.fail++
+					fmt.Fprintf(out, "%s %s\n%s", e.Package, e.Test, strings.Join(lines, ""))
+				}
+			case "skip":
+				if top {
+					p.skip++
+					fmt.Fprintf(out, "%s %s: %s", e.Package, e.Test, skipReason(lines))
+				}
+			}
+		case e.Test == "" && e.Action == "output":
+			p.pkgOut = append(p.pkgOut, e.Output)
+		case e.Test == "" && (e.Action == "pass" || e.Action == "fail" || e.Action == "skip"):
+			p.elapsed = e.Elapsed
+			p.result = map[string]string{"pass": "ok", "fail": "FAIL", "skip": "skip"}[e.Action]
+			if e.Action == "fail" {
+				fmt.Fprintf(out, "%s FAIL\n%s", e.Package, strings.Join(p.pkgOut, ""))
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		fmt.Fprintf(out, "testsummary: reading go test -json: %v\n", err)
+		return 1
+	}
+	rc := summarize(out, pkgs, order, time.Since(start))
+	if buildFailed {
+		fmt.Fprintln(out, "build failed (see above)")
+		rc = 1
+	}
+	return rc
+}
+
+func skipReason(lines []string) string {
+	for _, l := range slices.Backward(lines) {
+		if t := strings.TrimSpace(l); t != "" && !strings.HasPrefix(t, "--- SKIP") && !strings.HasPrefix(t, "=== ") {
+			return t + "\n"
+		}
+	}
+	return "skipped\n"
+}
+
+func summarize(out io.Writer, pkgs map[string]*pkgResult, order []string, wall time.Duration) int {
+	slices.Sort(order)
+	prefix := commonPrefix(order)
+	fmt.Fprintf(out, "\n%-6s %-40s %6s %6s %6s %9s\n", "result", "package", "pass", "fail", "skip", "time")
+	var pass, fail, skip, failedPkgs int
+	for _, name := range order {
+		p := pkgs[name]
+		if p.result == "skip" && p.pass+p.fail+p.skip == 0 {
+			continue // no test files
+		}
+		if p.result == "" {
+			p.result = "FAIL" // no final event: the run was cut short
+		}
+		if p.result == "FAIL" {
+			failedPkgs++
+		}
+		pass, fail, skip = pass+p.pass, fail+p.fail, skip+p.skip
+		fmt.Fprintf(out, "%-6s %-40s %6d %6d %6d %8.1fs\n", p.result, strings.TrimPrefix(name, prefix), p.pass, p.fail, p.skip, p.elapsed)
+	}
+	fmt.Fprintf(out, "%-6s %-40s %6d %6d %6d %8.1fs\n", "total", fmt.Sprintf("%d packages, %d failed", len(order), failedPkgs), pass, fail, skip, wall.Seconds())
+	if failedPkgs > 0 || fail > 0 {
+		return 1
+	}
+	return 0
+}
+
+// commonPrefix is the module path shared by all packages ("github.com/x/y/"), so the table shows short names.
+func commonPrefix(names []string) string {
+	if len(names) < 2 {
+		return ""
+	}
+	p := names[0]
+	for _, n := range names[1:] {
+		for !strings.HasPrefix(n, p) {
+			p = p[:len(p)-1]
+		}
+	}
+	return p[:strings.LastIndex(p, "/")+1]
+}
