@@ -131,8 +131,8 @@ func (s *Server) healthMux() *http.ServeMux {
 	return mux
 }
 
-// HealthAddrs lists the addresses the health listeners are bound to.
-func (s *Server) HealthAddrs() []string {
+// healthAddrs lists the addresses the health listeners are bound to.
+func (s *Server) healthAddrs() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var addrs []string

@@ -93,7 +93,7 @@ func TestServeReloadStop(t *testing.T) {
 		}
 	})
 
-	healthURL := "http://" + s.HealthAddrs()[0]
+	healthURL := "http://" + s.healthAddrs()[0]
 	t.Run("health and ready", func(t *testing.T) {
 		if code, body := get(t, healthURL+"/health"); code != 200 || body != "OK" {
 			t.Errorf("/health = %d %q", code, body)
@@ -120,8 +120,8 @@ func TestServeReloadStop(t *testing.T) {
 		if r := query(t, addr, "reloaded.example"); len(r.Answer) != 1 || r.Answer[0].(*dns.A).A.String() != "198.51.100.7" {
 			t.Errorf("after reload: %v", r.Answer)
 		}
-		if s.HealthAddrs()[0] != strings.TrimPrefix(healthURL, "http://") {
-			t.Errorf("health listener moved from %s to %v", healthURL, s.HealthAddrs())
+		if s.healthAddrs()[0] != strings.TrimPrefix(healthURL, "http://") {
+			t.Errorf("health listener moved from %s to %v", healthURL, s.healthAddrs())
 		}
 		if changed, err := s.Reload([]byte(next)); changed || err != nil {
 			t.Errorf("identical reload = %v, %v; want a no-op", changed, err)

@@ -39,11 +39,11 @@ func TestKernelEnsure(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		opts []Option
-	}{{"probed", nil}, {"forced ifb fallback", []Option{WithoutDummy()}}} {
+	}{{"probed", nil}, {"forced ifb fallback", []Option{withoutDummy()}}} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := kernelManager(t, tc.opts...)
 			if tc.opts != nil && m.Kind() != KindIfb {
-				t.Fatalf("WithoutDummy: Kind() = %q, want ifb", m.Kind())
+				t.Fatalf("withoutDummy: Kind() = %q, want ifb", m.Kind())
 			}
 			s := testSpec()
 			changes, err := m.Ensure(s)

@@ -32,9 +32,9 @@ type config struct {
 	noDummy bool
 }
 
-// WithoutDummy makes [New] behave as on a kernel without the dummy kind, so the ifb fallback can be exercised
+// withoutDummy makes [New] behave as on a kernel without the dummy kind, so the ifb fallback can be exercised
 // on any kernel.
-func WithoutDummy() Option { return func(c *config) { c.noDummy = true } }
+func withoutDummy() Option { return func(c *config) { c.noDummy = true } }
 
 // withOps replaces the netlink handle (unit tests pass a fake).
 func withOps(ops linkOps) Option { return func(c *config) { c.ops = ops } }

@@ -43,7 +43,7 @@ func TestProbeKind(t *testing.T) {
 	}{
 		{"dummy supported", []string{KindDummy, KindIfb}, nil, false, KindDummy, 0},
 		{"no dummy kind", []string{KindIfb}, nil, false, KindIfb, 1},
-		{"forced fallback", []string{KindDummy, KindIfb}, []Option{WithoutDummy()}, false, KindIfb, 1},
+		{"forced fallback", []string{KindDummy, KindIfb}, []Option{withoutDummy()}, false, KindIfb, 1},
 		{"stale probe link", []string{KindDummy}, nil, true, KindDummy, 0},
 	}
 	for _, tt := range tests {

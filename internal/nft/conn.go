@@ -55,9 +55,8 @@ type Conn struct {
 type Option func(*options)
 
 type options struct {
-	log   *zap.Logger
-	netns int
-	ops   nftOps
+	log *zap.Logger
+	ops nftOps
 }
 
 // WithLogger sets the logger; Conn names it "nft". The default discards.
@@ -84,9 +83,6 @@ func Open(opts ...Option) (*Conn, error) {
 			}
 			return nil
 		})}
-		if o.netns != 0 {
-			nopts = append(nopts, nftables.WithNetNSFd(o.netns))
-		}
 		nc, err := nftables.New(nopts...)
 		if err != nil {
 			return nil, fmt.Errorf("open nftables netlink socket: %w", err)
