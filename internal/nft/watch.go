@@ -111,8 +111,12 @@ func (w *watcher) subscribe(o watchOptions) (*netlink.Conn, error) {
 	if err := nl.SetReadBuffer(o.readBuffer); err != nil {
 		return fail(fmt.Errorf("set read buffer %d: %w", o.readBuffer, err))
 	}
-	if err := attachFilter(nl, o.tables); err != nil {
-		return fail(err)
+	if n, err := attachFilter(nl, o.tables); err != nil {
+		// Without the filter every foreign rule event reaches us: correct, only costlier.
+		w.log.Warn("nftables socket filter unavailable; every foreign rule event will be received and skipped", zap.Error(err))
+	} else if n < bpfMaxInsns/2 {
+		w.log.Info("nftables socket filter shortened to fit the socket's option memory (net.core.optmem_max); longer transactions are received whole",
+			zap.Int("instructions", n))
 	}
 	if err := nl.JoinGroup(unix.NFNLGRP_NFTABLES); err != nil {
 		return fail(fmt.Errorf("join NFNLGRP_NFTABLES: %w", err))
@@ -128,24 +132,37 @@ func (w *watcher) subscribe(o watchOptions) (*netlink.Conn, error) {
 	return nl, nil
 }
 
-func attachFilter(nl *netlink.Conn, tables []string) error {
-	prog, err := foreignRuleFilter(tables)
-	if err != nil {
-		return err
-	}
+// minFilterInsns is the shortest filter worth attaching: a few messages of walk.
+const minFilterInsns = 256
+
+// attachFilter attaches the longest filter the socket accepts and returns its length. The kernel charges a
+// socket filter to the socket's option memory (net.core.optmem_max): 20 KiB on kernels before 6.9, too small
+// for the full 4096-instruction walk, which then fails with ENOMEM. Each halving walks half as many messages
+// per datagram; a datagram longer than the walk is delivered whole, so a shorter filter costs CPU, never events.
+func attachFilter(nl *netlink.Conn, tables []string) (int, error) {
 	rc, err := nl.SyscallConn()
 	if err != nil {
-		return fmt.Errorf("attach socket filter: %w", err)
+		return 0, fmt.Errorf("attach socket filter: %w", err)
 	}
-	var serr error
-	err = rc.Control(func(fd uintptr) {
-		serr = unix.SetsockoptSockFprog(int(fd), unix.SOL_SOCKET, unix.SO_ATTACH_FILTER,
-			&unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]})
-	})
-	if err = cmp.Or(err, serr); err != nil {
-		return fmt.Errorf("attach socket filter (%d instructions): %w", len(prog), err)
+	for budget := bpfMaxInsns; ; budget /= 2 {
+		prog, err := foreignRuleFilter(tables, budget)
+		if err != nil {
+			return 0, err
+		}
+		var serr error
+		err = rc.Control(func(fd uintptr) {
+			serr = unix.SetsockoptSockFprog(int(fd), unix.SOL_SOCKET, unix.SO_ATTACH_FILTER,
+				&unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]})
+		})
+		switch err = cmp.Or(err, serr); {
+		case err == nil:
+			return len(prog), nil
+		case errors.Is(err, unix.ENOMEM) && budget/2 >= minFilterInsns:
+			continue
+		default:
+			return 0, fmt.Errorf("attach socket filter (%d instructions): %w", len(prog), err)
+		}
 	}
-	return nil
 }
 
 // listBaseChains dumps the chains once (no rules) and keeps the base chains of tables other than ours.

@@ -96,8 +96,9 @@ const (
 	offAttrVal  = nlmsgHdrLen + nfgenHdrLen + 4
 )
 
-// foreignRuleFilter builds the filter for our inet tables' names.
-func foreignRuleFilter(ours []string) ([]unix.SockFilter, error) {
+// foreignRuleFilter builds the filter for our inet tables' names, unrolling the walk as far as maxInsns
+// instructions allow.
+func foreignRuleFilter(ours []string, maxInsns int) ([]unix.SockFilter, error) {
 	if binary.NativeEndian.Uint16([]byte{1, 0}) != 1 {
 		return nil, fmt.Errorf("bpf: the filter reads netlink headers as little endian")
 	}
@@ -117,7 +118,7 @@ func foreignRuleFilter(ours []string) ([]unix.SockFilter, error) {
 	a.op(unix.BPF_LD|unix.BPF_IMM, 0)
 	a.op(unix.BPF_ST, scratchOff)
 	a.op(unix.BPF_MISC|unix.BPF_TAX, 0)
-	for i := 0; len(a.prog)+perMsg+1 < bpfMaxInsns; i++ {
+	for i := 0; len(a.prog)+perMsg+1 < min(maxInsns, bpfMaxInsns); i++ {
 		l := func(s string) string { return fmt.Sprintf("%s%d", s, i) }
 		// Past the last message: every one was a foreign rule or element.
 		a.op(unix.BPF_LD|unix.BPF_W|unix.BPF_LEN, 0)

@@ -22,7 +22,7 @@ func rawSubscriber(t *testing.T, filtered bool, ours ...string) *netlink.Conn {
 		t.Fatal(err)
 	}
 	if filtered {
-		if err := attachFilter(nl, ours); err != nil {
+		if _, err := attachFilter(nl, ours); err != nil {
 			t.Fatal(err)
 		}
 	}
