@@ -49,7 +49,8 @@ type loopHandler struct {
 	addr  string
 	srv   *Server
 
-	checked chan struct{} // closed once the first probe came back (with or without a loop) or gave up
+	checked chan struct{}   // closed once the first probe came back (with or without a loop) or gave up
+	swapped <-chan struct{} // closed once the instance it belongs to is the only one serving
 
 	mu       sync.Mutex
 	seen     int
@@ -77,7 +78,7 @@ func setupLoop(c *caddy.Controller) error {
 		}
 	}
 	l := &loopHandler{zone: zone, qname: randomLabel() + "." + randomLabel() + "." + strings.TrimPrefix(zone, "."), gen: s.pending.gen, srv: s,
-		checked: make(chan struct{})}
+		checked: make(chan struct{}), swapped: s.pending.swapped}
 	s.pending.loopChecks = append(s.pending.loopChecks, l.checked)
 	if zone == "." {
 		l.qname = randomLabel() + "." + randomLabel() + "."
@@ -111,6 +112,13 @@ func randomLabel() string {
 // probe sends the HINFO query to our own listener until it is answered (or the deadline passes), then keeps
 // counting returns for loopWatchFor.
 func (l *loopHandler) probe() {
+	// During a reload the previous instance still reads from the listeners this one inherited until caddy
+	// stops it: a probe it answered (with the old configuration) would look like no loop. So the first probe
+	// waits until this instance serves alone.
+	select {
+	case <-l.swapped:
+	case <-time.After(loopProbeFor):
+	}
 	m := new(dns.Msg)
 	m.SetQuestion(l.qname, dns.TypeHINFO)
 	c := &dns.Client{Timeout: 5 * time.Second}

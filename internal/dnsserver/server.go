@@ -63,6 +63,9 @@ type pendingConfig struct {
 	lameduck   time.Duration
 	gen        int // the generation the configuration being set up will have
 	loopChecks []chan struct{}
+	// swapped is closed once caddy's start or restart returned: the previous instance, if any, has stopped
+	// and no longer reads from the listeners the new one inherited (loop.go waits for it).
+	swapped chan struct{}
 }
 
 // OnLoop sets what is called (once per configuration, from a DNS handler goroutine: it must not block on the
@@ -133,7 +136,8 @@ func (s *Server) Start(corefile []byte, path string) error {
 		return errors.New("coredns is already running")
 	}
 	s.path = path
-	s.pending = pendingConfig{health: map[string]bool{}, gen: s.gen + 1}
+	s.pending = pendingConfig{health: map[string]bool{}, gen: s.gen + 1, swapped: make(chan struct{})}
+	defer close(s.pending.swapped)
 	inst, err := caddy.Start(s.input(corefile))
 	if err != nil {
 		return fmt.Errorf("start coredns from %s: %w", path, err)
@@ -154,7 +158,8 @@ func (s *Server) Reload(corefile []byte) (changed bool, err error) {
 	if string(corefile) == string(s.corefile) {
 		return false, nil
 	}
-	s.pending = pendingConfig{health: map[string]bool{}, gen: s.gen + 1}
+	s.pending = pendingConfig{health: map[string]bool{}, gen: s.gen + 1, swapped: make(chan struct{})}
+	defer close(s.pending.swapped)
 	inst, err := s.inst.Restart(s.input(corefile))
 	if err != nil {
 		return false, fmt.Errorf("reload coredns from %s: %w", s.path, err)

@@ -60,8 +60,9 @@ func (s *Supervisor) reloadPass(_ context.Context, reasons []string) (changed bo
 	}
 	cf, kd, kdErr, err := s.latest()
 	if err == nil && s.loops.isRefused(cf) {
-		s.log.Error("configuration still the one refused for a forwarding loop; the previous one keeps serving", zap.Strings("triggers", reasons))
-		withMetrics(s.m, func(m *metrics.Metrics) { m.Reloads.WithLabelValues("loop").Inc() })
+		// Counted once, when it was reverted: every server block that loops reports the same configuration,
+		// and each report or later trigger lands here.
+		s.log.Info("configuration still the one refused for a forwarding loop; the previous one keeps serving", zap.Strings("triggers", reasons))
 		return false, nil
 	}
 	if err == nil {
