@@ -30,6 +30,7 @@ var current atomic.Pointer[Server]
 var registerOnce = sync.OnceValue(func() error {
 	plugin.Register("reload", setupReload)
 	plugin.Register("health", setupHealth)
+	caddy.RegisterEventHook("nodelocaldns-fastpath", onInstanceStartup)
 	dnsserver.Directives = directives()
 	caddy.AppName, caddy.AppVersion = "CoreDNS", CoreDNSVersion()
 	caddy.Quiet, dnsserver.Quiet = true, true
