@@ -44,9 +44,9 @@ func (s *series) record(start time.Time, size int) {
 // seriesKey is everything the labels and the request size depend on.
 type seriesKey struct {
 	server, zone, family, qtype, rcode string
-	do, metrics                       bool
-	reqLen                            int
-	cacheZones, cacheView, hitType    string
+	do, metrics                        bool
+	reqLen                             int
+	cacheZones, cacheView, hitType     string
 }
 
 type seriesSet struct {

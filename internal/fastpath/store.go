@@ -18,10 +18,10 @@ type entry struct {
 
 	// The cache plugin's item the answer was built from, the cache holding it, and the other cache, which must
 	// not hold the key (CoreDNS looks in the denial cache first and lets a positive item shadow a SERVFAIL).
-	key         uint64
-	item        unsafe.Pointer
-	in, other   *itemCache
-	series      *series
+	key       uint64
+	item      unsafe.Pointer
+	in, other *itemCache
+	series    *series
 }
 
 // store holds the entries of one view, sharded like the cache plugin's and never more than its caches' capacity
