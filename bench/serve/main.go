@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
@@ -31,6 +32,8 @@ type params struct {
 	soak     time.Duration
 	variants bool
 	verbose  bool
+	only     map[string]bool // servers to run, by name; empty: all
+	pgoEnv   []string        // the profiled instance's extra environment
 }
 
 func run() int {
@@ -44,8 +47,19 @@ func run() int {
 	flag.DurationVar(&p.soak, "soak", 30*time.Second, "memory soak: load beyond the cache size this long (10m for the issue's figure; 0 = skip)")
 	flag.BoolVar(&p.variants, "variants", true, "also run the untuned engine with single tuning knobs set (cache-hit workload)")
 	flag.BoolVar(&p.verbose, "v", false, "copy the servers' logs to stderr")
+	only := flag.String("only", "", "comma-separated server names to run (e.g. \"nodelocaldns,node-cache-like\" for the ten-minute soak); empty: all")
+	pgoEnv := flag.String("pgo-env", "", "with -pgo: extra environment of the profiled instance, e.g. NODELOCALDNS_FASTPATH=off")
 	pgo := flag.String("pgo", "", "instead of the comparison, write a CPU profile of nodelocaldns under both workloads here (for cmd/nodelocaldns/default.pgo)")
 	flag.Parse()
+	p.only = map[string]bool{}
+	for _, n := range strings.Split(*only, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			p.only[n] = true
+		}
+	}
+	if *pgoEnv != "" {
+		p.pgoEnv = strings.Fields(*pgoEnv)
+	}
 	if !testenv.IsRoot() || !testenv.InThrowawayNetNS() {
 		fmt.Fprintln(os.Stderr, "bench/serve: needs root, to run in a throwaway network namespace")
 		return 2

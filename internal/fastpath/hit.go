@@ -63,6 +63,6 @@ func (v *view) answer(conn *net.UDPConn, q []byte, from netip.AddrPort, out []by
 		// CoreDNS's UDP server ignores write errors too; the query still counts.
 		_ = err
 	}
-	e.series.record(start, len(out))
+	e.series.record(start, e.size)
 	return out, true
 }

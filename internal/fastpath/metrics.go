@@ -14,7 +14,9 @@ import (
 // What CoreDNS records for a cache hit, and what the fast path records for each answer, with the same labels:
 //   - the prometheus plugin (vars.Report): coredns_dns_requests_total, coredns_dns_do_requests_total,
 //     coredns_dns_request_duration_seconds, coredns_dns_request_size_bytes, coredns_dns_response_size_bytes and
-//     coredns_dns_responses_total with plugin="cache";
+//     coredns_dns_responses_total. Its response size is the length of the message the cache wrote, before the
+//     server's scrubbing added the OPT record and compressed it (learn computes it), and its plugin label is the
+//     plugin after prometheus in the chain (only the first plugin.NextOrFailure wrapper talks to its recorder);
 //   - the cache plugin: coredns_cache_requests_total and coredns_cache_hits_total.
 // The handles are resolved once per label set, when an answer is learned, so that a hit only increments.
 
@@ -26,14 +28,14 @@ type series struct {
 	cacheRequests, hits     prometheus.Counter
 }
 
-func (s *series) record(start time.Time, size int) {
+func (s *series) record(start time.Time, size float64) {
 	if s.requests != nil {
 		if s.do != nil {
 			s.do.Inc()
 		}
 		s.requests.Inc()
 		s.duration.Observe(time.Since(start).Seconds())
-		s.size.Observe(float64(size))
+		s.size.Observe(size)
 		s.reqSize.Observe(s.reqLen)
 		s.rcode.Inc()
 	}
@@ -43,7 +45,7 @@ func (s *series) record(start time.Time, size int) {
 
 // seriesKey is everything the labels and the request size depend on.
 type seriesKey struct {
-	server, zone, family, qtype, rcode string
+	server, zone, family, qtype, rcode, plugin string
 	do, metrics                        bool
 	reqLen                             int
 	cacheZones, cacheView, hitType     string
@@ -77,7 +79,7 @@ func (ss *seriesSet) get(k seriesKey) *series {
 		s.duration = vars.RequestDuration.WithLabelValues(k.server, k.zone, view)
 		s.size = vars.ResponseSize.WithLabelValues(k.server, k.zone, view, proto)
 		s.reqSize = vars.RequestSize.WithLabelValues(k.server, k.zone, view, proto)
-		s.rcode = vars.ResponseRcode.WithLabelValues(k.server, k.zone, view, k.rcode, "cache")
+		s.rcode = vars.ResponseRcode.WithLabelValues(k.server, k.zone, view, k.rcode, k.plugin)
 	}
 	ss.m[k] = s
 	return s

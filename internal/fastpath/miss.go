@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"hash/fnv"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -138,6 +139,7 @@ func (v *view) probe(w dns.ResponseWriter, r *dns.Msg) *probe {
 	if b.metrics != nil {
 		pr.series.metrics = true
 		pr.series.zone = metricsZone(b.metrics.ZoneNames(), state.QName())
+		pr.series.plugin = b.afterMetrics
 	}
 	return pr
 }
@@ -159,14 +161,21 @@ func (v *view) learn(pr *probe, cw *capture) {
 		return
 	}
 	var m dns.Msg
-	if m.Unpack(cw.data) != nil {
+	if m.Unpack(cw.data) != nil || m.Truncated {
+		// Truncated: the prometheus plugin counted the whole message the cache wrote, which the answer no
+		// longer holds. Left to CoreDNS (clients retry those over TCP anyway).
 		return
 	}
 	sk := pr.series
 	sk.rcode = rcode.ToString(m.Rcode)
+	// The message as the cache wrote it: the item's records, no OPT (the server's scrubbing adds the query's),
+	// and not compressed (a new dns.Msg; the scrubbing compresses large ones).
+	m.Extra = slices.DeleteFunc(m.Extra, func(rr dns.RR) bool { return rr.Header().Rrtype == dns.TypeOPT })
+	m.Compress = false
+	size := float64(m.Len())
 	v.store.put(&entry{
 		query: append([]byte(nil), pr.raw[2:]...), answer: append([]byte(nil), cw.data...), ttls: ttls, ttl: ttl,
-		learned: pr.start, key: pr.key, item: pr.item, in: pr.in, other: pr.other, series: v.series.get(sk),
+		learned: pr.start, size: size, key: pr.key, item: pr.item, in: pr.in, other: pr.other, series: v.series.get(sk),
 	})
 }
 

@@ -15,6 +15,7 @@ type entry struct {
 	ttls    []uint16  // offsets of the TTL fields in answer (every RR but OPT)
 	ttl     uint32    // the smallest of them when learned
 	learned time.Time // when CoreDNS wrote answer
+	size    float64   // the response size CoreDNS's prometheus plugin records for it
 
 	// The cache plugin's item the answer was built from, the cache holding it, and the other cache, which must
 	// not hold the key (CoreDNS looks in the denial cache first and lets a positive item shadow a SERVFAIL).

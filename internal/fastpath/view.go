@@ -22,6 +22,8 @@ type block struct {
 	zone    string
 	cache   cacheSettings
 	metrics *metrics.Metrics // nil when the block has no prometheus plugin
+	// afterMetrics is the plugin after prometheus in the chain: the responses_total plugin label of its answers.
+	afterMetrics string
 	reason  string           // why its queries are left to CoreDNS; "" if the fast path serves them
 }
 
@@ -66,8 +68,12 @@ func analyse(zone string, cfg *dnsserver.Config) *block {
 	}
 	cacheAt := slices.Index(dnsserver.Directives, "cache")
 	var c *cache.Cache
-	for _, h := range cfg.Handlers() {
+	handlers := cfg.Handlers()
+	for i, h := range handlers {
 		name := h.Name()
+		if name == "prometheus" && i+1 < len(handlers) {
+			b.afterMetrics = handlers[i+1].Name()
+		}
 		switch h := h.(type) {
 		case *cache.Cache:
 			c = h
