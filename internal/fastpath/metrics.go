@@ -46,9 +46,9 @@ func (s *series) record(start time.Time, size float64) {
 // seriesKey is everything the labels and the request size depend on.
 type seriesKey struct {
 	server, zone, family, qtype, rcode, plugin string
-	do, metrics                        bool
-	reqLen                             int
-	cacheZones, cacheView, hitType     string
+	do, metrics                                bool
+	reqLen                                     int
+	cacheZones, cacheView, hitType             string
 }
 
 type seriesSet struct {

@@ -25,8 +25,9 @@ type entry struct {
 	series    *series
 }
 
-// store holds the entries of one view, sharded like the cache plugin's and never more than its caches' capacity
-// together; when a shard is full, an arbitrary entry goes, as in the cache plugin.
+// store holds the entries of one view, sharded, never more than its blocks' cache capacity together. When a shard
+// is full, the entries that can no longer be served (expired, or their item gone from the cache plugin) go
+// first, then an arbitrary one, as in the cache plugin.
 type store struct {
 	seed   maphash.Seed
 	shards [storeShards]storeShard
@@ -65,9 +66,17 @@ func (s *store) put(e *entry) {
 	sh := &s.shards[h%storeShards]
 	sh.Lock()
 	if _, ok := sh.m[h]; !ok && len(sh.m) >= sh.max {
+		now := time.Now()
+		for k, old := range sh.m {
+			if _, fresh := old.fresh(now); !fresh || !old.cached() {
+				delete(sh.m, k)
+			}
+		}
 		for k := range sh.m {
+			if len(sh.m) < sh.max {
+				break
+			}
 			delete(sh.m, k)
-			break
 		}
 	}
 	sh.m[h] = e

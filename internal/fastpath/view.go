@@ -24,7 +24,7 @@ type block struct {
 	metrics *metrics.Metrics // nil when the block has no prometheus plugin
 	// afterMetrics is the plugin after prometheus in the chain: the responses_total plugin label of its answers.
 	afterMetrics string
-	reason  string           // why its queries are left to CoreDNS; "" if the fast path serves them
+	reason       string // why its queries are left to CoreDNS; "" if the fast path serves them
 }
 
 // view is one CoreDNS server (one listening address) of one instance: replaced on every reload, so entries
