@@ -16,13 +16,12 @@ import (
 const (
 	// tuningEnv=off leaves every runtime setting at Go's default, as node-cache runs CoreDNS.
 	tuningEnv = "NODELOCALDNS_TUNING"
-	// gcPercent trades heap headroom for fewer collections: a cache hit allocates a few KiB of short-lived
-	// garbage while the live heap (the cache) stays near 10 MiB, so the default 100 collects many times a second
-	// under load. With stacks sized, bench/serve measured CPU per cache hit at 0.77-0.86 of node-cache's with
-	// 400 and 0.82-0.90 with 200 (five runs; close on an idle machine, 400 ahead on a busy one); 400 holds about
-	// 28 MiB more heap than Go's default under sustained load (none when idle), which memLimitShare bounds where
-	// the pod has a memory limit.
-	gcPercent = 400
+	// gcPercent is Go's default again: with the fast path (internal/fastpath) a cache hit allocates nothing, so
+	// the garbage that made 400 pay (a few KiB per hit) is gone, and 400 only held heap the memory-limited pods
+	// need: bench/serve measured the CPU per query with 100 within noise of 400 and the peak RSS lower
+	// (docs/performance.md). It stays a constant here so the bench's knob rows and GOGC in the environment keep
+	// their meaning.
+	gcPercent = 100
 	// memLimitShare of the container's memory limit becomes the soft memory limit, so that the larger GC
 	// headroom never pushes the agent into an OOM kill: near the limit the GC runs as often as it must.
 	memLimitShare = 0.9

@@ -22,7 +22,7 @@ func TestRuntimeTuning(t *testing.T) {
 		gogc   float64
 		stacks bool
 	}{
-		{"default", nil, 400, true},
+		{"default", nil, 100, true},
 		{"GOGC in the environment wins", []string{"GOGC=150"}, 150, true},
 		{"NODELOCALDNS_TUNING=off", []string{"NODELOCALDNS_TUNING=off"}, 100, false},
 	} {
