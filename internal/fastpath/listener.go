@@ -98,18 +98,19 @@ func (l *listener) update(v *view, core *net.UDPConn) {
 }
 
 // close gives the address back to CoreDNS's socket, unless a handover detached the fast path's sockets too (then
-// the successor's sockets get the queries, and reattaching CoreDNS's would only lose them when it stops), and
-// closes the fast path's sockets once the miss server has answered what it read.
+// the successor's sockets get the queries, and reattaching CoreDNS's would only lose them when it stops). The miss
+// server stops first, answering what it read through the fast path's socket, then the sockets close.
 func (l *listener) close() {
 	if !connected(l.conns[0]) {
 		if err := setPeer(l.core, netip.AddrPort{}); err != nil {
 			l.log.Warn("give the address back to coredns's socket", zap.Error(err))
 		}
 	}
-	l.closeConns()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	l.srv.ShutdownContext(ctx)
+	l.miss.Close()
+	l.closeConns()
 	l.wg.Wait()
 }
 
