@@ -6,6 +6,6 @@ func knobVariants() []variant {
 	return []variant{
 		{name: "fast GOGC=400", mixed: true, env: []string{"GOGC=400"}, hint: "the defaults but GOGC=400 (the default before the fast path)"},
 		{name: "fast GOGC=200", env: []string{"GOGC=200"}, hint: "the defaults but GOGC=200"},
-		{name: "fast untuned", env: []string{"NODELOCALDNS_TUNING=off"}, hint: "fast path on, NODELOCALDNS_TUNING=off: no stack sizing, Go's defaults"},
+		{name: "fast untuned", mixed: true, env: []string{"NODELOCALDNS_TUNING=off"}, hint: "fast path on, NODELOCALDNS_TUNING=off: no stack sizing, Go's defaults"},
 	}
 }

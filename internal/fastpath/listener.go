@@ -26,11 +26,12 @@ type listener struct {
 	view  atomic.Pointer[view]
 	miss  *missConn
 	srv   *dns.Server
+	done  chan struct{} // closed by close: stops the sweeper
 	wg    sync.WaitGroup
 }
 
 func openListener(log *zap.Logger, addr netip.AddrPort, core *net.UDPConn, v *view, n int) (*listener, error) {
-	l := &listener{log: log, addr: addr, core: core}
+	l := &listener{log: log, addr: addr, core: core, done: make(chan struct{})}
 	l.view.Store(v)
 	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
 		var serr error
@@ -60,6 +61,7 @@ func openListener(log *zap.Logger, addr netip.AddrPort, core *net.UDPConn, v *vi
 	for _, c := range l.conns {
 		l.wg.Go(func() { l.read(c) })
 	}
+	l.wg.Go(l.sweep)
 	if err := setPeer(core, addr); err != nil {
 		l.close()
 		return nil, fmt.Errorf("steer the kernel away from coredns's socket: %w", err)
@@ -82,6 +84,20 @@ func (l *listener) read(c *net.UDPConn) {
 		var ok bool
 		if out, ok = l.view.Load().answer(c, in[:n], from, out, time.Now()); !ok {
 			l.miss.put(in[:n], net.UDPAddrFromAddrPort(from))
+		}
+	}
+}
+
+// sweep drops what can no longer be served from the current view's store, every sweepEvery.
+func (l *listener) sweep() {
+	tick := time.NewTicker(sweepEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-l.done:
+			return
+		case now := <-tick.C:
+			l.view.Load().store.sweep(now)
 		}
 	}
 }
@@ -110,6 +126,7 @@ func (l *listener) close() {
 	defer cancel()
 	l.srv.ShutdownContext(ctx)
 	l.miss.Close()
+	close(l.done)
 	l.closeConns()
 	l.wg.Wait()
 }
