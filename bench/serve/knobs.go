@@ -5,7 +5,7 @@ package main
 func knobVariants() []variant {
 	return []variant{
 		{name: "fast GOGC=400", mixed: true, env: []string{"GOGC=400"}, hint: "the defaults but GOGC=400 (the default before the fast path)"},
-		{name: "fast GOGC=200", env: []string{"GOGC=200"}, hint: "the defaults but GOGC=200"},
-		{name: "fast untuned", mixed: true, env: []string{"NODELOCALDNS_TUNING=off"}, hint: "fast path on, NODELOCALDNS_TUNING=off: no stack sizing, Go's defaults"},
+		{name: "fast+stacks", mixed: true, env: []string{"NODELOCALDNS_STACKS=on"}, hint: "the defaults and NODELOCALDNS_STACKS=on: goroutines start at 16 KiB (stacks.go)"},
+		{name: "off+stacks+400", env: []string{"NODELOCALDNS_FASTPATH=off", "NODELOCALDNS_STACKS=on", "GOGC=400"}, hint: "the defaults before the fast path: no fast path, stacks sized, GOGC=400"},
 	}
 }

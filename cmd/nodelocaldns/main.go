@@ -72,7 +72,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	t := tune(os.Getenv, os.ReadFile)
 	logTuning(log, t)
-	if !t.Off {
+	if t.Stacks {
 		go newStackTuner(log.Named("tuning")).run()
 	}
 	return serve(o, log)
