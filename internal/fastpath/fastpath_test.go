@@ -218,3 +218,28 @@ func TestNeverServesWhatTheCacheDropped(t *testing.T) {
 		t.Errorf("upstream saw %d queries for the evicted name, want 2: the fast path answered what the cache evicted (%d stored)", n, before)
 	}
 }
+
+// Server blocks whose cache hits do more than answer from the cache are left to CoreDNS: a plugin before cache
+// that logs every query, and the cache's own prefetch and serve_stale, which count hits.
+func TestStepsAside(t *testing.T) {
+	up := startUpstream(t)
+	for _, body := range []string{
+		"log\n cache 30",
+		"cache 30 {\n prefetch 2\n }",
+		"cache 30 {\n serve_stale\n }",
+		"forward . " + up.addr, // no cache at all
+	} {
+		t.Run(strings.Fields(body)[0]+" "+strings.Join(strings.Fields(body)[1:], " "), func(t *testing.T) {
+			if !strings.HasPrefix(body, "forward") {
+				body += "\n forward . " + up.addr
+			}
+			p, addr := startCoreDNS(t, body)
+			for range 3 {
+				ask(t, addr, "aside.example.")
+			}
+			if n := p.Stored(addr); n != -1 {
+				t.Errorf("the fast path serves this block (%d answers stored), want it left to CoreDNS", n)
+			}
+		})
+	}
+}
