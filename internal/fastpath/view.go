@@ -3,6 +3,7 @@ package fastpath
 import (
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin/cache"
@@ -44,17 +45,21 @@ func newView(srv *dnsserver.Server) (*view, string) {
 	}
 	v := &view{srv: srv, zones: zones, blocks: map[*dnsserver.Config]*block{}, series: newSeriesSet()}
 	capacity := 0
+	var reasons []string
 	for zone, cfgs := range zones {
 		for _, cfg := range cfgs {
 			b := analyse(zone, cfg)
 			v.blocks[cfg] = b
 			if b.reason == "" {
 				capacity += b.cache.pcap + b.cache.ncap
+			} else {
+				reasons = append(reasons, zone+" "+b.reason)
 			}
 		}
 	}
 	if capacity == 0 {
-		return nil, "no server block the fast path can serve"
+		sort.Strings(reasons)
+		return nil, "no server block the fast path can serve: " + strings.Join(reasons, "; ")
 	}
 	v.store = newStore(capacity)
 	return v, ""
