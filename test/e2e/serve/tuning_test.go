@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -28,6 +29,14 @@ func TestRuntimeTuning(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, _ := startAgent(t, nil, tc.env...)
+			// The metrics listener starts beside DNS serving, not before readiness.
+			harness.Eventually(t, 10*time.Second, "metrics served", func() bool {
+				resp, err := http.Get("http://" + a.Metrics + "/metrics")
+				if err == nil {
+					resp.Body.Close()
+				}
+				return err == nil
+			})
 			if v, ok := a.Metric("go_gc_gogc_percent"); !ok || v != tc.gogc {
 				t.Errorf("go_gc_gogc_percent = %v (present: %v), want %v", v, ok, tc.gogc)
 			}
