@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/nodelocaldns/nodelocaldns/test/harness"
@@ -13,20 +14,26 @@ import (
 
 const (
 	tunedName   = "nodelocaldns"
+	fastOffName = "fast path off"
 	untunedName = "node-cache-like"
 	unboundName = "unbound"
 	warmQPS     = 20000 // warm-up rate, below every server's capacity
 )
 
-// variants are the nodelocaldns configurations measured: the default, node-cache's way of running the same
-// engine, and (with -variants) the latter with one knob set, so the table shows what each knob buys.
-func variants(withKnobs bool) []variant {
+// variants are the nodelocaldns configurations measured: the default, the default without the fast path,
+// node-cache's way of running the same engine, and (with -variants) the default with one knob changed, so the
+// table shows what each buys. only, when not empty, keeps the named ones.
+func variants(withKnobs bool, only map[string]bool) []variant {
 	vs := []variant{
-		{name: tunedName, hint: "default tuning (cmd/nodelocaldns/tuning.go)"},
-		{name: untunedName, env: []string{"NODELOCALDNS_TUNING=off"}, hint: "NODELOCALDNS_TUNING=off: Go runtime defaults, as node-cache runs CoreDNS"},
+		{name: tunedName, mixed: true, hint: "the defaults: fast path on (internal/fastpath), default tuning (cmd/nodelocaldns/tuning.go)"},
+		{name: fastOffName, mixed: true, env: []string{"NODELOCALDNS_FASTPATH=off"}, hint: "NODELOCALDNS_FASTPATH=off: CoreDNS answers every query, default tuning"},
+		{name: untunedName, mixed: true, env: []string{"NODELOCALDNS_TUNING=off", "NODELOCALDNS_FASTPATH=off"}, hint: "NODELOCALDNS_TUNING=off NODELOCALDNS_FASTPATH=off: Go runtime defaults, as node-cache runs CoreDNS"},
 	}
 	if withKnobs {
 		vs = append(vs, knobVariants()...)
+	}
+	if len(only) > 0 {
+		vs = slices.DeleteFunc(vs, func(v variant) bool { return !only[v.name] })
 	}
 	return vs
 }
@@ -63,7 +70,7 @@ func bench(p params) (err error) {
 	defer os.RemoveAll(work)
 	// Build before pinning this process to one CPU.
 	bins := map[string]string{"": harness.Binary(tb{})}
-	for i, v := range variants(p.variants) {
+	for i, v := range variants(p.variants, p.only) {
 		if _, ok := bins[v.pgo]; !ok {
 			if bins[v.pgo], err = buildBinary(work, fmt.Sprintf("nodelocaldns-%d", i), v.pgo); err != nil {
 				return err
@@ -88,7 +95,9 @@ func bench(p params) (err error) {
 		}
 	}()
 	hints := map[string]string{}
-	for i, v := range variants(p.variants) {
+	mixedSet := map[string]bool{unboundName: true}
+	for i, v := range variants(p.variants, p.only) {
+		mixedSet[v.name] = v.mixed
 		s, err := startNodeLocalDNS(bins[v.pgo], work, v, i, logTo)
 		if s != nil {
 			servers = append(servers, s)
@@ -98,12 +107,14 @@ func bench(p params) (err error) {
 		}
 		hints[v.name] = v.hint
 	}
-	ub, err := startUnbound(work, len(servers), logTo)
-	if ub != nil {
-		servers = append(servers, ub)
-	}
-	if err != nil {
-		return err
+	if len(p.only) == 0 || p.only[unboundName] {
+		ub, err := startUnbound(work, len(servers), logTo)
+		if ub != nil {
+			servers = append(servers, ub)
+		}
+		if err != nil {
+			return err
+		}
 	}
 	hints[unboundName] = "unbound " + "1 thread, forwarding cache, same TTL caps"
 
@@ -119,7 +130,7 @@ func bench(p params) (err error) {
 	}
 
 	if p.runs > 0 {
-		if err := workloads(work, p, servers, hints, hits, warm); err != nil {
+		if err := workloads(work, p, servers, hints, mixedSet, hits, warm); err != nil {
 			return err
 		}
 	}
@@ -131,7 +142,7 @@ func bench(p params) (err error) {
 
 // workloads runs the cache-hit and the mixed workload p.runs times on every server, alternating, and prints
 // their tables.
-func workloads(work string, p params, servers []*server, hints map[string]string, hits string, warm func(*server) error) error {
+func workloads(work string, p params, servers []*server, hints map[string]string, mixedSet map[string]bool, hits string, warm func(*server) error) error {
 	hitRows := newRows(servers, hints)
 	for run := range p.runs {
 		for i := range servers {
@@ -157,7 +168,7 @@ func workloads(work string, p params, servers []*server, hints map[string]string
 	lines := int(peak*p.duration.Seconds()*1.3) + 1000
 	mixed := []*server{}
 	for _, s := range servers {
-		if s.name == tunedName || s.name == untunedName || s.name == unboundName {
+		if mixedSet[s.name] {
 			mixed = append(mixed, s)
 		}
 	}

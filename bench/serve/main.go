@@ -1,7 +1,7 @@
 // Command serve measures DNS serving from cache, side by side in one run: nodelocaldns with the standard
-// manifest's Corefile and its default tuning, the same binary as node-cache runs the engine (no nodelocaldns
-// tuning: Go's GC and scheduler defaults), unbound as a forwarding cache, and variants of the untuned engine
-// with single tuning knobs set. All share one upstream (a kube-dns-like server with a long TTL, upstream.go),
+// manifest's Corefile and its defaults, the same without the fast path (NODELOCALDNS_FASTPATH=off), the same
+// binary as node-cache runs the engine (no fast path, no nodelocaldns tuning: Go's GC and scheduler defaults),
+// unbound as a forwarding cache, and variants of the defaults with single knobs changed. All share one upstream (a kube-dns-like server with a long TTL, upstream.go),
 // the same cache size and the same core: every server is pinned to CPU 0, dnsperf (the load generator) and the
 // upstream to CPU 1. Runs
 // alternate between servers so drift on a shared machine spreads evenly, and the table shows medians.
@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
@@ -31,6 +32,8 @@ type params struct {
 	soak     time.Duration
 	variants bool
 	verbose  bool
+	only     map[string]bool // servers to run, by name; empty: all
+	pgoEnv   []string        // the profiled instance's extra environment
 }
 
 func run() int {
@@ -42,10 +45,21 @@ func run() int {
 	flag.DurationVar(&p.duration, "duration", 8*time.Second, "length of one run")
 	flag.IntVar(&p.names, "names", 300, "names in the cache-hit set")
 	flag.DurationVar(&p.soak, "soak", 30*time.Second, "memory soak: load beyond the cache size this long (10m for the issue's figure; 0 = skip)")
-	flag.BoolVar(&p.variants, "variants", true, "also run the untuned engine with single tuning knobs set (cache-hit workload)")
+	flag.BoolVar(&p.variants, "variants", true, "also run the defaults with single knobs changed (knobs.go)")
 	flag.BoolVar(&p.verbose, "v", false, "copy the servers' logs to stderr")
+	only := flag.String("only", "", "comma-separated server names to run (e.g. \"nodelocaldns,node-cache-like\" for the ten-minute soak); empty: all")
+	pgoEnv := flag.String("pgo-env", "", "with -pgo: extra environment of the profiled instance, e.g. NODELOCALDNS_FASTPATH=off")
 	pgo := flag.String("pgo", "", "instead of the comparison, write a CPU profile of nodelocaldns under both workloads here (for cmd/nodelocaldns/default.pgo)")
 	flag.Parse()
+	p.only = map[string]bool{}
+	for _, n := range strings.Split(*only, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			p.only[n] = true
+		}
+	}
+	if *pgoEnv != "" {
+		p.pgoEnv = strings.Fields(*pgoEnv)
+	}
 	if !testenv.IsRoot() || !testenv.InThrowawayNetNS() {
 		fmt.Fprintln(os.Stderr, "bench/serve: needs root, to run in a throwaway network namespace")
 		return 2

@@ -32,7 +32,7 @@ func collectPGO(p params, out string) (err error) {
 		return err
 	}
 	defer up.stop()
-	v := variant{name: tunedName, corefile: func(c string) string {
+	v := variant{name: tunedName, env: p.pgoEnv, corefile: func(c string) string {
 		return strings.Replace(c, "    errors\n", "    errors\n    pprof "+pgoAddr+"\n", 1)
 	}}
 	s, err := startNodeLocalDNS(bin, work, v, 0, io.Discard)

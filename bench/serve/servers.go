@@ -31,12 +31,13 @@ type variant struct {
 	pgo      string // "" the default build (go build applies cmd/nodelocaldns/default.pgo), else go build's -pgo value
 	env      []string
 	hint     string                   // what differs, for the table's legend
+	mixed    bool                     // also run the mixed workload
 	corefile func(base string) string // an edit of the standard Corefile, for profiling only
 }
 
 // goRuntimeEnv are the variables that change the Go runtime's behaviour; the servers start without any of them
 // from the bench's own environment, so each variant's env alone decides.
-var goRuntimeEnv = []string{"GOGC", "GOMEMLIMIT", "GOMAXPROCS", "GODEBUG", "NODELOCALDNS_TUNING"}
+var goRuntimeEnv = []string{"GOGC", "GOMEMLIMIT", "GOMAXPROCS", "GODEBUG", "NODELOCALDNS_TUNING", "NODELOCALDNS_FASTPATH"}
 
 func cleanEnv(extra []string) []string {
 	var env []string

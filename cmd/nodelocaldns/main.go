@@ -85,7 +85,7 @@ func serve(o *options.Options, log *zap.Logger, t tuning) int {
 		return 1
 	}
 	cfg := supervisor.Config{Options: o, Log: log, Getenv: os.Getenv, Metrics: m, Gatherer: prometheus.DefaultGatherer}
-	if !t.Off {
+	if t.Stacks {
 		cfg.Background = append(cfg.Background, supervisor.Actor{Name: "stack tuner", Run: newStackTuner(log.Named("tuning")).Run})
 	}
 	sup, err := supervisor.New(cfg)

@@ -16,13 +16,17 @@ import (
 const (
 	// tuningEnv=off leaves every runtime setting at Go's default, as node-cache runs CoreDNS.
 	tuningEnv = "NODELOCALDNS_TUNING"
-	// gcPercent trades heap headroom for fewer collections: a cache hit allocates a few KiB of short-lived
-	// garbage while the live heap (the cache) stays near 10 MiB, so the default 100 collects many times a second
-	// under load. With stacks sized, bench/serve measured CPU per cache hit at 0.77-0.86 of node-cache's with
-	// 400 and 0.82-0.90 with 200 (five runs; close on an idle machine, 400 ahead on a busy one); 400 holds about
-	// 28 MiB more heap than Go's default under sustained load (none when idle), which memLimitShare bounds where
-	// the pod has a memory limit.
-	gcPercent = 400
+	// stacksEnv=on runs the stack tuner (stacks.go). It paid when CoreDNS started a goroutine for every query;
+	// with the fast path only misses get one, and bench/serve measured no CPU gain from it and ~2 MiB more heap
+	// under a miss-heavy load (16 KiB stacks for every miss in flight), so it is off by default. It is worth
+	// turning on with NODELOCALDNS_FASTPATH=off.
+	stacksEnv = "NODELOCALDNS_STACKS"
+	// gcPercent is Go's default again: with the fast path (internal/fastpath) a cache hit allocates nothing, so
+	// the garbage that made 400 pay (a few KiB per hit) is gone, and 400 only held heap the memory-limited pods
+	// need: bench/serve measured the CPU per query with 100 within noise of 400 and the peak RSS lower
+	// (docs/performance.md). It stays a constant here so the bench's knob rows and GOGC in the environment keep
+	// their meaning.
+	gcPercent = 100
 	// memLimitShare of the container's memory limit becomes the soft memory limit, so that the larger GC
 	// headroom never pushes the agent into an OOM kill: near the limit the GC runs as often as it must.
 	memLimitShare = 0.9
@@ -33,18 +37,19 @@ const (
 // tuning is what tune applied.
 type tuning struct {
 	Off         bool
+	Stacks      bool  // run the stack tuner (stacks.go)
 	GCPercent   int   // 0: left as is (GOGC set, or tuning off)
 	MemoryLimit int64 // bytes; 0: left as is (GOMEMLIMIT set, no cgroup limit, or tuning off)
 }
 
 // tune applies the runtime defaults unless tuning is off; a Go variable the user set (GOGC, GOMEMLIMIT) wins.
-// readFile reads the cgroup limit (os.ReadFile in production). Unless tuning is off, the caller also runs a
+// readFile reads the cgroup limit (os.ReadFile in production). When Stacks is set, the caller also runs a
 // stackTuner (stacks.go).
 func tune(getenv func(string) string, readFile func(string) ([]byte, error)) tuning {
 	if strings.EqualFold(getenv(tuningEnv), "off") {
 		return tuning{Off: true}
 	}
-	var t tuning
+	t := tuning{Stacks: strings.EqualFold(getenv(stacksEnv), "on")}
 	if getenv("GOGC") == "" {
 		debug.SetGCPercent(gcPercent)
 		t.GCPercent = gcPercent
@@ -73,6 +78,6 @@ func memoryLimit(readFile func(string) ([]byte, error)) (int64, bool) {
 
 // logTuning logs what tune applied, with the GOMAXPROCS the runtime chose.
 func logTuning(log *zap.Logger, t tuning) {
-	log.Info("runtime tuning", zap.Bool("off", t.Off), zap.Int("gcpercent", t.GCPercent),
+	log.Info("runtime tuning", zap.Bool("off", t.Off), zap.Bool("stacks", t.Stacks), zap.Int("gcpercent", t.GCPercent),
 		zap.Int64("memorylimit", t.MemoryLimit), zap.Int("gomaxprocs", runtime.GOMAXPROCS(0)))
 }

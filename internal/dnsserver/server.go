@@ -32,6 +32,7 @@ var registerOnce = sync.OnceValue(func() error {
 	plugin.Register("reload", setupReload)
 	plugin.Register("health", setupHealth)
 	plugin.Register("loop", setupLoop)
+	caddy.RegisterEventHook("nodelocaldns-fastpath", onInstanceStartup)
 	dnsserver.Directives = directives()
 	caddy.AppName, caddy.AppVersion = "CoreDNS", CoreDNSVersion()
 	caddy.Quiet, dnsserver.Quiet = true, true

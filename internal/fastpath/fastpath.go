@@ -1,0 +1,105 @@
+// Package fastpath answers repeated UDP queries with the bytes CoreDNS's cache answered them with, without
+// running CoreDNS's server or plugin chain, and hands everything else to CoreDNS in-process, unchanged.
+//
+// For every plain UDP listener of the embedded CoreDNS (an address, not a wildcard, whose server blocks it
+// understands), the fast path opens its own SO_REUSEPORT sockets on the same address and connects CoreDNS's socket
+// to its own address, which takes it out of the kernel's reuseport selection (reuseport_select_sock_by_hash skips
+// connected sockets; internal/supervisor's handover relies on the same rule). Each socket has one reader that
+// answers hits inline, with no goroutine, no unpacking and no allocation (hit.go). Every other datagram goes to a
+// miekg/dns server that reads from an in-memory PacketConn (miss.go) and calls CoreDNS's Server.ServeDNS exactly
+// as CoreDNS's own UDP server does: the same accept function, FORMERR handling, context and plugin chain.
+//
+// What a hit is. When CoreDNS answers a query from an item of its cache plugin, the fast path keeps the packed
+// answer, keyed by the query's bytes apart from the ID (so the name's case, the type and class, the header bits
+// RD/CD/AD, EDNS presence, buffer size, DO and options all select their own answer, as they select CoreDNS's
+// scrubbing and packing). A later identical query is answered with a copy: its ID, the TTLs lowered by the age,
+// as long as the very same item is still in the cache plugin's cache (eviction and replacement are CoreDNS's own)
+// and its TTL has not run out (never later than the cache plugin would expire it). Server blocks with prefetch,
+// serve_stale or keepttl, or with a plugin before cache that answers or counts per query (log, dnstap, acl,
+// loadbalance, rewrite, view, metadata, ...), are left to CoreDNS. The metrics CoreDNS's prometheus and cache
+// plugins record for a cache hit are recorded for each fast-path answer, with the same labels (metrics.go).
+package fastpath
+
+import (
+	"net/netip"
+	"runtime"
+	"strings"
+	"sync"
+
+	"github.com/coredns/caddy"
+	"go.uber.org/zap"
+)
+
+// Env set to "off" turns the fast path off: CoreDNS serves every query itself.
+const Env = "NODELOCALDNS_FASTPATH"
+
+// Enabled reports whether the environment leaves the fast path on.
+func Enabled(getenv func(string) string) bool { return !strings.EqualFold(getenv(Env), "off") }
+
+// Path owns the fast path's listeners, one per CoreDNS UDP listener it took over.
+type Path struct {
+	log *zap.Logger
+
+	mu        sync.Mutex
+	listeners map[netip.AddrPort]*listener
+}
+
+// New returns a Path serving nothing until Sync.
+func New(log *zap.Logger) *Path {
+	return &Path{log: log, listeners: map[netip.AddrPort]*listener{}}
+}
+
+// socketsPerAddr is how many reuseport sockets (and readers) serve one address: one per CPU the runtime uses,
+// at most 4, so that on a multi-core node the kernel spreads queries over readers.
+func socketsPerAddr() int { return min(runtime.GOMAXPROCS(0), 4) }
+
+// Sync makes the fast path follow inst, a CoreDNS instance that just started (at start-up and after every
+// reload): it takes over the UDP listeners it can serve, hands its entries for the old instance's caches back
+// (every view starts empty) and gives up the listeners that are gone or that it can no longer serve.
+func (p *Path) Sync(inst *caddy.Instance) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	keep := map[netip.AddrPort]bool{}
+	for _, cl := range coreListeners(inst) {
+		log := p.log.With(zap.String("addr", cl.addr.String()))
+		if cl.reason != "" {
+			log.Info("fast path steps aside", zap.String("reason", cl.reason))
+			continue
+		}
+		v, reason := newView(cl.srv)
+		if reason != "" {
+			log.Info("fast path steps aside", zap.String("reason", reason))
+			continue
+		}
+		keep[cl.addr] = true
+		if l := p.listeners[cl.addr]; l != nil {
+			l.update(v, cl.conn)
+			continue
+		}
+		l, err := openListener(log, cl.addr, cl.conn, v, socketsPerAddr())
+		if err != nil {
+			log.Warn("fast path steps aside", zap.Error(err))
+			delete(keep, cl.addr)
+			continue
+		}
+		p.listeners[cl.addr] = l
+		log.Info("fast path serving", zap.Int("sockets", len(l.conns)), zap.Strings("zones", v.eligibleZones()))
+	}
+	for addr, l := range p.listeners {
+		if !keep[addr] {
+			l.close()
+			delete(p.listeners, addr)
+		}
+	}
+}
+
+// Close gives every listener back to CoreDNS (unless a handover detached them) and closes the fast path's
+// sockets.
+func (p *Path) Close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for addr, l := range p.listeners {
+		l.close()
+		delete(p.listeners, addr)
+	}
+}

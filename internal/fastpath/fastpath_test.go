@@ -1,0 +1,264 @@
+package fastpath_test
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coredns/caddy"
+	"github.com/miekg/dns"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/dnsserver"
+	"github.com/nodelocaldns/nodelocaldns/internal/fastpath"
+)
+
+// Conventions: CoreDNS is embedded as the agent embeds it (internal/dnsserver registers the server type), with
+// the agent's own fast path turned off so that each test drives a fastpath.Path of its own; everything listens
+// on 127.0.0.1 with kernel-chosen ports. The upstream answers every A query with 192.0.2.1 and the TTL ttl, and
+// counts queries per name.
+
+type upstream struct {
+	addr string
+	ttl  atomic.Uint32
+	mu   sync.Mutex
+	seen map[string]int
+}
+
+func startUpstream(t *testing.T) *upstream {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &upstream{addr: pc.LocalAddr().String(), seen: map[string]int{}}
+	u.ttl.Store(300)
+	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+		u.mu.Lock()
+		u.seen[strings.ToLower(r.Question[0].Name)]++
+		u.mu.Unlock()
+		m := new(dns.Msg)
+		m.SetReply(r)
+		m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: r.Question[0].Name, Rrtype: dns.TypeA,
+			Class: dns.ClassINET, Ttl: u.ttl.Load()}, A: net.IPv4(192, 0, 2, 1)})
+		w.WriteMsg(m)
+	})}
+	go srv.ActivateAndServe()
+	t.Cleanup(func() { srv.Shutdown() })
+	return u
+}
+
+func (u *upstream) queries(name string) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.seen[dns.Fqdn(name)]
+}
+
+var registerOnce sync.Once
+
+// startCoreDNS starts CoreDNS from a server block's body, with a fast path of the test's own, and returns the
+// UDP address both serve.
+func startCoreDNS(t *testing.T, body string) (*fastpath.Path, netip.AddrPort) {
+	t.Helper()
+	t.Setenv(fastpath.Env, "off")
+	registerOnce.Do(func() {
+		if _, err := dnsserver.New(zap.NewNop()); err != nil {
+			t.Fatal(err)
+		}
+	})
+	corefile := ".:0 {\n bind 127.0.0.1\n" + body + "\n}\n"
+	inst, err := caddy.Start(caddy.CaddyfileInput{Contents: []byte(corefile), Filepath: "Corefile", ServerTypeName: "dns"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := fastpath.New(zaptest.NewLogger(t))
+	p.Sync(inst)
+	t.Cleanup(func() {
+		p.Close()
+		inst.ShutdownCallbacks()
+		inst.Stop()
+	})
+	for _, sl := range inst.Servers() {
+		if a, ok := sl.LocalAddr().(*net.UDPAddr); ok {
+			return p, a.AddrPort()
+		}
+	}
+	t.Fatal("no UDP listener")
+	return nil, netip.AddrPort{}
+}
+
+func ask(t *testing.T, server netip.AddrPort, name string) *dns.Msg {
+	t.Helper()
+	m := new(dns.Msg)
+	m.SetQuestion(dns.Fqdn(name), dns.TypeA)
+	r, _, err := (&dns.Client{Timeout: 2 * time.Second}).Exchange(m, server.String())
+	if err != nil {
+		t.Fatalf("query %s: %v", name, err)
+	}
+	return r
+}
+
+// waitStored waits until the fast path holds want answers: it learns just after CoreDNS's answer went out.
+func waitStored(t *testing.T, p *fastpath.Path, addr netip.AddrPort, want int) {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Second); p.Stored(addr) != want; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d answers stored, want %d", p.Stored(addr), want)
+		}
+	}
+}
+
+// waitAnswerable waits until the fast path answers name itself.
+func waitAnswerable(t *testing.T, p *fastpath.Path, addr netip.AddrPort, name string) {
+	t.Helper()
+	sink, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.0.0.1:0")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	q := packed(t, name, 1)
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(time.Millisecond) {
+		if _, ok := p.Answer(addr, q, sink.LocalAddr().(*net.UDPAddr).AddrPort(), nil); ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the fast path does not answer %s", name)
+		}
+	}
+}
+
+func packed(t *testing.T, name string, id uint16) []byte {
+	m := new(dns.Msg)
+	m.SetQuestion(dns.Fqdn(name), dns.TypeA)
+	m.Id = id
+	b, err := m.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// A hit is answered with CoreDNS's answer, the query's ID, and without allocating.
+func TestHitDoesNotAllocate(t *testing.T) {
+	up := startUpstream(t)
+	p, addr := startCoreDNS(t, "prometheus 127.0.0.1:0\n cache 30\n forward . "+up.addr)
+	ask(t, addr, "hit.example.") // fetched: cached by CoreDNS
+	if p.Stored(addr) != 0 {
+		t.Fatalf("%d answers stored after a miss, want none: only answers from the cache are learned", p.Stored(addr))
+	}
+	ask(t, addr, "hit.example.") // answered from CoreDNS's cache: learned
+	waitStored(t, p, addr, 1)
+	client, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.0.0.1:0")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	from := client.LocalAddr().(*net.UDPAddr).AddrPort()
+	q := packed(t, "hit.example.", 0xbeef)
+	out := make([]byte, 0, 512)
+	out, ok := p.Answer(addr, q, from, out)
+	if !ok {
+		t.Fatal("the fast path did not answer a query CoreDNS just answered from its cache")
+	}
+	var m dns.Msg
+	if err := m.Unpack(out); err != nil || m.Id != 0xbeef || len(m.Answer) != 1 || m.Answer[0].(*dns.A).A.String() != "192.0.2.1" {
+		t.Fatalf("answer %v (%v), want ID beef and 192.0.2.1", &m, err)
+	}
+	allocs := testing.AllocsPerRun(1000, func() {
+		client.SetReadBuffer(1 << 20)
+		if out, ok = p.Answer(addr, q, from, out); !ok {
+			t.Fatal("not answered")
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("a hit allocates %v times, want 0", allocs)
+	}
+	if n := up.queries("hit.example."); n != 1 {
+		t.Errorf("upstream saw %d queries, want 1", n)
+	}
+}
+
+// Over the network: the fast path's sockets get the queries, and what it cannot answer reaches CoreDNS.
+func TestServesOverTheNetwork(t *testing.T) {
+	up := startUpstream(t)
+	_, addr := startCoreDNS(t, "cache 30\n forward . "+up.addr)
+	for i := range 5 {
+		r := ask(t, addr, "net.example.")
+		if len(r.Answer) != 1 {
+			t.Fatalf("query %d: %v", i, r)
+		}
+	}
+	if n := up.queries("net.example."); n != 1 {
+		t.Errorf("upstream saw %d queries for 5 lookups, want 1", n)
+	}
+}
+
+// An answer is not served once the cache plugin's item expired (here the upstream's 2 s TTL), nor after the
+// cache evicted it: the query goes to CoreDNS, which fetches it again.
+func TestNeverServesWhatTheCacheDropped(t *testing.T) {
+	up := startUpstream(t)
+	p, addr := startCoreDNS(t, "cache 30 {\n success 1024 30 1\n }\n forward . "+up.addr)
+	up.ttl.Store(2)
+	ask(t, addr, "short.example.")
+	ask(t, addr, "short.example.")
+	waitStored(t, p, addr, 1)
+	ask(t, addr, "short.example.")
+	time.Sleep(2100 * time.Millisecond)
+	ask(t, addr, "short.example.")
+	if n := up.queries("short.example."); n != 2 {
+		t.Errorf("upstream saw %d queries for short.example., want 2 (once more after the TTL)", n)
+	}
+
+	up.ttl.Store(300)
+	ask(t, addr, "victim.example.")
+	ask(t, addr, "victim.example.") // learned
+	waitAnswerable(t, p, addr, "victim.example.")
+	// The cache plugin's shards hold 1024/256 = 4 items and evict one at random when full: 40 more names in the
+	// victim's shard leave it there with a chance of (3/4)^37, under 1e-4.
+	shard := func(name string) uint64 { return fastpath.CacheKey(name, dns.TypeA, dns.ClassINET, false, false) & 255 }
+	want := shard("victim.example.")
+	filled := 0
+	for i := 0; filled < 40; i++ {
+		name := fmt.Sprintf("n%d.example.", i)
+		if shard(name) == want {
+			ask(t, addr, name)
+			filled++
+		}
+	}
+	before := p.Stored(addr)
+	ask(t, addr, "victim.example.")
+	if n := up.queries("victim.example."); n != 2 {
+		t.Errorf("upstream saw %d queries for the evicted name, want 2: the fast path answered what the cache evicted (%d stored)", n, before)
+	}
+}
+
+// Server blocks whose cache hits do more than answer from the cache are left to CoreDNS: a plugin before cache
+// that logs every query, and the cache's own prefetch and serve_stale, which count hits.
+func TestStepsAside(t *testing.T) {
+	up := startUpstream(t)
+	for _, body := range []string{
+		"log\n cache 30",
+		"cache 30 {\n prefetch 2\n }",
+		"cache 30 {\n serve_stale\n }",
+		"forward . " + up.addr, // no cache at all
+	} {
+		t.Run(strings.Fields(body)[0]+" "+strings.Join(strings.Fields(body)[1:], " "), func(t *testing.T) {
+			if !strings.HasPrefix(body, "forward") {
+				body += "\n forward . " + up.addr
+			}
+			p, addr := startCoreDNS(t, body)
+			for range 3 {
+				ask(t, addr, "aside.example.")
+			}
+			if n := p.Stored(addr); n != -1 {
+				t.Errorf("the fast path serves this block (%d answers stored), want it left to CoreDNS", n)
+			}
+		})
+	}
+}
