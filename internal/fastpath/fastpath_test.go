@@ -17,6 +17,7 @@ import (
 
 	"github.com/nodelocaldns/nodelocaldns/internal/dnsserver"
 	"github.com/nodelocaldns/nodelocaldns/internal/fastpath"
+	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
 // Conventions: CoreDNS is embedded as the agent embeds it (internal/dnsserver registers the server type), with
@@ -107,11 +108,7 @@ func ask(t *testing.T, server netip.AddrPort, name string) *dns.Msg {
 // waitStored waits until the fast path holds want answers: it learns just after CoreDNS's answer went out.
 func waitStored(t *testing.T, p *fastpath.Path, addr netip.AddrPort, want int) {
 	t.Helper()
-	for deadline := time.Now().Add(2 * time.Second); p.Stored(addr) != want; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d answers stored, want %d", p.Stored(addr), want)
-		}
-	}
+	testenv.Eventually(t, 2*time.Second, fmt.Sprintf("%d answers stored", want), func() bool { return p.Stored(addr) == want })
 }
 
 // waitAnswerable waits until the fast path answers name itself.
@@ -123,14 +120,10 @@ func waitAnswerable(t *testing.T, p *fastpath.Path, addr netip.AddrPort, name st
 	}
 	defer sink.Close()
 	q := packed(t, name, 1)
-	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(time.Millisecond) {
-		if _, ok := p.Answer(addr, q, sink.LocalAddr().(*net.UDPAddr).AddrPort(), nil); ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the fast path does not answer %s", name)
-		}
-	}
+	testenv.Eventually(t, 2*time.Second, "the fast path to answer "+name, func() bool {
+		_, ok := p.Answer(addr, q, sink.LocalAddr().(*net.UDPAddr).AddrPort(), nil)
+		return ok
+	})
 }
 
 func packed(t *testing.T, name string, id uint16) []byte {

@@ -20,6 +20,7 @@ type fakeKernel struct {
 	createErr error
 	flushes   int
 	discards  int
+	deadlines []time.Time // every deadline set on the socket, in order
 }
 
 type fakeTable struct {
@@ -69,7 +70,7 @@ func (k *fakeKernel) CreateOwnedTable(name string) error {
 
 func (k *fakeKernel) Discard() { k.discards++ }
 
-func (k *fakeKernel) SetDeadline(time.Time) error { return nil }
+func (k *fakeKernel) SetDeadline(t time.Time) error { k.deadlines = append(k.deadlines, t); return nil }
 
 func (k *fakeKernel) DelSet(s *nftables.Set) {
 	k.queue = append(k.queue, func(k *fakeKernel) error {

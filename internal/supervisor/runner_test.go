@@ -10,6 +10,8 @@ import (
 	"time"
 
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
 // passRecorder records each pass and lets the test decide its result.
@@ -74,13 +76,7 @@ func startRunner(t *testing.T, cfg runnerConfig) (*runner, *passRecorder, *clock
 // waitForTimer waits until the runner is blocked on a timer of the fake clock.
 func waitForTimer(t *testing.T, clk *clocktesting.FakeClock) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !clk.HasWaiters() {
-		if time.Now().After(deadline) {
-			t.Fatal("runner never waited on the clock")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testenv.Eventually(t, 5*time.Second, "the runner to wait on the clock", clk.HasWaiters)
 }
 
 func TestRunnerCoalescesTriggers(t *testing.T) {
@@ -235,11 +231,5 @@ func TestRunnerReportsABusyPass(t *testing.T) {
 		t.Fatalf("busy() = %v, %v; want 42s, true", d, ok)
 	}
 	rec.release <- struct{}{}
-	deadline := time.Now().Add(5 * time.Second)
-	for _, ok := r.busy(); ok; _, ok = r.busy() {
-		if time.Now().After(deadline) {
-			t.Fatal("still busy after the pass returned")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testenv.Eventually(t, 5*time.Second, "busy() to clear after the pass returned", func() bool { _, ok := r.busy(); return !ok })
 }
