@@ -90,7 +90,7 @@ echo \$\$ >$L/anchor.pid
 exec sleep infinity
 INIT
 	nohup ip netns exec $NS unshare -m --propagation private bash "$S/anchor.sh" >"$L/anchor.log" 2>&1 &
-	wait_for 10 anchor test -s "$L/anchor.pid"
+	wait_for 60 anchor test -s "$L/anchor.pid"
 	# Every pod of the node goes under this cgroup, in every hierarchy; down removes it.
 	for d in /sys/fs/cgroup/*/; do
 		case $d in */unified/ | */systemd/) continue ;; esac
@@ -128,7 +128,7 @@ up() {
 		--service-account-issuer=https://kubernetes.default.svc.$CLUSTER_DOMAIN \
 		--service-cluster-ip-range=$SERVICE_CIDR --authorization-mode=Node,RBAC --allow-privileged=true \
 		--kubelet-preferred-address-types=$APISERVER_KUBELET_ADDRESS_TYPES --v=1
-	wait_for 60 etcd in_node curl -sf http://127.0.0.1:2379/health
+	wait_for ${CLUSTER_ETCD_WAIT:-60} etcd in_node curl -sf http://127.0.0.1:2379/health
 	wait_for 90 "the API server" kubectl get --raw /readyz
 	sed -e "s|@S@|$S|g" -e "s|@DEB@|$CLUSTER_DEB_ROOT|g" -e "s|@RESTRICT_OOM@|$CONTAINERD_RESTRICT_OOM_SCORE_ADJ|g" \
 		"$here/node/containerd.toml" >"$S/containerd.toml"

@@ -5,12 +5,12 @@
 #   - Kubernetes (and etcd) built from their Go modules, cached under .cache/cluster by version (build-k8s.sh);
 #   - containerd, runc and the CNI plugins from Debian, downloaded and extracted there (never installed);
 #   - the images built here: ours (make image), pause, kube-dns (CoreDNS with the kubernetes plugin), a client.
-# Environment: CLUSTER_MODES (default "nftables,iptables").
+# Environment: CLUSTER_MODES (default "nftables,iptables"); CLUSTER_CACHE (default .cache/cluster: binaries, packages).
 # Closing line: `cluster: N passed, N failed`. The node's logs stay in out/cluster/state/<mode>/logs.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repo=$PWD
-cache=$repo/.cache/cluster
+cache=${CLUSTER_CACHE:-$repo/.cache/cluster}
 out=$repo/out/cluster
 started=$(date +%s)
 log() { echo "test-cluster: $*" >&2; }
@@ -47,7 +47,7 @@ deb_root=$cache/debian/root-$(echo "$versions" | sha1sum | cut -c1-12)
 if [[ ! -f $deb_root/.complete ]]; then
 	rm -rf "$deb_root" "$cache/debian/dl"
 	mkdir -p "$cache/debian/dl" "$deb_root"
-	(cd "$cache/debian/dl" && apt-get download -qq "${debs[@]}")
+	(cd "$cache/debian/dl" && apt-get download -qq -o APT::Sandbox::User=root "${debs[@]}")
 	for d in "$cache"/debian/dl/*.deb; do dpkg-deb -x "$d" "$deb_root"; done
 	touch "$deb_root/.complete"
 fi
@@ -55,7 +55,7 @@ phase "Debian packages ($versions)"
 
 # Images, offline. Ours exactly as `make image` builds it; the others from test/cluster/cmd.
 make --no-print-directory image IMAGE_OUT="$out" IMAGE_TAR="$out/images/nodelocaldns.tar" >/dev/null
-(cd test/cluster && CGO_ENABLED=0 go build -trimpath -o "$out/bin/" ./cmd/dnsq ./cmd/kubedns ./cmd/ociimage ./driver)
+(cd test/cluster && CGO_ENABLED=0 go build -o "$out/bin/" ./cmd/dnsq ./cmd/kubedns ./cmd/ociimage ./driver)
 "$out/bin/ociimage" -binary "$out/bin/dnsq" -ref localhost/cluster/pause:1 -o "$out/images/pause.tar" -- /dnsq pause
 "$out/bin/ociimage" -binary "$out/bin/dnsq" -ref localhost/cluster/client:1 -o "$out/images/client.tar" -- /dnsq
 "$out/bin/ociimage" -binary "$out/bin/kubedns" -ref localhost/cluster/kube-dns:1 -o "$out/images/kube-dns.tar" -- /kubedns

@@ -35,6 +35,9 @@ func run() int {
 	defer stop()
 
 	var all results
+	if _, err := os.Stat("/proc/net/ip_vs"); err != nil {
+		fmt.Println("SKIP kube-proxy mode ipvs: this kernel has no IPVS (no /proc/net/ip_vs)")
+	}
 	for _, mode := range strings.Split(*modes, ",") {
 		if ctx.Err() != nil {
 			break
