@@ -76,8 +76,21 @@ func lifecycleCases(ctx context.Context, n *node, r *results) {
 		if _, err := n.kubectl(ctx, "-n", "kube-system", "rollout", "restart", "ds/node-local-dns"); err != nil {
 			return err
 		}
-		return waitDaemonSet(ctx, n)
+		_, err := n.kubectl(ctx, "-n", "kube-system", "rollout", "status", "ds/node-local-dns", "--timeout=35s")
+		return err
 	})
+	if err != nil {
+		// Say why (a surge pod the scheduler cannot place shows here), then put the old template back so the
+		// cases after this one start from a serving DaemonSet.
+		pods, _ := n.kubectl(ctx, "-n", "kube-system", "get", "pods", "-l", "k8s-app=node-local-dns", "-o", "wide")
+		events, _ := n.kubectl(ctx, "-n", "kube-system", "get", "events", "--field-selector=type=Warning",
+			"-o", "custom-columns=REASON:.reason,OBJECT:.involvedObject.name,MESSAGE:.message")
+		err = fmt.Errorf("%w\npods:\n%s\nwarning events:\n%s", err, pods, events)
+		n.kubectl(ctx, "-n", "kube-system", "rollout", "undo", "ds/node-local-dns")
+		if werr := waitDaemonSet(ctx, n); werr != nil {
+			err = fmt.Errorf("%w\nand after rollout undo: %v", err, werr)
+		}
+	}
 	if err == nil {
 		reportLoad(r, "rollout restart", res, took)
 		for ip, l := range res {

@@ -21,12 +21,23 @@ func snapshotKubeProxy(ctx context.Context, n *node) (string, error) {
 	var b strings.Builder
 	switch n.mode {
 	case "nftables":
-		for _, fam := range []string{"ip", "ip6"} {
-			out, err := n.sh(ctx, "nft", "list", "table", fam, "kube-proxy")
+		tables, err := n.sh(ctx, "nft", "list", "tables")
+		if err != nil {
+			return "", err
+		}
+		for _, l := range strings.Split(tables, "\n") {
+			f := strings.Fields(l)
+			if len(f) != 3 || f[2] != "kube-proxy" {
+				continue
+			}
+			out, err := n.sh(ctx, "nft", "list", "table", f[1], "kube-proxy")
 			if err != nil {
 				return "", err
 			}
 			b.WriteString(nftCounter.ReplaceAllString(out, "counter"))
+		}
+		if b.Len() == 0 {
+			return "", fmt.Errorf("kube-proxy has no nftables table")
 		}
 	default:
 		for _, cmd := range []string{"iptables-save", "ip6tables-save"} {
