@@ -227,8 +227,13 @@ func checkHealth(ctx context.Context, n *node, ready bool) error {
 	if ready {
 		paths = append(paths, "/ready")
 	}
+	// Without a readiness probe (the standard DaemonSet) the pod is Ready when the container starts, before
+	// the agent listens: give it the time its liveness probe's initialDelaySeconds would.
 	for _, p := range paths {
-		if _, err := n.sh(ctx, "curl", "-sf", "-m", "5", "http://"+localDNSIP+":8080"+p); err != nil {
+		if err := poll(ctx, 30*time.Second, 500*time.Millisecond, func() (bool, error) {
+			_, err := n.sh(ctx, "curl", "-sf", "-m", "5", "http://"+localDNSIP+":8080"+p)
+			return err == nil, err
+		}); err != nil {
 			return err
 		}
 	}
