@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -40,6 +41,9 @@ func snapshotKubeProxy(ctx context.Context, n *node) (string, error) {
 			return "", fmt.Errorf("kube-proxy has no nftables table")
 		}
 	default:
+		// Sorted: when a Service comes back with a new ClusterIP, kube-proxy writes the same rules in another
+		// order (seen after the standard DaemonSet's delete: same lines, different order), so compare contents.
+		var lines []string
 		for _, cmd := range []string{"iptables-save", "ip6tables-save"} {
 			out, err := n.sh(ctx, cmd)
 			if err != nil {
@@ -47,10 +51,12 @@ func snapshotKubeProxy(ctx context.Context, n *node) (string, error) {
 			}
 			for _, l := range strings.Split(out, "\n") {
 				if !strings.HasPrefix(l, "#") {
-					b.WriteString(iptCounter.ReplaceAllString(l, "") + "\n")
+					lines = append(lines, iptCounter.ReplaceAllString(l, ""))
 				}
 			}
 		}
+		sort.Strings(lines)
+		b.WriteString(strings.Join(lines, "\n"))
 	}
 	return b.String(), nil
 }
