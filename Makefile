@@ -61,3 +61,5 @@ clean:
 include deploy/deploy.mk
 # test-kernel and test-kernel-if-possible: the kernel tests inside a VM booting Debian's stock kernel.
 include kernel/kernel.mk
+# test-cluster: the manifests on a real single-node Kubernetes in a network namespace (both kube-proxy modes).
+include test/cluster/cluster.mk

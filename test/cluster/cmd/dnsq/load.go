@@ -1,0 +1,106 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// loadResult is what `dnsq load` prints for one server, as one JSON line.
+type loadResult struct {
+	Server  string `json:"server"`
+	Sent    int    `json:"sent"`
+	OK      int    `json:"ok"`
+	Failed  int    `json:"failed"`  // no answer within the timeout, or a socket error
+	Bad     int    `json:"bad"`     // an answer, but not NOERROR with an address
+	FirstMs int64  `json:"firstMs"` // first failure, milliseconds after the start (-1: none)
+	LastMs  int64  `json:"lastMs"`  // last failure
+}
+
+// load sends queries at a steady rate to each server, each from a fresh socket (a new source port, as a stub
+// resolver would), and counts what is lost. The rate is kept by a ticker, not by waiting for answers, so a
+// stalled server shows as failures rather than as a slower load.
+func load(args []string) int {
+	fs := flag.NewFlagSet("load", flag.ContinueOnError)
+	servers := fs.String("server", "", "comma-separated server addresses")
+	name := fs.String("name", "", "name to ask for (A)")
+	rate := fs.Int("rate", 100, "queries per second per server")
+	duration := fs.Duration("duration", 10*time.Second, "how long to send")
+	timeout := fs.Duration("timeout", time.Second, "how long to wait for each answer")
+	tcp := fs.Bool("tcp", false, "query over TCP")
+	if err := fs.Parse(args); err != nil || *servers == "" || *name == "" || *rate <= 0 {
+		fmt.Fprintln(os.Stderr, "usage: dnsq load -server S[,S2] -name N [-rate R] [-duration D] [-timeout T] [-tcp]")
+		return 2
+	}
+	var wg sync.WaitGroup
+	results := make([]*loadResult, 0)
+	for _, s := range strings.Split(*servers, ",") {
+		addr, err := serverAddr(s)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		r := &loadResult{Server: addr, FirstMs: -1, LastMs: -1}
+		results = append(results, r)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runLoad(r, dns.Fqdn(*name), *rate, *duration, *timeout, *tcp)
+		}()
+	}
+	wg.Wait()
+	enc := json.NewEncoder(os.Stdout)
+	for _, r := range results {
+		enc.Encode(r)
+	}
+	return 0
+}
+
+func runLoad(r *loadResult, name string, rate int, duration, timeout time.Duration, tcp bool) {
+	c := &dns.Client{Timeout: timeout}
+	if tcp {
+		c.Net = "tcp"
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	start := time.Now()
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	for now := range tick.C {
+		if now.Sub(start) >= duration {
+			break
+		}
+		r.Sent++
+		wg.Add(1)
+		go func(at time.Duration) {
+			defer wg.Done()
+			m := new(dns.Msg)
+			m.SetQuestion(name, dns.TypeA)
+			resp, _, err := c.Exchange(m, r.Server)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil:
+				r.Failed++
+				ms := at.Milliseconds()
+				if r.FirstMs < 0 || ms < r.FirstMs {
+					r.FirstMs = ms
+				}
+				if ms > r.LastMs {
+					r.LastMs = ms
+				}
+			case resp.Rcode != dns.RcodeSuccess || len(resp.Answer) == 0:
+				r.Bad++
+			default:
+				r.OK++
+			}
+		}(now.Sub(start))
+	}
+	wg.Wait()
+}

@@ -1,0 +1,36 @@
+package main
+
+import "os"
+
+// What the suite expects of the agent where its behaviour is about to change: one place to switch.
+//
+// expectFailOpenOnSIGKILL: after the agent's container is killed with SIGKILL, queries to the kube-dns ClusterIP
+// keep being answered (by kube-dns through kube-proxy) until the restarted container takes over, instead of
+// being steered to a dead listener by the table the killed agent left behind. Issue 13 (fail open) brings it;
+// until it merges the suite reports the SIGKILL figures without asserting them. Switch it on here, or for one run
+// with CLUSTER_EXPECT_FAIL_OPEN=1.
+const expectFailOpenOnSIGKILL = false
+
+func failOpenExpected() bool {
+	return expectFailOpenOnSIGKILL || os.Getenv("CLUSTER_EXPECT_FAIL_OPEN") == "1"
+}
+
+// Names the suite looks for on the node. Tables are matched by prefix: an agent instance may own `nodelocaldns`
+// or `nodelocaldns-<n>` (issue 13); the interface is `nodelocaldns` (dummy, or ifb where the kernel lacks dummy).
+const (
+	ourTablePrefix = "nodelocaldns"
+	ourLinkPrefix  = "nodelocaldns"
+)
+
+// The addresses of the test node (test/cluster/machine.sh sets the same).
+const (
+	kubeDNSIP     = "10.96.0.10"
+	localDNSIP    = "169.254.20.10"
+	localDNS6IP   = "fd00::a"
+	kubeDNS6IP    = "fd00:10:96::a"
+	kubernetesIP  = "10.96.0.1"
+	clusterDomain = "cluster.local"
+	upstreamA     = "192.0.2.53" // what the node's upstream stub answers (node.sh: stub-upstream)
+	stubDomainA   = "192.0.2.54" // what the stub-domain server answers (node.sh: stub-domain)
+	stubDomainIP  = "10.250.0.54"
+)

@@ -1,0 +1,85 @@
+// Command driver runs the test-cluster suite: for each kube-proxy mode it brings up one node (node.sh), applies
+// the project's manifests as a user would, runs the cases and tears the node down, also on failure or on a signal.
+// It prints one line per case, the figures it measured, and closes with `cluster: N passed, N failed`.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() { os.Exit(run()) }
+
+func run() int {
+	var cfg config
+	flag.StringVar(&cfg.repo, "repo", "", "repository root (deploy/ lives there)")
+	flag.StringVar(&cfg.state, "state", "", "state directory for the node (emptied first)")
+	flag.StringVar(&cfg.k8sBin, "k8s-bin", "", "directory with the Kubernetes binaries and etcd")
+	flag.StringVar(&cfg.debRoot, "deb-root", "", "root of the extracted Debian packages (containerd, runc, CNI plugins)")
+	flag.StringVar(&cfg.images, "images", "", "directory of image tarballs to import")
+	flag.StringVar(&cfg.dnsq, "dnsq", "", "the dnsq binary (stub upstream servers, host-side queries)")
+	modes := flag.String("modes", "nftables,iptables", "kube-proxy modes to run the suite against")
+	flag.Parse()
+	if cfg.repo == "" || cfg.state == "" || cfg.k8sBin == "" || cfg.debRoot == "" || cfg.images == "" || cfg.dnsq == "" {
+		fmt.Fprintln(os.Stderr, "driver: -repo, -state, -k8s-bin, -deb-root, -images and -dnsq are required")
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	var all results
+	if _, err := os.Stat("/proc/net/ip_vs"); err != nil {
+		fmt.Println("SKIP kube-proxy mode ipvs: this kernel has no IPVS (no /proc/net/ip_vs)")
+	}
+	for _, mode := range strings.Split(*modes, ",") {
+		if ctx.Err() != nil {
+			break
+		}
+		st := filepath.Join(cfg.state, mode)
+		r := runMode(ctx, cfg, mode, st)
+		all.merge(r)
+	}
+	fmt.Println()
+	all.printFigures()
+	if ctx.Err() != nil {
+		fmt.Println("interrupted")
+	}
+	fmt.Printf("cluster: %d passed, %d failed\n", all.passed, all.failed)
+	if all.failed > 0 || ctx.Err() != nil {
+		return 1
+	}
+	return 0
+}
+
+// runMode brings a node up in one kube-proxy mode, runs the suite and always tears the node down.
+func runMode(ctx context.Context, cfg config, mode, state string) *results {
+	r := &results{mode: mode}
+	fmt.Printf("== kube-proxy mode %s\n", mode)
+	if err := os.RemoveAll(state); err != nil {
+		r.fail("node up", err)
+		return r
+	}
+	n := &node{cfg: cfg, state: state, mode: mode}
+	defer func() {
+		start := time.Now()
+		if err := n.down(); err != nil {
+			fmt.Printf("   warning: node down: %v\n", err)
+		}
+		r.figure("node teardown", "%.1f s", time.Since(start).Seconds())
+	}()
+	start := time.Now()
+	if err := n.up(ctx); err != nil {
+		r.fail("node up", fmt.Errorf("%w (logs in %s/logs)", err, state))
+		return r
+	}
+	r.pass("node up", fmt.Sprintf("%.1f s: etcd, apiserver, controller-manager, scheduler, containerd, kubelet, kube-proxy %s", time.Since(start).Seconds(), mode))
+	suite(ctx, n, r)
+	return r
+}
