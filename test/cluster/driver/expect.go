@@ -9,7 +9,7 @@ import "os"
 // being steered to a dead listener by the table the killed agent left behind. Issue 13 (fail open) brings it;
 // until it merges the suite reports the SIGKILL figures without asserting them. Switch it on here, or for one run
 // with CLUSTER_EXPECT_FAIL_OPEN=1.
-const expectFailOpenOnSIGKILL = false
+const expectFailOpenOnSIGKILL = true
 
 func failOpenExpected() bool {
 	return expectFailOpenOnSIGKILL || os.Getenv("CLUSTER_EXPECT_FAIL_OPEN") == "1"
