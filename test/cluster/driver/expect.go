@@ -6,9 +6,9 @@ import "os"
 //
 // expectFailOpenOnSIGKILL: after the agent's container is killed with SIGKILL, queries to the kube-dns ClusterIP
 // keep being answered (by kube-dns through kube-proxy) until the restarted container takes over, instead of
-// being steered to a dead listener by the table the killed agent left behind. Issue 13 (fail open) brings it;
-// until it merges the suite reports the SIGKILL figures without asserting them. Switch it on here, or for one run
-// with CLUSTER_EXPECT_FAIL_OPEN=1.
+// being steered to a dead listener: the agent's table is owned by its netlink socket and goes with the process,
+// and its interception is gated on a live listener anyway. Off, the suite only reports the SIGKILL figures (for
+// an agent without fail-open); CLUSTER_EXPECT_FAIL_OPEN=1 switches it on for one run.
 const expectFailOpenOnSIGKILL = true
 
 func failOpenExpected() bool {
