@@ -47,6 +47,12 @@ wait_for() { # SECONDS WHAT CMD…
 }
 
 netns_up() {
+	# A namespace of this name is a previous run's (the name is this suite's own): it was seen once, right after
+	# a run whose teardown had reported nothing left. Remove it rather than fail.
+	if [[ -e /run/netns/$NS ]]; then
+		log "removing a leftover namespace $NS"
+		ip netns del $NS || true
+	fi
 	ip netns add $NS
 	ip -n $NS link set lo up
 	# Both ends of the veth live in the node's namespace: eth0 carries the node IP, and no packet can leave.
