@@ -5,5 +5,7 @@
 #   make test-cluster CLUSTER_MODES=nftables       one mode
 .PHONY: test-cluster
 
+CLUSTER_MODES ?= nftables,iptables
+
 test-cluster:
-	CLUSTER_MODES='$(or $(CLUSTER_MODES),nftables,iptables)' bash test/cluster/run.sh
+	CLUSTER_MODES='$(CLUSTER_MODES)' bash test/cluster/run.sh

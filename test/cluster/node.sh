@@ -16,9 +16,12 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=machine.sh
 source "$here/machine.sh"
-NS=nldns-cluster
-CGROOT=nldns-cluster
 S=${CLUSTER_STATE:?set CLUSTER_STATE}
+# The namespace and the cgroup root are named after the state directory: two worktrees (or CI and a developer)
+# may run the suite at once, and a fixed name made them share, and tear down, each other's node.
+id=$(printf '%s' "$S" | sha1sum | cut -c1-8)
+NS=nldns-$id
+CGROOT=nldns-$id
 L=$S/logs
 # up records where everything is, so that down (and exec) need only CLUSTER_STATE.
 if [[ ${1:-} != up && -f $S/env ]]; then
@@ -47,6 +50,11 @@ wait_for() { # SECONDS WHAT CMD…
 }
 
 netns_up() {
+	# A namespace of this name is a previous run's from this same state directory that did not get torn down.
+	if [[ -e /run/netns/$NS ]]; then
+		log "removing a leftover namespace $NS"
+		ip netns del $NS || true
+	fi
 	ip netns add $NS
 	ip -n $NS link set lo up
 	# Both ends of the veth live in the node's namespace: eth0 carries the node IP, and no packet can leave.
