@@ -10,6 +10,12 @@ import (
 )
 
 // loadResult is one JSON line of `dnsq load`.
+// What SIGKILL may cost the ClusterIP with fail-open: the queries in flight at the kill, all within one instant.
+const (
+	inFlightWindow = 250 * time.Millisecond
+	inFlightMax    = 10
+)
+
 type loadResult struct {
 	Server  string `json:"server"`
 	Sent    int    `json:"sent"`
@@ -139,11 +145,14 @@ func lifecycleCases(ctx context.Context, n *node, r *results) {
 	if err == nil {
 		l := res[kubeDNSIP]
 		if failOpenExpected() {
+			// A query the agent had already received when it was killed is lost whatever the rules (a resolver
+			// retries it); the load sends 100/s, so that is a handful sent within one instant. Anything more, or
+			// losses spread over time (a table left steering the ClusterIP to a dead listener), is a failure.
 			var ferr error
-			if l.Failed+l.Bad > 0 {
-				ferr = fmt.Errorf("ClusterIP lost queries after SIGKILL: %s", l)
+			if l.Bad > 0 || l.Failed > inFlightMax || (l.Failed > 0 && l.LastMs-l.FirstMs > inFlightWindow.Milliseconds()) {
+				ferr = fmt.Errorf("ClusterIP lost queries after SIGKILL beyond those in flight at the kill: %s", l)
 			}
-			r.check("SIGKILL: ClusterIP fails open to kube-dns (no loss)", "", ferr)
+			r.check("SIGKILL: ClusterIP fails open to kube-dns (no loss but the queries in flight)", fmt.Sprint(l), ferr)
 		} else {
 			fmt.Printf("     note: ClusterIP loss after SIGKILL not asserted (expectFailOpenOnSIGKILL is off): %s\n", l)
 		}
