@@ -2,7 +2,6 @@ package nft
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"runtime"
@@ -10,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/miekg/dns"
 	"github.com/vishvananda/netns"
 )
 
@@ -77,30 +75,6 @@ func inNetNS(t *testing.T, name string, fn func()) {
 		}
 	}()
 	fn()
-}
-
-// serveDNS answers every A query with answer, over UDP and TCP on ip:53, until the test ends.
-func serveDNS(t *testing.T, ip, answer string) {
-	t.Helper()
-	handler := dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
-		m := new(dns.Msg)
-		m.SetReply(q)
-		rr, _ := dns.NewRR(q.Question[0].Name + " 5 IN A " + answer)
-		m.Answer = append(m.Answer, rr)
-		_ = w.WriteMsg(m)
-	})
-	pc, err := net.ListenPacket("udp4", net.JoinHostPort(ip, "53"))
-	if err != nil {
-		t.Fatalf("listen udp %s: %v", ip, err)
-	}
-	l, err := net.Listen("tcp4", net.JoinHostPort(ip, "53"))
-	if err != nil {
-		t.Fatalf("listen tcp %s: %v", ip, err)
-	}
-	for _, s := range []*dns.Server{{PacketConn: pc, Handler: handler}, {Listener: l, Handler: handler}} {
-		go func() { _ = s.ActivateAndServe() }()
-		t.Cleanup(func() { _ = s.Shutdown() })
-	}
 }
 
 // digFrom queries server for an A record from inside the namespace, over UDP or TCP, and returns the answer

@@ -10,7 +10,7 @@ func TestNotrackBypassesConntrack(t *testing.T) {
 	c := freshConn(t)
 	pod, nodeLink := netNS(t, "pod", nodePodSide, podIP)
 	sh(t, "ip", "addr", "add", linkLocalIP+"/32", "dev", nodeLink)
-	serveDNS(t, linkLocalIP, localAnswer)
+	startDNS(t, linkLocalIP, localAnswer)
 	activateConntrack(t)
 
 	if err := c.Apply(Build(Spec{LocalIPs: []netip.Addr{netip.MustParseAddr(linkLocalIP)}, DNSPort: 53, HealthPort: 8080})); err != nil {
@@ -78,9 +78,9 @@ func TestCoexistsWithKubeProxyDNAT(t *testing.T) {
 			}
 			for _, ip := range []string{linkLocalIP, clusterIP} {
 				sh(t, "ip", "addr", "add", ip+"/32", "dev", nodeLink)
-				serveDNS(t, ip, localAnswer)
+				startDNS(t, ip, localAnswer)
 			}
-			inNetNS(t, kdns, func() { serveDNS(t, kubeDNSPodIP, kubeDNSAnswer) })
+			inNetNS(t, kdns, func() { startDNS(t, kubeDNSPodIP, kubeDNSAnswer) })
 			activateConntrack(t)
 			tc.dnat(t)
 
