@@ -102,6 +102,10 @@ func exprKey(e expr.Any) string {
 			e.OperationType, e.Base, e.Offset, e.Len, e.DestRegister, e.SourceRegister, e.CsumType, e.CsumOffset, e.CsumFlags)
 	case *expr.Lookup:
 		return fmt.Sprintf("lookup set=%s sreg=%d dreg=%d/%v invert=%v", e.SetName, e.SourceRegister, e.DestRegister, e.IsDestRegSet, e.Invert)
+	case *expr.Ct:
+		// google/nftables v0.3.0 decodes `ct ... set` (NFTA_CT_SREG) as a load into register 0.
+		set := e.SourceRegister || e.Register == 0
+		return fmt.Sprintf("ct key=%d dir=%d set=%v", e.Key, e.Direction, set)
 	case *expr.Counter:
 		return "counter"
 	case *expr.Notrack:
@@ -138,9 +142,10 @@ func nftChain(t *nftables.Table, c Chain) *nftables.Chain {
 		return &nftables.Chain{Name: c.Name, Table: t}
 	}
 	hook := map[Hook]*nftables.ChainHook{
-		HookPrerouting: nftables.ChainHookPrerouting,
-		HookInput:      nftables.ChainHookInput,
-		HookOutput:     nftables.ChainHookOutput,
+		HookPrerouting:  nftables.ChainHookPrerouting,
+		HookInput:       nftables.ChainHookInput,
+		HookOutput:      nftables.ChainHookOutput,
+		HookPostrouting: nftables.ChainHookPostrouting,
 	}[c.Hook]
 	accept := nftables.ChainPolicyAccept
 	return &nftables.Chain{

@@ -35,6 +35,8 @@ const (
 	HookPrerouting Hook = "prerouting"
 	HookInput      Hook = "input"
 	HookOutput     Hook = "output"
+	// HookPostrouting is used only by the fallback table.
+	HookPostrouting Hook = "postrouting"
 )
 
 // Rule matches one transport protocol to or from the local IPs of one family on one port, counts, and

@@ -25,7 +25,7 @@ func (r *Ruleset) String() string {
 		sep = "\n"
 		fmt.Fprintf(&b, "\tchain %s {\n", c.Name)
 		if c.Hook != "" {
-			fmt.Fprintf(&b, "\t\ttype filter hook %s priority %s; policy accept;\n", c.Hook, priorityName(c.Priority))
+			fmt.Fprintf(&b, "\t\ttype filter hook %s priority %s; policy accept;\n", c.Hook, priorityName(c.Hook, c.Priority))
 		}
 		for _, rule := range c.Rules {
 			fmt.Fprintf(&b, "\t\t%s\n", rule)
@@ -82,13 +82,27 @@ func (r Rule) String() string {
 	return fmt.Sprintf("%s %s @%s %s %s %d%s counter %s comment %q", l3, addr, set, r.Proto, port, r.Port, gate, r.Verdict, r.Comment)
 }
 
-// priorityName is nft's name for the standard priorities of the inet family.
-func priorityName(p int32) string {
-	switch p {
-	case priorityRaw:
-		return "raw"
-	case priorityFilter:
-		return "filter"
+// priorityName is how nft lists a priority of the inet family: by the standard name within 10 of it
+// ("raw - 1"), else as a number. srcnat is a name only on postrouting (nft's std_prio_table).
+func priorityName(h Hook, p int32) string {
+	names := []namedPriority{{"raw", priorityRaw}, {"mangle", priorityMangle}, {"filter", priorityFilter}}
+	if h == HookPostrouting {
+		names = append(names, namedPriority{"srcnat", prioritySrcNAT})
+	}
+	for _, n := range names {
+		switch d := p - n.prio; {
+		case d == 0:
+			return n.name
+		case d > 0 && d <= 10:
+			return n.name + " + " + strconv.Itoa(int(d))
+		case d < 0 && d >= -10:
+			return n.name + " - " + strconv.Itoa(int(-d))
+		}
 	}
 	return strconv.Itoa(int(p))
+}
+
+type namedPriority struct {
+	name string
+	prio int32
 }
