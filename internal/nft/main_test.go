@@ -34,7 +34,7 @@ func nftStdin(t *testing.T, text string) {
 	}
 }
 
-// freshConn flushes the namespace's ruleset and opens a Conn that tears our table down after the test.
+// freshConn flushes the namespace's ruleset and opens a Conn that tears our tables down after the test.
 func freshConn(t *testing.T) *Conn {
 	t.Helper()
 	testenv.RequireRoot(t)
@@ -46,6 +46,9 @@ func freshConn(t *testing.T) *Conn {
 	t.Cleanup(func() {
 		if err := c.Teardown(); err != nil {
 			t.Errorf("Teardown: %v", err)
+		}
+		if _, err := c.DeleteFallback(); err != nil { // not owned: it would outlive the test
+			t.Errorf("DeleteFallback: %v", err)
 		}
 		_ = c.Close()
 	})
