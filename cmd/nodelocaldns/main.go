@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	// and a `forward . tls://` upstream must still verify its server.
 	_ "golang.org/x/crypto/x509roots/fallback"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/corefile"
 	"github.com/nodelocaldns/nodelocaldns/internal/dnsserver"
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
@@ -55,6 +57,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		fmt.Fprint(stdout, nft.Build(spec).String())
+		printFallback(o, os.Getenv, stdout, stderr)
 		return 0
 	}
 
@@ -100,6 +103,26 @@ func serve(o *options.Options, log *zap.Logger, t tuning) int {
 		return 1
 	}
 	return 0
+}
+
+// printFallback prints the link-local fallback table these flags and the environment give, after the
+// instance table, or says on stderr why there is none.
+func printFallback(o *options.Options, getenv func(string) string, stdout, stderr io.Writer) {
+	if !o.LinkLocalFallback {
+		return
+	}
+	env := corefile.ServiceHostEnv(o.UpstreamSvc)
+	up, err := netip.ParseAddr(getenv(env))
+	if err != nil {
+		fmt.Fprintf(stderr, "nodelocaldns: no link-local fallback table: $%s is not an IP address (%q)\n", env, getenv(env))
+		return
+	}
+	spec := nft.FallbackSpec{LocalIPs: o.LocalIPs, Upstream: up, DNSPort: o.DNSPort}
+	if err := spec.Validate(); err != nil {
+		fmt.Fprintf(stderr, "nodelocaldns: no link-local fallback table: %v\n", err)
+		return
+	}
+	fmt.Fprint(stdout, "\n", nft.BuildFallback(spec).String())
 }
 
 // teardown is `-teardown`: the same leaving sequence as a stopping instance (supervisor.Teardown).

@@ -39,6 +39,9 @@ type Options struct {
 	SetupNftables  bool          // -setupiptables / -setupnftables: program the nftables table
 	SyncInterval   time.Duration // -syncinterval: the safety-net reconcile period
 	SkipTeardown   bool          // -skipteardown
+	// LinkLocalFallback (-linklocal-fallback) keeps the fallback table, which sends queries to the local IPs to
+	// the -upstreamsvc ClusterIP while no instance listens on them.
+	LinkLocalFallback bool
 
 	BaseCorefile     string // -basecorefile: the template from the node-local-dns ConfigMap
 	Corefile         string // -conf, else -corefile: where the rendered Corefile is written for operators to read
@@ -119,7 +122,8 @@ func Parse(args []string, usage io.Writer) (*Options, error) {
 	fs.BoolVar(&o.Quiet, "quiet", false, "no start-up banner")
 	// Ours.
 	fs.BoolVar(&r.printRules, "print-rules", false, "print the nftables ruleset for these flags and exit; touches nothing")
-	fs.BoolVar(&r.teardown, "teardown", false, "remove the table and interface an earlier run left behind and exit")
+	fs.BoolVar(&r.teardown, "teardown", false, "remove the interface and the link-local fallback an earlier run left behind (unless an instance is still running) and exit")
+	fs.BoolVar(&o.LinkLocalFallback, "linklocal-fallback", true, "while no instance listens, send queries to the local IPs to the -upstreamsvc ClusterIP (an nftables table that outlives the agent; -teardown removes it); false also removes one an earlier run left")
 	fs.StringVar(&r.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 
 	markCompatibility(fs)
