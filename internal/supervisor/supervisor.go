@@ -18,7 +18,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -224,44 +223,6 @@ func (s *Supervisor) Run(ctx context.Context) (err error) {
 		return err
 	}
 	return nil
-}
-
-// shutdown stops the loops, leaves the node (node.leave), hands our listeners over when another instance
-// stays, and stops CoreDNS, all within shutdownDeadline: a step still running then is abandoned and the
-// process exits (the kernel removes our table with our socket).
-func (s *Supervisor) shutdown(stopRunning context.CancelFunc, wg *sync.WaitGroup) {
-	start := time.Now()
-	b := newBounded(s.log, shutdownDeadline)
-	stopRunning()
-	// A loop stuck in a pass (a CoreDNS reload that never returns) must not keep us from leaving the node.
-	b.do("stop loops", loopsStop, wg.Wait)
-	var othersServe atomic.Bool
-	b.do("leave the node", 0, func() { othersServe.Store(s.node.leave(s.opts.SkipTeardown, drainDelay)) })
-	if s.dns != nil {
-		if othersServe.Load() {
-			b.do("hand queries over", 0, s.passQueries)
-		}
-		b.do("stop coredns", 0, func() {
-			if err := s.dns.Stop(); err != nil {
-				s.log.Warn("stop coredns", zap.Error(err))
-			}
-		})
-	}
-	if s.opts.PIDFile != "" {
-		os.Remove(s.opts.PIDFile)
-	}
-	s.log.Info("stopped", zap.Duration("elapsed", time.Since(start)))
-}
-
-// passQueries leaves new queries to the instance that stays (detach.go) and gives CoreDNS a moment to answer
-// the ones already queued on our listeners before it stops.
-func (s *Supervisor) passQueries() {
-	n, err := detachListeners(s.opts.LocalIPs, s.opts.DNSPort)
-	if err != nil {
-		s.log.Warn("detach dns listeners; queries queued on them when they close are lost", zap.Error(err))
-	}
-	s.log.Info("detached dns listeners; the other instance answers new queries", zap.Int("listeners", n))
-	time.Sleep(drainDelay)
 }
 
 // manages reports whether this agent touches the kernel at all.
