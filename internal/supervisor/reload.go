@@ -143,9 +143,7 @@ func (s *Supervisor) onLoop(e *dnsserver.LoopError) {
 		return
 	}
 	s.loops.pending.Store(int32(e.Generation))
-	if s.reloads != nil {
-		s.reloads.trigger("loop")
-	}
+	s.reloads.trigger("loop")
 }
 
 // revertLoop puts the previous configuration back when the running one was found looping.

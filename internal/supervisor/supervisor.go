@@ -106,6 +106,12 @@ func New(cfg Config) (*Supervisor, error) {
 		return nil, err
 	}
 	s.node = &node{log: cfg.Log, m: cfg.Metrics, ifname: o.InterfaceName, spec: spec}
+	// The runners exist before anything can call back into them: /health (liveness) and the loop directive
+	// (onLoop) run on CoreDNS's goroutines from dns.Start on, and only ever read these fields.
+	s.reloads = newRunner(runnerConfig{maxInterval: 24 * time.Hour, backoffMin: time.Second, backoffMax: 30 * time.Second}, s.reloadPass)
+	if s.manages() {
+		s.runner = newRunner(runnerConfig{minInterval: minPassInterval, maxInterval: o.SyncInterval, damp: s.damping()}, s.pass)
+	}
 	return s, nil
 }
 
@@ -204,12 +210,10 @@ func (s *Supervisor) Run(ctx context.Context) (err error) {
 		s.lastPass.store(nil)
 	}
 
-	s.reloads = newRunner(runnerConfig{maxInterval: 24 * time.Hour, backoffMin: time.Second, backoffMax: 30 * time.Second}, s.reloadPass)
 	wg.Go(func() { s.reloads.run(runCtx) })
 	wg.Go(func() { watcher.Run(runCtx, func() { s.reloads.trigger("configmap") }) })
 	wg.Go(func() { s.onSIGUSR1(runCtx) })
 	if s.manages() {
-		s.runner = newRunner(runnerConfig{minInterval: minPassInterval, maxInterval: s.opts.SyncInterval, damp: s.damping()}, s.pass)
 		s.startWatchers(runCtx, &wg)
 		wg.Go(func() { s.runner.run(runCtx) })
 	}
