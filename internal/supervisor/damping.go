@@ -19,19 +19,19 @@ const (
 
 // damping makes the reconcile runner back off from a writer that keeps undoing its repairs, and says so once
 // per fight.
-func (s *Supervisor) damping() damping {
+func newDamping(log *zap.Logger, m *metrics.Metrics) damping {
 	return damping{
 		after: dampAfter, window: dampWindow, min: dampMin, max: dampMax,
 		onDamp: func(wait time.Duration, streak int) {
 			switch {
 			case wait == 0:
-				s.log.Info("repairs no longer undone; reconciling at full speed again", zap.Int("repairs_in_a_row", streak))
+				log.Info("repairs no longer undone; reconciling at full speed again", zap.Int("repairs_in_a_row", streak))
 			case streak == dampAfter:
-				s.log.Warn("another writer keeps undoing our repairs; damping reconcile passes until it stops",
+				log.Warn("another writer keeps undoing our repairs; damping reconcile passes until it stops",
 					zap.Int("repairs_in_a_row", streak), zap.Duration("wait", wait), zap.Duration("max_wait", dampMax))
 			}
 			if wait > 0 {
-				withMetrics(s.m, func(m *metrics.Metrics) { m.Damped.Inc() })
+				withMetrics(m, func(m *metrics.Metrics) { m.Damped.Inc() })
 			}
 		},
 	}

@@ -3,8 +3,6 @@ package supervisor
 import (
 	"context"
 	"fmt"
-	"net"
-	"strconv"
 	"time"
 
 	"github.com/miekg/dns"
@@ -25,37 +23,44 @@ const (
 	probeTimeout = 900 * time.Millisecond
 )
 
+// health answers /health and /ready. It is built, with everything it reads, before CoreDNS starts the health
+// listener that calls it.
+type health struct {
+	m         *metrics.Metrics
+	node      *node
+	lastPass  *atomicErr // the reconcile runner's last result
+	reconcile *runner
+	reload    *runner
+	probeAddr string // host:port of our first DNS listener
+}
+
 // liveness is /health: the reconcile and reload loops are not stuck in a pass, and CoreDNS answers a query on
 // our first listen address. Unlike /ready it says nothing about the node: only whether this process works.
-func (s *Supervisor) liveness(ctx context.Context) error {
+func (h *health) liveness(ctx context.Context) error {
 	for _, r := range []struct {
 		name string
 		r    *runner
-	}{{"reconcile", s.runner}, {"reload", s.reloads}} {
-		if r.r == nil {
-			continue
-		}
+	}{{"reconcile", h.reconcile}, {"reload", h.reload}} {
 		if d, ok := r.r.busy(); ok && d > passHung {
-			s.unhealthy(r.name)
+			h.unhealthy(r.name)
 			return fmt.Errorf("%s pass running for %v", r.name, d.Round(time.Second))
 		}
 	}
-	if err := s.probeDNS(ctx); err != nil {
-		s.unhealthy("dns")
+	if err := probeDNS(ctx, h.probeAddr); err != nil {
+		h.unhealthy("dns")
 		return err
 	}
 	return nil
 }
 
-func (s *Supervisor) unhealthy(reason string) {
-	withMetrics(s.m, func(m *metrics.Metrics) { m.LivenessFailures.WithLabelValues(reason).Inc() })
+func (h *health) unhealthy(reason string) {
+	withMetrics(h.m, func(m *metrics.Metrics) { m.LivenessFailures.WithLabelValues(reason).Inc() })
 }
 
-// probeDNS sends one message with no question to our first listen address over UDP. Any answer proves that
-// CoreDNS's server reads, dispatches and writes (it answers FORMERR without consulting a plugin or an
-// upstream, so the probe depends on nothing outside this process).
-func (s *Supervisor) probeDNS(ctx context.Context) error {
-	addr := net.JoinHostPort(s.opts.LocalIPs[0].String(), strconv.Itoa(int(s.opts.DNSPort)))
+// probeDNS sends one message with no question to addr over UDP. Any answer proves that CoreDNS's server
+// reads, dispatches and writes (it answers FORMERR without consulting a plugin or an upstream, so the probe
+// depends on nothing outside this process).
+func probeDNS(ctx context.Context, addr string) error {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	m := new(dns.Msg)
@@ -73,11 +78,11 @@ func (s *Supervisor) probeDNS(ctx context.Context) error {
 
 // readiness is /ready: CoreDNS serves (checked by dnsserver), this instance and every other live one serve
 // (node.ready), and the last reconcile pass of the interface succeeded.
-func (s *Supervisor) readiness() error {
-	err := s.node.ready()
+func (h *health) readiness() error {
+	err := h.node.ready()
 	if err == nil {
-		err = s.lastPass.load()
+		err = h.lastPass.load()
 	}
-	withMetrics(s.m, func(m *metrics.Metrics) { m.Ready.Set(b2f(err == nil)) })
+	withMetrics(h.m, func(m *metrics.Metrics) { m.Ready.Set(b2f(err == nil)) })
 	return err
 }

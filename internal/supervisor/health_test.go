@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -15,15 +14,14 @@ func TestLivenessFailsOnAHungPass(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
 	for _, name := range []string{"reconcile", "reload"} {
 		t.Run(name, func(t *testing.T) {
-			r := newRunner(runnerConfig{maxInterval: time.Hour, clock: clk}, nil)
-			s := &Supervisor{log: zap.NewNop()}
-			if name == "reconcile" {
-				s.runner = r
-			} else {
-				s.reloads = r
+			idle := func() *runner { return newRunner(runnerConfig{maxInterval: time.Hour, clock: clk}, nil) }
+			h := &health{reconcile: idle(), reload: idle()}
+			r := h.reconcile
+			if name == "reload" {
+				r = h.reload
 			}
 			r.busySince.Store(clk.Now().Add(-passHung - time.Second).UnixNano())
-			err := s.liveness(context.Background())
+			err := h.liveness(context.Background())
 			if err == nil || !strings.Contains(err.Error(), name+" pass running for") {
 				t.Fatalf("liveness() = %v, want a hung %s pass", err, name)
 			}

@@ -88,6 +88,14 @@ func (n *node) set(s state) {
 	n.log.Debug("state", zap.Stringer("state", s))
 }
 
+// table names our table for logs, "" when we have none.
+func (n *node) table() string {
+	if n.reg == nil {
+		return ""
+	}
+	return "inet " + n.reg.Table()
+}
+
 // register creates our table with our sets and no chain: from now on every instance sees which addresses we
 // need, and we steer nothing yet.
 func (n *node) register() error {
@@ -228,11 +236,7 @@ func (n *node) leave(keepLink bool, drain time.Duration) (othersRemain bool) {
 		// Our socket closing at exit removes it anyway.
 		n.log.Error("delete our table; it goes when the process exits", zap.Error(err))
 	}
-	if legacy, err := n.reg.DeleteLegacy(); err != nil {
-		n.log.Warn("delete tables left by earlier versions", zap.Error(err))
-	} else if len(legacy) > 0 {
-		n.log.Info("deleted tables left by earlier versions", zap.Strings("tables", legacy))
-	}
+	n.deleteLegacy()
 	ins, err := n.reg.Instances()
 	if err != nil {
 		// Not knowing, keep the interface: a leftover interface only costs ICMP unreachables, a removed one
@@ -266,6 +270,20 @@ func (n *node) leave(keepLink bool, drain time.Duration) (othersRemain bool) {
 	}
 	n.log.Info("last instance out; removed the interface", zap.String("interface", n.ifname), zap.Duration("elapsed", time.Since(t)))
 	return false
+}
+
+// deleteLegacy deletes the tables an earlier version left (unowned, their notrack not gated): one would
+// blackhole the ClusterIP whenever we do not serve. An earlier version still running re-creates its own; it
+// goes for good when that instance stops or when we leave.
+func (n *node) deleteLegacy() {
+	if n.reg == nil {
+		return
+	}
+	if legacy, err := n.reg.DeleteLegacy(); err != nil {
+		n.log.Warn("delete tables left by earlier versions", zap.Error(err))
+	} else if len(legacy) > 0 {
+		n.log.Info("deleted tables left by earlier versions", zap.Strings("tables", legacy))
+	}
 }
 
 // withMetrics runs f when metrics are collected.

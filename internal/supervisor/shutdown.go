@@ -1,9 +1,7 @@
 package supervisor
 
 import (
-	"context"
 	"os"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -13,12 +11,12 @@ import (
 // shutdown stops the loops, leaves the node (node.leave), hands our listeners over when another instance
 // stays, and stops CoreDNS, all within shutdownDeadline: a step still running then is abandoned and the
 // process exits (the kernel removes our table with our socket).
-func (s *Supervisor) shutdown(stopRunning context.CancelFunc, wg *sync.WaitGroup) {
+func (s *Supervisor) shutdown(l *loops) {
 	start := time.Now()
 	b := newBounded(s.log, shutdownDeadline)
-	stopRunning()
+	l.stop()
 	// A loop stuck in a pass (a CoreDNS reload that never returns) must not keep us from leaving the node.
-	b.do("stop loops", loopsStop, wg.Wait)
+	b.do("stop loops", loopsStop, l.wg.Wait)
 	var othersServe atomic.Bool
 	b.do("leave the node", 0, func() { othersServe.Store(s.node.leave(s.opts.SkipTeardown, drainDelay)) })
 	if s.dns != nil {
