@@ -23,10 +23,13 @@ import (
 // can change. Its sets say which addresses the instance needs on the shared interface; its chains say it serves.
 // No instance waits for, talks to, or trusts another: each decides from what the kernel lists.
 //
-// One instance's life is one state machine:
+// One instance's life is one state machine, which refuses any other transition than these:
 //
+//	new          nothing in the kernel yet -> registering, or straight to leaving (`-teardown`)
 //	registering  own table with the sets only; the interface gains our addresses; CoreDNS starts listening
+//	             -> serving, or leaving when start-up fails
 //	serving      our chains are in: queries to our addresses are intercepted (gated on a live listener)
+//	             -> leaving
 //	leaving      our table deleted; then, seeing the other instances' tables: remove only the addresses nobody
 //	             else needs and keep the interface (hand over), or, when none is left, remove the interface
 //	stopped
@@ -36,15 +39,27 @@ import (
 type state int32
 
 const (
-	stateRegistering state = iota
+	stateNew state = iota
+	stateRegistering
 	stateServing
 	stateLeaving
 	stateStopped
 )
 
 func (s state) String() string {
-	return [...]string{"registering", "serving", "leaving", "stopped"}[s]
+	return [...]string{"new", "registering", "serving", "leaving", "stopped"}[s]
 }
+
+// transitions are the only moves the state machine makes, from each state.
+var transitions = map[state][]state{
+	stateNew:         {stateRegistering, stateLeaving},
+	stateRegistering: {stateServing, stateLeaving},
+	stateServing:     {stateLeaving},
+	stateLeaving:     {stateStopped},
+}
+
+// errTransition is what an illegal transition returns.
+var errTransition = errors.New("illegal state transition")
 
 // registry is this instance's owned table and the kernel's list of all instances ([*nft.Conn]).
 type registry interface {
@@ -83,9 +98,26 @@ type node struct {
 
 func (n *node) current() state { return state(n.state.Load()) }
 
-func (n *node) set(s state) {
-	n.state.Store(int32(s))
-	n.log.Debug("state", zap.Stringer("state", s))
+// may says whether the instance may move to next now.
+func (n *node) may(next state) error {
+	if cur := n.current(); !slices.Contains(transitions[cur], next) {
+		return fmt.Errorf("instance %s cannot become %s: %w", cur, next, errTransition)
+	}
+	return nil
+}
+
+// to moves the instance to next, or returns an error and stays where it is when transitions does not allow it.
+func (n *node) to(next state) error {
+	for {
+		cur := n.current()
+		if !slices.Contains(transitions[cur], next) {
+			return fmt.Errorf("instance %s cannot become %s: %w", cur, next, errTransition)
+		}
+		if n.state.CompareAndSwap(int32(cur), int32(next)) {
+			n.log.Debug("state", zap.Stringer("state", next))
+			return nil
+		}
+	}
 }
 
 // table names our table for logs, "" when we have none.
@@ -99,7 +131,9 @@ func (n *node) table() string {
 // register creates our table with our sets and no chain: from now on every instance sees which addresses we
 // need, and we steer nothing yet.
 func (n *node) register() error {
-	n.set(stateRegistering)
+	if err := n.to(stateRegistering); err != nil {
+		return err
+	}
 	if n.reg == nil {
 		return nil
 	}
@@ -160,9 +194,11 @@ func (n *node) count(ins []nft.Instance) {
 // ungated rules, with one warning and nodelocaldns_fail_open{path="prerouting"} 0: a crash then blackholes
 // pods' ClusterIP queries until the table goes.
 func (n *node) serve() error {
+	if err := n.may(stateServing); err != nil {
+		return err
+	}
 	if n.reg == nil {
-		n.set(stateServing)
-		return nil
+		return n.to(stateServing)
 	}
 	spec := n.spec
 	err := n.reg.Apply(nft.Build(spec))
@@ -181,8 +217,7 @@ func (n *node) serve() error {
 		m.FailOpen.WithLabelValues("prerouting").Set(b2f(gated))
 		m.FailOpen.WithLabelValues("output").Set(0) // host-network clients fail open only when the table goes
 	})
-	n.set(stateServing)
-	return nil
+	return n.to(stateServing)
 }
 
 func b2f(b bool) float64 {
@@ -224,12 +259,14 @@ func (n *node) ready() error {
 
 // leave is the one way out, for SIGTERM, SIGINT, SIGHUP and SIGQUIT alike, and for `-teardown` (a node with
 // no table of its own). It reports whether other instances remain (the caller then hands its DNS listeners
-// over to them before stopping CoreDNS).
-func (n *node) leave(keepLink bool, drain time.Duration) (othersRemain bool) {
-	n.set(stateLeaving)
-	defer n.set(stateStopped)
+// over to them before stopping CoreDNS). An instance leaves once: leaving again is an error.
+func (n *node) leave(keepLink bool, drain time.Duration) (othersRemain bool, err error) {
+	if err := n.to(stateLeaving); err != nil {
+		return false, err
+	}
+	defer n.to(stateStopped) // always allowed from leaving
 	if n.reg == nil {
-		return false
+		return false, nil
 	}
 	t := time.Now()
 	if err := n.reg.Teardown(); err != nil {
@@ -242,7 +279,7 @@ func (n *node) leave(keepLink bool, drain time.Duration) (othersRemain bool) {
 		// Not knowing, keep the interface: a leftover interface only costs ICMP unreachables, a removed one
 		// the other instance's DNS.
 		n.log.Error("list instance tables; keeping the interface", zap.Error(err))
-		return true
+		return true, nil
 	}
 	n.count(ins)
 	switch {
@@ -253,23 +290,23 @@ func (n *node) leave(keepLink bool, drain time.Duration) (othersRemain bool) {
 		}
 		n.log.Info("other instances remain; leaving the interface to them", zap.Int("instances", len(ins)),
 			zap.Strings("changes", changes), zap.Duration("elapsed", time.Since(t)))
-		return true
+		return true, nil
 	case keepLink || n.links == nil:
 		n.log.Info("last instance out; leaving the interface in place", zap.Bool("skipteardown", keepLink))
-		return false
+		return false, nil
 	}
 	// Queries already steered to us are answered from the addresses they were sent to: give them a moment.
 	time.Sleep(drain)
 	if ins, err := n.reg.Instances(); err == nil && len(ins) > 0 {
 		n.log.Info("an instance registered while we drained; leaving the interface to it")
-		return true
+		return true, nil
 	}
 	if err := n.links.Remove(n.ifname); err != nil {
 		n.log.Error("remove interface", zap.Error(err))
-		return false
+		return false, nil
 	}
 	n.log.Info("last instance out; removed the interface", zap.String("interface", n.ifname), zap.Duration("elapsed", time.Since(t)))
-	return false
+	return false, nil
 }
 
 // deleteLegacy deletes the tables an earlier version left (unowned, their notrack not gated): one would
@@ -308,7 +345,11 @@ func Teardown(o *options.Options, log *zap.Logger) error {
 	}
 	defer lm.Close()
 	n := &node{log: log, reg: c, links: lm, ifname: o.InterfaceName, spec: nft.Spec{LocalIPs: o.LocalIPs}}
-	if n.leave(false, 0) {
+	othersRemain, err := n.leave(false, 0)
+	if err != nil {
+		return err
+	}
+	if othersRemain {
 		log.Info("live instances remain; the interface stays", zap.String("interface", o.InterfaceName))
 	}
 	return nil

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -139,6 +140,16 @@ func start(t *testing.T, n *node) {
 	}
 }
 
+// leave runs an instance's leaving sequence, which must not fail, and reports whether others remain.
+func leave(t *testing.T, n *node, keepLink bool) bool {
+	t.Helper()
+	others, err := n.leave(keepLink, 0)
+	if err != nil {
+		t.Fatalf("leave: %v", err)
+	}
+	return others
+}
+
 func TestSurgeThatAddsAnAddressKeepsBoth(t *testing.T) {
 	k := newFakeKernel()
 	old, _ := newInstance(t, k, "169.254.20.10", "10.96.0.10")
@@ -155,13 +166,13 @@ func TestSurgeThatAddsAnAddressKeepsBoth(t *testing.T) {
 	if _, err := old.ensureLink(); err != nil || !slices.Contains(k.addrs, netip.MustParseAddr("fd00::a")) {
 		t.Fatalf("the old instance's pass removed the new address: %v %v", k.addrs, err)
 	}
-	if !old.leave(false, 0) {
+	if !leave(t, old, false) {
 		t.Error("the old instance did not see the new one when leaving")
 	}
 	if want := addrs("169.254.20.10", "10.96.0.10", "fd00::a"); !k.link || !slices.Equal(k.addrs, want) {
 		t.Fatalf("after the old instance left: link %v with %v, want %v", k.link, k.addrs, want)
 	}
-	if surge.leave(false, 0) || k.link || k.removals != 1 {
+	if leave(t, surge, false) || k.link || k.removals != 1 {
 		t.Errorf("the last instance out left link=%v after %d removals", k.link, k.removals)
 	}
 }
@@ -172,7 +183,7 @@ func TestLeavingRemovesOnlyWhatNobodyNeeds(t *testing.T) {
 	start(t, old)
 	next, _ := newInstance(t, k, "169.254.20.10", "10.96.0.10")
 	start(t, next)
-	old.leave(false, 0)
+	leave(t, old, false)
 	if want := addrs("169.254.20.10", "10.96.0.10"); !slices.Equal(k.addrs, want) {
 		t.Errorf("after the old instance left: %v, want %v", k.addrs, want)
 	}
@@ -187,8 +198,8 @@ func TestBothLeavingAtOnceLastOneRemoves(t *testing.T) {
 	start(t, b)
 	ra.Teardown()
 	rb.Teardown()
-	a.leave(false, 0)
-	b.leave(false, 0)
+	leave(t, a, false)
+	leave(t, b, false)
 	if k.link || k.removals == 0 {
 		t.Errorf("interface left behind after both instances left (%d removals)", k.removals)
 	}
@@ -198,7 +209,7 @@ func TestSkipTeardownKeepsTheInterface(t *testing.T) {
 	k := newFakeKernel()
 	a, _ := newInstance(t, k, "169.254.20.10")
 	start(t, a)
-	a.leave(true, 0)
+	leave(t, a, true)
 	if !k.link || len(k.tables) != 0 {
 		t.Errorf("-skipteardown: link %v, %d tables; want the link and no table", k.link, len(k.tables))
 	}
@@ -229,7 +240,7 @@ func TestReadinessWaitsForEveryInstance(t *testing.T) {
 			t.Errorf("%s with both serving: %v", name, err)
 		}
 	}
-	a.leave(false, 0)
+	leave(t, a, false)
 	if err := a.ready(); err == nil {
 		t.Error("a ready while leaving")
 	}
@@ -254,12 +265,70 @@ func TestTeardownModeKeepsInterfaceOfLiveInstance(t *testing.T) {
 	k := newFakeKernel()
 	a, _ := newInstance(t, k, "169.254.20.10")
 	start(t, a)
-	td := &node{log: zaptest.NewLogger(t), reg: &fakeReg{k: k}, links: &fakeLinks{k: k}, ifname: "nodelocaldns"}
-	if !td.leave(false, 0) || !k.link {
+	teardown := func() *node {
+		return &node{log: zaptest.NewLogger(t), reg: &fakeReg{k: k}, links: &fakeLinks{k: k}, ifname: "nodelocaldns"}
+	}
+	if !leave(t, teardown(), false) || !k.link {
 		t.Error("-teardown removed the interface of a live instance")
 	}
 	a.reg.Teardown() // the instance dies: the kernel drops its table
-	if td.leave(false, 0) || k.link {
+	if leave(t, teardown(), false) || k.link {
 		t.Error("-teardown with no live instance left the interface")
+	}
+}
+
+// The state machine moves only along transitions; any other move is an error and changes nothing.
+func TestStateMachineRefusesIllegalTransitions(t *testing.T) {
+	// path reaches each state the legal way.
+	path := map[state][]state{
+		stateNew:         nil,
+		stateRegistering: {stateRegistering},
+		stateServing:     {stateRegistering, stateServing},
+		stateLeaving:     {stateRegistering, stateServing, stateLeaving},
+		stateStopped:     {stateRegistering, stateServing, stateLeaving, stateStopped},
+	}
+	all := []state{stateNew, stateRegistering, stateServing, stateLeaving, stateStopped}
+	legal := map[[2]state]bool{
+		{stateNew, stateRegistering}: true, {stateNew, stateLeaving}: true,
+		{stateRegistering, stateServing}: true, {stateRegistering, stateLeaving}: true,
+		{stateServing, stateLeaving}: true,
+		{stateLeaving, stateStopped}: true,
+	}
+	for _, from := range all {
+		for _, to := range all {
+			n := &node{log: zaptest.NewLogger(t)}
+			for _, s := range path[from] {
+				if err := n.to(s); err != nil {
+					t.Fatalf("reaching %s: %v", from, err)
+				}
+			}
+			err := n.to(to)
+			switch {
+			case legal[[2]state{from, to}] && (err != nil || n.current() != to):
+				t.Errorf("%s -> %s: %v, now %s; want allowed", from, to, err, n.current())
+			case !legal[[2]state{from, to}] && (!errors.Is(err, errTransition) || n.current() != from):
+				t.Errorf("%s -> %s: %v, now %s; want refused, still %s", from, to, err, n.current(), from)
+			}
+		}
+	}
+}
+
+// The node's operations refuse to run out of order, before touching the kernel.
+func TestNodeRefusesOperationsOutOfOrder(t *testing.T) {
+	k := newFakeKernel()
+	a, _ := newInstance(t, k, "169.254.20.10")
+	if err := a.serve(); !errors.Is(err, errTransition) || len(k.tables) != 0 {
+		t.Fatalf("serve before register = %v with %d tables; want refused, no table", err, len(k.tables))
+	}
+	start(t, a)
+	if err := a.register(); !errors.Is(err, errTransition) {
+		t.Errorf("register while serving = %v, want refused", err)
+	}
+	leave(t, a, false)
+	if _, err := a.leave(false, 0); !errors.Is(err, errTransition) {
+		t.Errorf("leaving twice = %v, want refused", err)
+	}
+	if err := a.register(); !errors.Is(err, errTransition) || len(k.tables) != 0 {
+		t.Errorf("register after stopping = %v with %d tables; want refused, no table", err, len(k.tables))
 	}
 }

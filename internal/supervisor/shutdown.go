@@ -18,7 +18,13 @@ func (s *Supervisor) shutdown(l *loops) {
 	// A loop stuck in a pass (a CoreDNS reload that never returns) must not keep us from leaving the node.
 	b.do("stop loops", loopsStop, l.wg.Wait)
 	var othersServe atomic.Bool
-	b.do("leave the node", 0, func() { othersServe.Store(s.node.leave(s.opts.SkipTeardown, drainDelay)) })
+	b.do("leave the node", 0, func() {
+		others, err := s.node.leave(s.opts.SkipTeardown, drainDelay)
+		if err != nil {
+			s.log.Error("leave the node", zap.Error(err))
+		}
+		othersServe.Store(others)
+	})
 	if s.dns != nil {
 		if othersServe.Load() {
 			b.do("hand queries over", 0, s.passQueries)
