@@ -14,7 +14,6 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/link"
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
-	"github.com/nodelocaldns/nodelocaldns/internal/options"
 )
 
 // The node's kernel state is shared by every instance running on it (a surge rollout runs two), and the kernel
@@ -259,7 +258,8 @@ func (n *node) ready() error {
 
 // leave is the one way out, for SIGTERM, SIGINT, SIGHUP and SIGQUIT alike, and for `-teardown` (a node with
 // no table of its own). It reports whether other instances remain (the caller then hands its DNS listeners
-// over to them before stopping CoreDNS). An instance leaves once: leaving again is an error.
+// over to them before stopping CoreDNS). A step that fails does not stop the ones after it; err names what
+// each failure left behind. An instance leaves once: leaving again is an error.
 func (n *node) leave(keepLink bool, drain time.Duration) (othersRemain bool, err error) {
 	if err := n.to(stateLeaving); err != nil {
 		return false, err
@@ -269,58 +269,64 @@ func (n *node) leave(keepLink bool, drain time.Duration) (othersRemain bool, err
 		return false, nil
 	}
 	t := time.Now()
+	var errs []error
 	if err := n.reg.Teardown(); err != nil {
 		// Our socket closing at exit removes it anyway.
-		n.log.Error("delete our table; it goes when the process exits", zap.Error(err))
+		errs = append(errs, fmt.Errorf("our table stays until the process exits: %w", err))
 	}
-	n.deleteLegacy()
+	if err := n.deleteLegacy(); err != nil {
+		errs = append(errs, err)
+	}
 	ins, err := n.reg.Instances()
 	if err != nil {
 		// Not knowing, keep the interface: a leftover interface only costs ICMP unreachables, a removed one
 		// the other instance's DNS.
-		n.log.Error("list instance tables; keeping the interface", zap.Error(err))
-		return true, nil
+		errs = append(errs, fmt.Errorf("interface %q kept, not knowing whether another instance needs it: list instance tables: %w", n.ifname, err))
+		return true, errors.Join(errs...)
 	}
 	n.count(ins)
 	switch {
 	case len(ins) > 0:
 		changes, err := n.ensureLink()
 		if err != nil {
-			n.log.Error("remove our addresses from the interface", zap.Error(err))
+			errs = append(errs, fmt.Errorf("our addresses may stay on interface %q: %w", n.ifname, err))
 		}
 		n.log.Info("other instances remain; leaving the interface to them", zap.Int("instances", len(ins)),
 			zap.Strings("changes", changes), zap.Duration("elapsed", time.Since(t)))
-		return true, nil
+		return true, errors.Join(errs...)
 	case keepLink || n.links == nil:
 		n.log.Info("last instance out; leaving the interface in place", zap.Bool("skipteardown", keepLink))
-		return false, nil
+		return false, errors.Join(errs...)
 	}
 	// Queries already steered to us are answered from the addresses they were sent to: give them a moment.
 	time.Sleep(drain)
 	if ins, err := n.reg.Instances(); err == nil && len(ins) > 0 {
 		n.log.Info("an instance registered while we drained; leaving the interface to it")
-		return true, nil
+		return true, errors.Join(errs...)
 	}
 	if err := n.links.Remove(n.ifname); err != nil {
-		n.log.Error("remove interface", zap.Error(err))
-		return false, nil
+		errs = append(errs, fmt.Errorf("interface %q left in place: %w", n.ifname, err))
+		return false, errors.Join(errs...)
 	}
 	n.log.Info("last instance out; removed the interface", zap.String("interface", n.ifname), zap.Duration("elapsed", time.Since(t)))
-	return false, nil
+	return false, errors.Join(errs...)
 }
 
 // deleteLegacy deletes the tables an earlier version left (unowned, their notrack not gated): one would
 // blackhole the ClusterIP whenever we do not serve. An earlier version still running re-creates its own; it
 // goes for good when that instance stops or when we leave.
-func (n *node) deleteLegacy() {
+func (n *node) deleteLegacy() error {
 	if n.reg == nil {
-		return
+		return nil
 	}
-	if legacy, err := n.reg.DeleteLegacy(); err != nil {
-		n.log.Warn("delete tables left by earlier versions", zap.Error(err))
-	} else if len(legacy) > 0 {
+	legacy, err := n.reg.DeleteLegacy()
+	if err != nil {
+		return fmt.Errorf("tables left by earlier versions stay: %w", err)
+	}
+	if len(legacy) > 0 {
 		n.log.Info("deleted tables left by earlier versions", zap.Strings("tables", legacy))
 	}
+	return nil
 }
 
 // withMetrics runs f when metrics are collected.
@@ -328,29 +334,4 @@ func withMetrics(m *metrics.Metrics, f func(*metrics.Metrics)) {
 	if m != nil {
 		f(m)
 	}
-}
-
-// Teardown is `-teardown`: what node.leave does for a stopping instance, for a node with no instance of ours
-// running in this process. It deletes tables left by earlier versions and removes the interface unless a live
-// instance's table says the interface is still needed.
-func Teardown(o *options.Options, log *zap.Logger) error {
-	c, err := nft.Open(nft.WithLogger(log))
-	if err != nil {
-		return fmt.Errorf("open nftables: %w", err)
-	}
-	defer c.Close()
-	lm, err := link.New(log)
-	if err != nil {
-		return fmt.Errorf("open link manager: %w", err)
-	}
-	defer lm.Close()
-	n := &node{log: log, reg: c, links: lm, ifname: o.InterfaceName, spec: nft.Spec{LocalIPs: o.LocalIPs}}
-	othersRemain, err := n.leave(false, 0)
-	if err != nil {
-		return err
-	}
-	if othersRemain {
-		log.Info("live instances remain; the interface stays", zap.String("interface", o.InterfaceName))
-	}
-	return nil
 }

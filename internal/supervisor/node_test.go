@@ -22,6 +22,8 @@ type fakeKernel struct {
 	link     bool
 	addrs    []netip.Addr
 	removals int
+	// removeErr is what removing the interface fails with (a kernel that refuses: EPERM, EBUSY); nil succeeds.
+	removeErr error
 }
 
 type fakeTable struct {
@@ -103,7 +105,10 @@ func (l *fakeLinks) Ensure(s link.Spec) ([]string, error) {
 	return changes, nil
 }
 
-func (l *fakeLinks) Remove(string) error {
+func (l *fakeLinks) Remove(name string) error {
+	if l.k.removeErr != nil {
+		return fmt.Errorf("delete link %q: %w", name, l.k.removeErr)
+	}
 	l.k.link, l.k.addrs = false, nil
 	l.k.removals++
 	return nil
@@ -330,5 +335,41 @@ func TestNodeRefusesOperationsOutOfOrder(t *testing.T) {
 	}
 	if err := a.register(); !errors.Is(err, errTransition) || len(k.tables) != 0 {
 		t.Errorf("register after stopping = %v with %d tables; want refused, no table", err, len(k.tables))
+	}
+}
+
+// -teardown that cannot remove the interface fails, naming it, instead of reporting success; one that can
+// succeeds.
+func TestTeardownReportsTheInterfaceItCouldNotRemove(t *testing.T) {
+	k := newFakeKernel()
+	k.link, k.addrs = true, addrs("169.254.20.10")
+	k.removeErr = unix.EPERM
+	td := func() *node {
+		return &node{log: zaptest.NewLogger(t), reg: &fakeReg{k: k}, links: &fakeLinks{k: k}, ifname: "nodelocaldns"}
+	}
+	err := teardown(td())
+	if !errors.Is(err, unix.EPERM) || !strings.Contains(err.Error(), `interface "nodelocaldns" left in place`) {
+		t.Fatalf("teardown with a failing removal = %v; want an error naming the interface left in place", err)
+	}
+	if !k.link {
+		t.Fatal("the fake removed the interface it refused to remove")
+	}
+	k.removeErr = nil
+	if err := teardown(td()); err != nil || k.link {
+		t.Fatalf("teardown = %v with link %v; want the interface removed", err, k.link)
+	}
+}
+
+// A stopping instance whose interface removal fails says so to its caller.
+func TestLeaveReturnsWhatItLeft(t *testing.T) {
+	k := newFakeKernel()
+	a, _ := newInstance(t, k, "169.254.20.10")
+	start(t, a)
+	k.removeErr = unix.EBUSY
+	if others, err := a.leave(false, 0); others || !errors.Is(err, unix.EBUSY) {
+		t.Fatalf("leave = %v, %v; want no others and the removal's error", others, err)
+	}
+	if len(k.tables) != 0 {
+		t.Errorf("%d tables after leaving; the failed removal must not keep our table", len(k.tables))
 	}
 }

@@ -122,7 +122,9 @@ func (s *Supervisor) intercept(ctx context.Context) error {
 		return err
 	}
 	s.stepDone("serving", t)
-	s.node.deleteLegacy()
+	if err := s.node.deleteLegacy(); err != nil {
+		s.log.Warn("delete tables left by earlier versions", zap.Error(err))
+	}
 	if s.manages() {
 		s.reconcile.pass(ctx, []string{"start"})
 	} else {
