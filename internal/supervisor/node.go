@@ -277,23 +277,35 @@ func (n *node) leave(keepLink bool, drain time.Duration) (othersRemain bool, err
 	if err := n.deleteLegacy(); err != nil {
 		errs = append(errs, err)
 	}
-	ins, err := n.reg.Instances()
-	if err != nil {
-		// Not knowing, keep the interface: a leftover interface only costs ICMP unreachables, a removed one
-		// the other instance's DNS.
-		errs = append(errs, fmt.Errorf("interface %q kept, not knowing whether another instance needs it: list instance tables: %w", n.ifname, err))
-		return true, errors.Join(errs...)
-	}
-	n.count(ins)
-	switch {
-	case len(ins) > 0:
+	// Our addresses come off only after a look that saw others, and the interface is left to them only after a
+	// look that came after that change: an instance that removed the interface while we changed it (and our
+	// change made it again) was gone before that second look, so we then find ourselves the last out.
+	shrunk := false
+	for {
+		ins, err := n.reg.Instances()
+		if err != nil {
+			// Not knowing, keep the interface: a leftover interface only costs ICMP unreachables, a removed
+			// one the other instance's DNS.
+			errs = append(errs, fmt.Errorf("interface %q kept, not knowing whether another instance needs it: list instance tables: %w", n.ifname, err))
+			return true, errors.Join(errs...)
+		}
+		n.count(ins)
+		if len(ins) == 0 {
+			break
+		}
+		if shrunk {
+			n.log.Info("other instances remain; leaving the interface to them", zap.Int("instances", len(ins)),
+				zap.Duration("elapsed", time.Since(t)))
+			return true, errors.Join(errs...)
+		}
 		changes, err := n.ensureLink()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("our addresses may stay on interface %q: %w", n.ifname, err))
 		}
-		n.log.Info("other instances remain; leaving the interface to them", zap.Int("instances", len(ins)),
-			zap.Strings("changes", changes), zap.Duration("elapsed", time.Since(t)))
-		return true, errors.Join(errs...)
+		n.log.Info("other instances remain; removed the addresses only we needed", zap.Strings("changes", changes))
+		shrunk = true
+	}
+	switch {
 	case keepLink || n.links == nil:
 		n.log.Info("last instance out; leaving the interface in place", zap.Bool("skipteardown", keepLink))
 		return false, errors.Join(errs...)
