@@ -9,6 +9,13 @@
 // instance is left, else hand our DNS listeners over to them (detach.go), then stop CoreDNS. The kernel
 // removes our table by itself if the process dies (node.go). Nothing here exits the process: errors travel up
 // to main.
+//
+// One job per file: supervisor.go wires the parts and startup.go holds Run's phases in order; node.go is the
+// instance state machine over kernel.go's handles; render.go makes the Corefile, reload.go reloads it;
+// reconcile.go repairs the interface on runner.go's bounded-frequency runner, damped by damping.go; foreign.go
+// reports other tables' drops; health.go answers /health and /ready; listeners.go checks CoreDNS bound our
+// addresses; shutdown.go stops everything by its deadline; teardown.go is `-teardown`; background.go runs the
+// metrics endpoint and the background actors; detach.go hands the listeners over.
 package supervisor
 
 import (
