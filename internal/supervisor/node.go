@@ -22,43 +22,12 @@ import (
 // can change. Its sets say which addresses the instance needs on the shared interface; its chains say it serves.
 // No instance waits for, talks to, or trusts another: each decides from what the kernel lists.
 //
-// One instance's life is one state machine, which refuses any other transition than these:
-//
-//	new          nothing in the kernel yet -> registering, or straight to leaving (`-teardown`)
-//	registering  own table with the sets only; the interface gains our addresses; CoreDNS starts listening
-//	             -> serving, or leaving when start-up fails
-//	serving      our chains are in: queries to our addresses are intercepted (gated on a live listener)
-//	             -> leaving
-//	leaving      our table deleted; then, seeing the other instances' tables: remove only the addresses nobody
-//	             else needs and keep the interface (hand over), or, when none is left, remove the interface
-//	stopped
+// One instance's life is one state machine (state.go).
 //
 // Deleting our table before looking at the others makes the last-out decision safe: of two instances leaving at
-// once, at least the one that looks last sees nobody and removes the interface.
-type state int32
-
-const (
-	stateNew state = iota
-	stateRegistering
-	stateServing
-	stateLeaving
-	stateStopped
-)
-
-func (s state) String() string {
-	return [...]string{"new", "registering", "serving", "leaving", "stopped"}[s]
-}
-
-// transitions are the only moves the state machine makes, from each state.
-var transitions = map[state][]state{
-	stateNew:         {stateRegistering, stateLeaving},
-	stateRegistering: {stateServing, stateLeaving},
-	stateServing:     {stateLeaving},
-	stateLeaving:     {stateStopped},
-}
-
-// errTransition is what an illegal transition returns.
-var errTransition = errors.New("illegal state transition")
+// once, at least the one that looks last sees nobody and removes the interface. A leaving instance that takes its
+// addresses off looks once more afterwards, so the last look is always after the last change to the interface
+// (interleave_test.go drives every order).
 
 // registry is this instance's owned table and the kernel's list of all instances ([*nft.Conn]).
 type registry interface {
@@ -93,30 +62,6 @@ type node struct {
 	state  atomic.Int32
 	gated  atomic.Bool
 	others atomic.Int32 // live instances seen besides us at the last look
-}
-
-func (n *node) current() state { return state(n.state.Load()) }
-
-// may says whether the instance may move to next now.
-func (n *node) may(next state) error {
-	if cur := n.current(); !slices.Contains(transitions[cur], next) {
-		return fmt.Errorf("instance %s cannot become %s: %w", cur, next, errTransition)
-	}
-	return nil
-}
-
-// to moves the instance to next, or returns an error and stays where it is when transitions does not allow it.
-func (n *node) to(next state) error {
-	for {
-		cur := n.current()
-		if !slices.Contains(transitions[cur], next) {
-			return fmt.Errorf("instance %s cannot become %s: %w", cur, next, errTransition)
-		}
-		if n.state.CompareAndSwap(int32(cur), int32(next)) {
-			n.log.Debug("state", zap.Stringer("state", next))
-			return nil
-		}
-	}
 }
 
 // table names our table for logs, "" when we have none.
