@@ -86,7 +86,7 @@ func New(reg prometheus.Registerer, counters func() ([]RuleCounter, error)) (*Me
 		}),
 		FailOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "nodelocaldns", Name: "fail_open",
-			Help: "1 when queries on this path go to kube-dns while no instance listens: prerouting (pods) is gated on a live listener unless the kernel lacks nft_socket; output (host-network clients) cannot be gated and fails open only when the instance's table goes.",
+			Help: "1 when queries on this path go to kube-dns while no instance listens: prerouting (pods) is gated on a live listener unless the kernel lacks nft_socket; output (host-network clients) cannot be gated and fails open only when the instance's table goes; link-local is the fallback table (every local IP, including those no Service is behind, goes to the -upstreamsvc ClusterIP).",
 		}, []string{"path"}),
 		UnboundLocalIP: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "nodelocaldns", Name: "unbound_local_ip",

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
+	"github.com/nodelocaldns/nodelocaldns/internal/options"
 )
 
 // The link-local fallback (internal/nft/fallback.go): a table no instance owns, which sends queries to the
@@ -41,13 +42,22 @@ type fallback struct {
 }
 
 // newFallback prepares the fallback towards upstream (the value of the upstream Service's host variable).
-// enabled is -linklocal-fallback. Without a usable upstream it is disabled, and says why once.
-func newFallback(log *zap.Logger, m *metrics.Metrics, table fallbackTable, enabled bool, upstreamEnv, upstream string, port uint16) *fallback {
-	f := &fallback{log: log, m: m, table: table, port: port}
+// -linklocal-fallback=false disables it and removes the table; -setupiptables=false disables it quietly.
+// Without a usable upstream it is disabled, and says why once.
+func newFallback(log *zap.Logger, m *metrics.Metrics, table fallbackTable, o *options.Options, upstreamEnv, upstream string) *fallback {
+	f := &fallback{log: log, m: m, table: table, port: o.DNSPort}
 	ip, err := netip.ParseAddr(upstream)
-	spec := nft.FallbackSpec{Upstream: ip.Unmap(), DNSPort: port}
+	spec := nft.FallbackSpec{Upstream: ip.Unmap(), DNSPort: o.DNSPort}
 	switch {
-	case !enabled:
+	case table == nil:
+		f.disabled = "the agent touches no kernel state"
+		return f
+	case !o.SetupNftables:
+		// Nothing of ours intercepts, so there is nothing to fall back from; a table another instance keeps
+		// is its business.
+		f.disabled = "-setupiptables=false"
+		return f
+	case !o.LinkLocalFallback:
 		f.disabled, f.remove = "-linklocal-fallback=false", true
 	case upstream == "":
 		f.disabled = fmt.Sprintf("$%s is not set (the -upstreamsvc Service's ClusterIP)", upstreamEnv)

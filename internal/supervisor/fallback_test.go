@@ -11,6 +11,7 @@ import (
 
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
+	"github.com/nodelocaldns/nodelocaldns/internal/options"
 )
 
 // fakeFallbackTable is the kernel's one unowned fallback table, which anybody may change: it holds the
@@ -45,7 +46,8 @@ func newTestFallback(t *testing.T, k *fakeFallbackTable, enabled bool, upstream 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newFallback(zaptest.NewLogger(t), m, k, enabled, "KUBE_DNS_UPSTREAM_SERVICE_HOST", upstream, 53), m
+	o := &options.Options{SetupNftables: true, LinkLocalFallback: enabled, DNSPort: 53}
+	return newFallback(zaptest.NewLogger(t), m, k, o, "KUBE_DNS_UPSTREAM_SERVICE_HOST", upstream), m
 }
 
 func failOpenLinkLocal(m *metrics.Metrics) float64 {
