@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/miekg/dns"
+	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
 // The IPv6 side of the test network of netns_test.go.
@@ -63,26 +64,26 @@ func startDNS(t *testing.T, ip, answer string) (stop func()) {
 // IPv6, with our table in place all along.
 func TestGateFailsOpen(t *testing.T) {
 	c := freshConn(t)
-	pod, podLink := netNS(t, "pod", nodePodSide, podIP)
-	kdns, kdnsLink := netNS(t, "kdns", nodeKdnsSide, kubeDNSPodIP)
+	pod := testenv.AddPeer(t, "pod", nodePodSide, podIP)
+	kdns := testenv.AddPeer(t, "kdns", nodeKdnsSide, kubeDNSPodIP)
 	for _, f := range []string{"/proc/sys/net/ipv4/ip_forward", "/proc/sys/net/ipv6/conf/all/forwarding"} {
 		if err := os.WriteFile(f, []byte("1"), 0o644); err != nil {
 			t.Fatalf("enable forwarding: %v", err)
 		}
 	}
 	for _, cmd := range [][]string{
-		{"ip", "addr", "add", nodePodSide6 + "/64", "dev", podLink, "nodad"},
-		{"ip", "addr", "add", nodeKdnsSide6 + "/64", "dev", kdnsLink, "nodad"},
-		{"ip", "netns", "exec", pod, "ip", "addr", "add", podIP6 + "/64", "dev", "eth0", "nodad"},
-		{"ip", "netns", "exec", pod, "ip", "-6", "route", "add", "default", "via", nodePodSide6},
-		{"ip", "netns", "exec", kdns, "ip", "addr", "add", kubeDNSPodIP6 + "/64", "dev", "eth0", "nodad"},
-		{"ip", "netns", "exec", kdns, "ip", "-6", "route", "add", "default", "via", nodeKdnsSide6},
-		{"ip", "addr", "add", clusterIP + "/32", "dev", podLink},
-		{"ip", "addr", "add", clusterIP6 + "/128", "dev", podLink, "nodad"},
+		{"ip", "addr", "add", nodePodSide6 + "/64", "dev", pod.HostIf, "nodad"},
+		{"ip", "addr", "add", nodeKdnsSide6 + "/64", "dev", kdns.HostIf, "nodad"},
+		{"ip", "netns", "exec", pod.Name, "ip", "addr", "add", podIP6 + "/64", "dev", "eth0", "nodad"},
+		{"ip", "netns", "exec", pod.Name, "ip", "-6", "route", "add", "default", "via", nodePodSide6},
+		{"ip", "netns", "exec", kdns.Name, "ip", "addr", "add", kubeDNSPodIP6 + "/64", "dev", "eth0", "nodad"},
+		{"ip", "netns", "exec", kdns.Name, "ip", "-6", "route", "add", "default", "via", nodeKdnsSide6},
+		{"ip", "addr", "add", clusterIP + "/32", "dev", pod.HostIf},
+		{"ip", "addr", "add", clusterIP6 + "/128", "dev", pod.HostIf, "nodad"},
 	} {
 		sh(t, cmd[0], cmd[1:]...)
 	}
-	inNetNS(t, kdns, func() {
+	kdns.Do(t, func() {
 		startDNS(t, kubeDNSPodIP, kubeDNSAnswer)
 		startDNS(t, kubeDNSPodIP6, kubeDNSAnswer)
 	})

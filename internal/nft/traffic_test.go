@@ -4,12 +4,14 @@ import (
 	"net/netip"
 	"os"
 	"testing"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
 func TestNotrackBypassesConntrack(t *testing.T) {
 	c := freshConn(t)
-	pod, nodeLink := netNS(t, "pod", nodePodSide, podIP)
-	sh(t, "ip", "addr", "add", linkLocalIP+"/32", "dev", nodeLink)
+	pod := testenv.AddPeer(t, "pod", nodePodSide, podIP)
+	sh(t, "ip", "addr", "add", linkLocalIP+"/32", "dev", pod.HostIf)
 	startDNS(t, linkLocalIP, localAnswer)
 	activateConntrack(t)
 
@@ -71,16 +73,16 @@ func TestCoexistsWithKubeProxyDNAT(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := freshConn(t)
-			pod, nodeLink := netNS(t, "pod", nodePodSide, podIP)
-			kdns, _ := netNS(t, "kdns", nodeKdnsSide, kubeDNSPodIP)
+			pod := testenv.AddPeer(t, "pod", nodePodSide, podIP)
+			kdns := testenv.AddPeer(t, "kdns", nodeKdnsSide, kubeDNSPodIP)
 			if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
 				t.Fatalf("enable forwarding in the test namespace: %v", err)
 			}
 			for _, ip := range []string{linkLocalIP, clusterIP} {
-				sh(t, "ip", "addr", "add", ip+"/32", "dev", nodeLink)
+				sh(t, "ip", "addr", "add", ip+"/32", "dev", pod.HostIf)
 				startDNS(t, ip, localAnswer)
 			}
-			inNetNS(t, kdns, func() { startDNS(t, kubeDNSPodIP, kubeDNSAnswer) })
+			kdns.Do(t, func() { startDNS(t, kubeDNSPodIP, kubeDNSAnswer) })
 			activateConntrack(t)
 			tc.dnat(t)
 

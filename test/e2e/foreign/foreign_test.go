@@ -77,13 +77,13 @@ func firewalls() []firewall {
 			add: func(t *testing.T) {
 				// Loopback and replies stay open, as on every host firewall: the agent's metrics listen on
 				// loopback, and its upstream's answers are replies (established) to the agent's forwards.
-				harness.Run(t, "iptables", "-A", "INPUT", "-i", "lo", "-j", "ACCEPT")
-				harness.Run(t, "iptables", "-A", "INPUT", "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT")
-				harness.Run(t, "iptables", "-P", "INPUT", "DROP")
+				testenv.Run(t, "iptables", "-A", "INPUT", "-i", "lo", "-j", "ACCEPT")
+				testenv.Run(t, "iptables", "-A", "INPUT", "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT")
+				testenv.Run(t, "iptables", "-P", "INPUT", "DROP")
 			},
 			remove: func(t *testing.T) {
-				harness.Run(t, "iptables", "-P", "INPUT", "ACCEPT")
-				harness.Run(t, "iptables", "-F", "INPUT")
+				testenv.Run(t, "iptables", "-P", "INPUT", "ACCEPT")
+				testenv.Run(t, "iptables", "-F", "INPUT")
 			},
 			chain: "ip filter/INPUT", policy: true, rules: 0,
 			withoutAgent: fromKubeDNS, withAgent: timedOut},
@@ -91,7 +91,7 @@ func firewalls() []firewall {
 			add: func(t *testing.T) {
 				nftApply(t, "table inet fw {\n\tchain input {\n\t\ttype filter hook input priority 0; policy accept;\n\t\tudp dport 53 reject\n\t}\n}\n")
 			},
-			remove: func(t *testing.T) { harness.Run(t, "nft", "delete", "table", "inet", "fw") },
+			remove: func(t *testing.T) { testenv.Run(t, "nft", "delete", "table", "inet", "fw") },
 			chain:  "inet fw/input", policy: false, rules: 1,
 			withoutAgent: fromKubeDNS, withAgent: refused},
 	}
@@ -102,8 +102,8 @@ func TestWhatAPodSeesUnderAForeignDrop(t *testing.T) {
 	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
 		t.Fatalf("enable forwarding in the node namespace: %v", err)
 	}
-	pod := harness.AddPeer(t, "pod", podHost, podAddr)
-	kubeDNS := harness.AddPeer(t, "kubedns", kubeDNSHost, kubeDNSAddr)
+	pod := testenv.AddPeer(t, "pod", podHost, podAddr)
+	kubeDNS := testenv.AddPeer(t, "kubedns", kubeDNSHost, kubeDNSAddr)
 	kubeDNS.Exec(t, "ip", "addr", "add", upstreamAddr+"/24", "dev", "eth0")
 	kubeDNS.Do(t, func() {
 		harness.StartUpstream(t, kubeDNSAddr+":53", answerKubeDNS)
@@ -172,7 +172,7 @@ func checkDetected(t *testing.T, conn *nft.Conn, fw firewall) {
 }
 
 // ask sends one UDP query from the pod and names the outcome.
-func ask(t *testing.T, pod *harness.Peer, server string) string {
+func ask(t *testing.T, pod *testenv.Peer, server string) string {
 	t.Helper()
 	var got string
 	pod.Do(t, func() {

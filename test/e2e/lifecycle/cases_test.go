@@ -62,7 +62,7 @@ func (m *matrix) surgeAddsAnAddress() {
 	time.Sleep(serveFor)
 	m.phase("surge adding an IP: old instance SIGTERM", expectation{zero: []string{clusterIP, localIP, newIP}})
 	m.stop(old)
-	if out := harness.Run(t, "ip", "-o", "addr", "show", "dev", ifname); !strings.Contains(out, newIP+"/32") || !strings.Contains(out, localIP+"/32") {
+	if out := testenv.Run(t, "ip", "-o", "addr", "show", "dev", ifname); !strings.Contains(out, newIP+"/32") || !strings.Contains(out, localIP+"/32") {
 		t.Fatalf("after the old instance left, %s lacks an address:\n%s", ifname, out)
 	}
 	m.phase("surge adding an IP: new instance alone", expectation{zero: []string{clusterIP, localIP, newIP}})

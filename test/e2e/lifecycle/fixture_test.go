@@ -62,8 +62,8 @@ var kubeProxyRuleset = fmt.Sprintf(`table ip kube-proxy {
 // node is the fixture around the agents: peers, kube-proxy's DNAT, the two kube-dns servers.
 type node struct {
 	t        *testing.T
-	pod      *harness.Peer
-	kubeDNS  *harness.Peer
+	pod      *testenv.Peer
+	kubeDNS  *testenv.Peer
 	upstream *harness.Upstream // kube-dns-upstream, the agent's forward target
 	direct   *harness.Upstream // kube-dns behind the ClusterIP's DNAT
 }
@@ -74,8 +74,8 @@ func newNode(t *testing.T) *node {
 	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
 		t.Fatalf("enable forwarding in the node namespace: %v", err)
 	}
-	n.pod = harness.AddPeer(t, "pod", podHost, podAddr)
-	n.kubeDNS = harness.AddPeer(t, "kubedns", kubeDNSHost, kubeDNSAddr)
+	n.pod = testenv.AddPeer(t, "pod", podHost, podAddr)
+	n.kubeDNS = testenv.AddPeer(t, "kubedns", kubeDNSHost, kubeDNSAddr)
 	n.kubeDNS.Exec(t, "ip", "addr", "add", upstreamAddr+"/24", "dev", "eth0")
 	n.kubeDNS.Do(t, func() {
 		n.direct = harness.StartUpstream(t, kubeDNSAddr+":53", answerKubeDNS)
@@ -129,7 +129,7 @@ func nftApply(t *testing.T, ruleset string) {
 func instanceTables(t *testing.T) []string {
 	t.Helper()
 	var out []string
-	for _, line := range strings.Split(harness.Run(t, "nft", "list", "tables"), "\n") {
+	for _, line := range strings.Split(testenv.Run(t, "nft", "list", "tables"), "\n") {
 		name, ok := strings.CutPrefix(strings.TrimSpace(line), "table inet ")
 		if ok && (name == "nodelocaldns" || strings.HasPrefix(name, "nodelocaldns-")) {
 			out = append(out, name)
@@ -166,7 +166,7 @@ func listing(t *testing.T) string {
 func requireOneCopy(t *testing.T) string {
 	t.Helper()
 	if n := ourTables(t); n != 1 {
-		t.Fatalf("nft list tables shows %d instance tables, want 1:\n%s", n, harness.Run(t, "nft", "list", "tables"))
+		t.Fatalf("nft list tables shows %d instance tables, want 1:\n%s", n, testenv.Run(t, "nft", "list", "tables"))
 	}
 	l := listing(t)
 	seen := map[string]bool{}
@@ -207,7 +207,7 @@ func requireNothingLeft(t *testing.T) {
 		t.Errorf("instance table left behind after a graceful stop:\n%s", listing(t))
 	}
 	if linkExists(t) {
-		t.Errorf("interface %s left behind after a graceful stop:\n%s", ifname, harness.Run(t, "ip", "addr", "show", "dev", ifname))
+		t.Errorf("interface %s left behind after a graceful stop:\n%s", ifname, testenv.Run(t, "ip", "addr", "show", "dev", ifname))
 	}
 }
 

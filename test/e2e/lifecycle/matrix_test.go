@@ -150,7 +150,7 @@ func TestLifecycleMatrix(t *testing.T) {
 		t.Fatalf("-skipteardown: %d instance tables (want 0), link %v (want it kept)", ourTables(t), linkExists(t))
 	}
 	time.Sleep(serveFor)
-	harness.Run(t, "ip", "link", "del", ifname)
+	testenv.Run(t, "ip", "link", "del", ifname)
 
 	m.settleAndCheck()
 }
