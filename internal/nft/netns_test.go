@@ -4,7 +4,6 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
@@ -61,7 +60,9 @@ func conntrackEntries(t *testing.T, ip string) []string {
 }
 
 // activateConntrack loads a ct rule in a table of its own, as any host firewall or kube-proxy would, so the
-// namespace tracks connections at all.
+// namespace tracks connections at all, and flushes the table of entries. Both are done when the commands return:
+// the ct expression registers conntrack's hooks in the namespace when nft's transaction commits, and the flush
+// has unlinked every entry when conntrack's netlink request is acknowledged.
 func activateConntrack(t *testing.T) {
 	t.Helper()
 	nftStdin(t, `table inet host-firewall {
@@ -70,5 +71,4 @@ func activateConntrack(t *testing.T) {
 }
 `)
 	sh(t, "conntrack", "-F")
-	time.Sleep(10 * time.Millisecond)
 }
