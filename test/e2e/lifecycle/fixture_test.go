@@ -40,7 +40,8 @@ const (
 	answerKubeDNS = "203.0.113.1" // kube-dns reached through the DNAT: the agent is not in the path
 	answerAgent   = "203.0.113.2" // kube-dns-upstream: the agent served (or forwarded) it
 
-	readyURL = "http://" + localIP + ":8080/ready"
+	healthURL = "http://" + localIP + ":8080/health"
+	readyURL  = "http://" + localIP + ":8080/ready"
 )
 
 // kubeProxyRuleset is what kube-proxy's nftables mode boils down to for one UDP+TCP Service with one endpoint:
@@ -212,9 +213,12 @@ func requireNothingLeft(t *testing.T) {
 }
 
 // ready asks /ready on the Corefile's health address: the HTTP status, or 0 when nothing answers.
-func ready() (int, string) {
+func ready() (int, string) { return probe(readyURL) }
+
+// probe asks url as the kubelet's probes do: the HTTP status, or 0 when nothing answers.
+func probe(url string) (int, string) {
 	c := &http.Client{Timeout: 500 * time.Millisecond}
-	resp, err := c.Get(readyURL)
+	resp, err := c.Get(url)
 	if err != nil {
 		return 0, err.Error()
 	}
