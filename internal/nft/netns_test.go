@@ -8,18 +8,15 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
-// Test network (all inside namespaces the test creates with testenv.AddPeer; the test process itself already
-// runs in a throwaway namespace, here called "node"):
+// Test network: testenv's pod network (the test process itself runs in a throwaway namespace, the "node"), with
+// the listen IPs on the node's end of the pod's veth:
 //
 //	pod ns   192.0.2.2/24  --veth--  192.0.2.1/24 node (+ 169.254.20.10/32, 10.96.0.10/32 on the same end)
 //	kdns ns  198.51.100.2/24 --veth-- 198.51.100.1/24 node
-//
-// The node forwards between the two, as a Kubernetes node does between pods.
 const (
-	nodePodSide  = "192.0.2.1"
-	podIP        = "192.0.2.2"
-	nodeKdnsSide = "198.51.100.1"
-	kubeDNSPodIP = "198.51.100.2"
+	nodePodSide  = testenv.PodHost
+	podIP        = testenv.PodAddr
+	kubeDNSPodIP = testenv.KubeDNSAddr
 	linkLocalIP  = "169.254.20.10"
 	clusterIP    = "10.96.0.10"
 
@@ -65,10 +62,10 @@ func conntrackEntries(t *testing.T, ip string) []string {
 // has unlinked every entry when conntrack's netlink request is acknowledged.
 func activateConntrack(t *testing.T) {
 	t.Helper()
-	nftStdin(t, `table inet host-firewall {
+	testenv.NftApply(t, `table inet host-firewall {
 	chain input { type filter hook input priority filter; policy accept; ct state established,related accept; }
 	chain forward { type filter hook forward priority filter; policy accept; ct state established,related accept; }
 }
 `)
-	sh(t, "conntrack", "-F")
+	testenv.Run(t, "conntrack", "-F")
 }

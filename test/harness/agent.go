@@ -1,7 +1,8 @@
 // Package harness runs the real nodelocaldns binary for end-to-end tests and benchmarks: it builds the binary
 // once per test process, starts it with node-cache's flags against fixtures it writes (Corefile.base, a
 // kube-dns ConfigMap volume), follows its JSON log, and scrapes its metrics. Callers run inside a throwaway
-// network namespace (internal/testenv); the harness itself never creates or touches links or tables.
+// network namespace (internal/testenv); apart from [NewNode], which builds the node of the end-to-end tests, the
+// harness never creates or touches links or tables.
 package harness
 
 import (

@@ -22,10 +22,10 @@ func TestStartServeReloadSurgeStop(t *testing.T) {
 	testenv.RequireRoot(t)
 	n := newNode(t)
 	base := harness.NewConfigMapVolume(t, filepath.Join(t.TempDir(), "node-local-dns"),
-		map[string]string{"Corefile.base": harness.StandardCorefile(localIP, clusterIP, "cluster.local")})
+		map[string]string{"Corefile.base": harness.StandardCorefile(harness.LocalIP, harness.ClusterIP, "cluster.local")})
 	// start asks /health from the moment the agent starts until it answers 200, as a kubelet probing early would.
 	start := func() *harness.Agent {
-		a := n.startCorefile(localIP+","+clusterIP, "", "-basecorefile", filepath.Join(base.Dir, "Corefile.base"))
+		a := n.startCorefile(harness.LocalIP+","+harness.ClusterIP, "", "-basecorefile", filepath.Join(base.Dir, "Corefile.base"))
 		testenv.Eventually(t, 30*time.Second, "/health answers 200", func() bool { c, _ := probe(healthURL); return c == 200 })
 		a.WaitReady()
 		return a
@@ -41,7 +41,7 @@ func TestStartServeReloadSurgeStop(t *testing.T) {
 	n.requireServed("start")
 
 	was, _ := a.Metric(reloaded)
-	edited := strings.Replace(harness.StandardCorefile(localIP, clusterIP, "cluster.local"), "denial 9984 5", "denial 9984 6", 1)
+	edited := strings.Replace(harness.StandardCorefile(harness.LocalIP, harness.ClusterIP, "cluster.local"), "denial 9984 5", "denial 9984 6", 1)
 	if !strings.Contains(edited, "denial 9984 6") {
 		t.Fatal("the standard Corefile no longer has the line this test edits")
 	}
@@ -70,17 +70,17 @@ func (n *node) requireServed(phase string) {
 			n.t.Fatalf("%s: %s = %d %q, want 200", phase, url, code, body)
 		}
 	}
-	for _, target := range []string{localIP, clusterIP} {
+	for _, target := range []string{harness.LocalIP, harness.ClusterIP} {
 		var conn *net.UDPConn
 		var err error
-		n.pod.Do(n.t, func() { conn, err = net.DialUDP("udp", nil, &net.UDPAddr{IP: net.ParseIP(target), Port: 53}) })
+		n.Pod.Do(n.t, func() { conn, err = net.DialUDP("udp", nil, &net.UDPAddr{IP: net.ParseIP(target), Port: 53}) })
 		if err != nil {
 			n.t.Fatalf("%s: dial %s from the pod: %v", phase, target, err)
 		}
 		answer, err := query(conn, "walk.default.svc.cluster.local.")
 		conn.Close()
-		if err != nil || answer != answerAgent {
-			n.t.Fatalf("%s: a pod's query to %s: answer %q, error %v; want %s from the agent", phase, target, answer, err, answerAgent)
+		if err != nil || answer != harness.AnswerAgent {
+			n.t.Fatalf("%s: a pod's query to %s: answer %q, error %v; want %s from the agent", phase, target, answer, err, harness.AnswerAgent)
 		}
 	}
 }
