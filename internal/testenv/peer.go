@@ -50,13 +50,16 @@ func AddPeer(t testing.TB, role, hostAddr, addr string) *Peer {
 	}
 	Run(t, "ip", "netns", "add", p.Name)
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", p.Name).Run() })
-	if err := disableDAD(); err != nil {
-		t.Fatalf("test namespace: %v", err)
-	}
-	var err error
-	p.Do(t, func() { err = disableDAD() })
-	if err != nil {
-		t.Fatalf("namespace %s: %v", p.Name, err)
+	ipv6 := ipv6Enabled()
+	if ipv6 {
+		if err := disableDAD(); err != nil {
+			t.Fatalf("test namespace: %v", err)
+		}
+		var err error
+		p.Do(t, func() { err = disableDAD() })
+		if err != nil {
+			t.Fatalf("namespace %s: %v", p.Name, err)
+		}
 	}
 	Run(t, "ip", "link", "add", p.HostIf, "type", "veth", "peer", "name", "eth0", "netns", p.Name)
 	Run(t, "ip", "addr", "add", hostAddr+"/24", "dev", p.HostIf)
@@ -65,6 +68,9 @@ func AddPeer(t testing.TB, role, hostAddr, addr string) *Peer {
 	p.Exec(t, "ip", "addr", "add", addr+"/24", "dev", "eth0")
 	p.Exec(t, "ip", "link", "set", "eth0", "up")
 	p.Exec(t, "ip", "route", "add", "default", "via", hostAddr)
+	if !ipv6 {
+		return p
+	}
 	EventuallyNil(t, 5*time.Second, "IPv6 link-local addresses on "+p.HostIf+" and "+p.Name+"/eth0", func() error {
 		if err := linkLocalReady(p.HostIf); err != nil {
 			return err
@@ -74,6 +80,12 @@ func AddPeer(t testing.TB, role, hostAddr, addr string) *Peer {
 		return err
 	})
 	return p
+}
+
+// ipv6Enabled reports whether the kernel has IPv6 (it has no /proc/sys/net/ipv6 when booted with ipv6.disable=1).
+func ipv6Enabled() bool {
+	_, err := os.Stat("/proc/sys/net/ipv6")
+	return err == nil
 }
 
 // disableDAD sets accept_dad to 0 for all and for future links of the calling thread's network namespace (the

@@ -21,10 +21,15 @@ type PodNetwork struct {
 	Pod, KubeDNS *Peer
 }
 
-// NewPodNetwork creates the pod and kube-dns peers and turns on forwarding (IPv4 and IPv6) in the node.
+// NewPodNetwork creates the pod and kube-dns peers and turns on forwarding (IPv4, and IPv6 where the kernel has
+// it) in the node.
 func NewPodNetwork(t testing.TB) *PodNetwork {
 	t.Helper()
-	for _, f := range []string{"/proc/sys/net/ipv4/ip_forward", "/proc/sys/net/ipv6/conf/all/forwarding"} {
+	knobs := []string{"/proc/sys/net/ipv4/ip_forward"}
+	if ipv6Enabled() {
+		knobs = append(knobs, "/proc/sys/net/ipv6/conf/all/forwarding")
+	}
+	for _, f := range knobs {
 		if err := os.WriteFile(f, []byte("1"), 0o644); err != nil {
 			t.Fatalf("enable forwarding in the node namespace: %v", err)
 		}
