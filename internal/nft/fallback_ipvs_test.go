@@ -5,6 +5,8 @@ import (
 	"os"
 	"os/exec"
 	"testing"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
 // TestFallbackThroughIPVS is the fallback in front of kube-proxy's IPVS mode, where the pods' only nameserver
@@ -21,25 +23,23 @@ func TestFallbackThroughIPVS(t *testing.T) {
 		t.Skip("skipping: needs ipvsadm")
 	}
 	c := freshConn(t)
-	pod, podLink := netNS(t, "pod", nodePodSide, podIP)
-	kdns, _ := netNS(t, "kdns", nodeKdnsSide, kubeDNSPodIP)
-	for f, v := range map[string]string{"/proc/sys/net/ipv4/ip_forward": "1", "/proc/sys/net/ipv4/vs/conntrack": "1"} {
-		if err := os.WriteFile(f, []byte(v), 0o644); err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
+	pn := testenv.NewPodNetwork(t)
+	pod, podLink := pn.Pod, pn.Pod.HostIf
+	if err := os.WriteFile("/proc/sys/net/ipv4/vs/conntrack", []byte("1"), 0o644); err != nil {
+		t.Fatalf("IPVS conntrack: %v", err)
 	}
 	const upstream = "10.96.0.11"
-	sh(t, "ip", "addr", "add", linkLocalIP+"/32", "dev", podLink)
+	testenv.Run(t, "ip", "addr", "add", linkLocalIP+"/32", "dev", podLink)
 	// kube-ipvs0 is a dummy interface holding every ClusterIP, down, as kube-proxy makes it.
-	sh(t, "ip", "link", "add", "kube-ipvs0", "type", "dummy")
+	testenv.Run(t, "ip", "link", "add", "kube-ipvs0", "type", "dummy")
 	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", "kube-ipvs0").Run() })
-	sh(t, "ip", "addr", "add", upstream+"/32", "dev", "kube-ipvs0")
+	testenv.Run(t, "ip", "addr", "add", upstream+"/32", "dev", "kube-ipvs0")
 	for _, proto := range []string{"-u", "-t"} {
-		sh(t, "ipvsadm", "-A", proto, upstream+":53", "-s", "rr")
-		sh(t, "ipvsadm", "-a", proto, upstream+":53", "-r", kubeDNSPodIP+":53", "-m")
+		testenv.Run(t, "ipvsadm", "-A", proto, upstream+":53", "-s", "rr")
+		testenv.Run(t, "ipvsadm", "-a", proto, upstream+":53", "-r", kubeDNSPodIP+":53", "-m")
 	}
 	t.Cleanup(func() { _ = exec.Command("ipvsadm", "-C").Run() })
-	inNetNS(t, kdns, func() { startDNS(t, kubeDNSPodIP, kubeDNSAnswer) })
+	pn.KubeDNS.Do(t, func() { startDNS(t, kubeDNSPodIP, kubeDNSAnswer) })
 	expect := func(server, when, want string) {
 		t.Helper()
 		for _, tcp := range []bool{false, true} {

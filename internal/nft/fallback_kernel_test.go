@@ -2,16 +2,17 @@ package nft
 
 import (
 	"net/netip"
-	"os"
 	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
 func listFallback(t *testing.T) string {
 	t.Helper()
-	return sh(t, "nft", "-s", "list", "table", "inet", FallbackTableName)
+	return testenv.Run(t, "nft", "-s", "list", "table", "inet", FallbackTableName)
 }
 
 func TestApplyFallbackListsAsGolden(t *testing.T) {
@@ -47,24 +48,24 @@ func TestFallbackInSyncSeesChanges(t *testing.T) {
 		change func(t *testing.T)
 	}{
 		{"rule deleted", func(t *testing.T) {
-			out := sh(t, "nft", "-a", "list", "chain", "inet", FallbackTableName, ChainPodReply)
+			out := testenv.Run(t, "nft", "-a", "list", "chain", "inet", FallbackTableName, ChainPodReply)
 			m := handle.FindAllStringSubmatch(out, -1)
-			sh(t, "nft", "delete", "rule", "inet", FallbackTableName, ChainPodReply, "handle", m[len(m)-1][1])
+			testenv.Run(t, "nft", "delete", "rule", "inet", FallbackTableName, ChainPodReply, "handle", m[len(m)-1][1])
 		}},
 		{"rule added", func(t *testing.T) {
-			sh(t, "nft", "add", "rule", "inet", FallbackTableName, ChainPodPrerouting, "udp", "dport", "53", "drop")
+			testenv.Run(t, "nft", "add", "rule", "inet", FallbackTableName, ChainPodPrerouting, "udp", "dport", "53", "drop")
 		}},
-		{"chain flushed", func(t *testing.T) { sh(t, "nft", "flush", "chain", "inet", FallbackTableName, ChainHostOutput) }},
+		{"chain flushed", func(t *testing.T) { testenv.Run(t, "nft", "flush", "chain", "inet", FallbackTableName, ChainHostOutput) }},
 		{"chain deleted", func(t *testing.T) {
-			sh(t, "nft", "flush", "chain", "inet", FallbackTableName, ChainHostReply)
-			sh(t, "nft", "delete", "chain", "inet", FallbackTableName, ChainHostReply)
+			testenv.Run(t, "nft", "flush", "chain", "inet", FallbackTableName, ChainHostReply)
+			testenv.Run(t, "nft", "delete", "chain", "inet", FallbackTableName, ChainHostReply)
 		}},
 		{"another spec", func(t *testing.T) {
 			if err := c.ApplyFallback(other); err != nil {
 				t.Fatal(err)
 			}
 		}},
-		{"flush ruleset", func(t *testing.T) { sh(t, "nft", "flush", "ruleset") }},
+		{"flush ruleset", func(t *testing.T) { testenv.Run(t, "nft", "flush", "ruleset") }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := c.ApplyFallback(f); err != nil {
@@ -99,7 +100,7 @@ func TestFallbackOutlivesConn(t *testing.T) {
 		t.Fatalf("second instance's ApplyFallback: %v", err)
 	}
 	c2.Close()
-	if out := sh(t, "nft", "list", "tables"); !strings.Contains(out, "table inet "+FallbackTableName) {
+	if out := testenv.Run(t, "nft", "list", "tables"); !strings.Contains(out, "table inet "+FallbackTableName) {
 		t.Fatalf("fallback table gone with the socket that applied it:\n%s", out)
 	}
 	for _, want := range []bool{true, false} {
@@ -115,16 +116,13 @@ func TestFallbackOutlivesConn(t *testing.T) {
 // table) they are answered locally; with the listener gone, by kube-dns again. UDP and TCP.
 func TestFallbackTraffic(t *testing.T) {
 	c := freshConn(t)
-	pod, podLink := netNS(t, "pod", nodePodSide, podIP)
-	kdns, _ := netNS(t, "kdns", nodeKdnsSide, kubeDNSPodIP)
-	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
-		t.Fatalf("enable forwarding: %v", err)
-	}
+	pn := testenv.NewPodNetwork(t)
+	pod, podLink := pn.Pod, pn.Pod.HostIf
 	const upstream = "10.96.0.11"
-	sh(t, "ip", "addr", "add", linkLocalIP+"/32", "dev", podLink)
-	sh(t, "ip", "route", "add", "10.96.0.0/16", "via", kubeDNSPodIP) // every node routes the service range
-	inNetNS(t, kdns, func() { startDNS(t, kubeDNSPodIP, kubeDNSAnswer) })
-	nftStdin(t, `table inet kube-proxy {
+	testenv.Run(t, "ip", "addr", "add", linkLocalIP+"/32", "dev", podLink)
+	testenv.Run(t, "ip", "route", "add", "10.96.0.0/16", "via", kubeDNSPodIP) // every node routes the service range
+	pn.KubeDNS.Do(t, func() { startDNS(t, kubeDNSPodIP, kubeDNSAnswer) })
+	testenv.NftApply(t, `table inet kube-proxy {
 	chain nat-prerouting {
 		type nat hook prerouting priority dstnat; policy accept;
 		ip daddr `+upstream+` meta l4proto { tcp, udp } th dport 53 dnat ip to `+kubeDNSPodIP+`:53
