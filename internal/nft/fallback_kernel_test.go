@@ -55,7 +55,9 @@ func TestFallbackInSyncSeesChanges(t *testing.T) {
 		{"rule added", func(t *testing.T) {
 			testenv.Run(t, "nft", "add", "rule", "inet", FallbackTableName, ChainPodPrerouting, "udp", "dport", "53", "drop")
 		}},
-		{"chain flushed", func(t *testing.T) { testenv.Run(t, "nft", "flush", "chain", "inet", FallbackTableName, ChainHostOutput) }},
+		{"chain flushed", func(t *testing.T) {
+			testenv.Run(t, "nft", "flush", "chain", "inet", FallbackTableName, ChainHostOutput)
+		}},
 		{"chain deleted", func(t *testing.T) {
 			testenv.Run(t, "nft", "flush", "chain", "inet", FallbackTableName, ChainHostReply)
 			testenv.Run(t, "nft", "delete", "chain", "inet", FallbackTableName, ChainHostReply)

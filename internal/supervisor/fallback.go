@@ -118,4 +118,3 @@ func (f *fallback) ensure(ips []netip.Addr) (string, error) {
 	}
 	return fmt.Sprintf("fallback table for %v via %s", want.Covered, f.upstream), nil
 }
-

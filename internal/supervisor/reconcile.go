@@ -33,7 +33,7 @@ type reconciler struct {
 	node     *node
 	fallback *fallback
 	foreign  *foreignReport
-	runner  *runner
+	runner   *runner
 	// lastPass is the result of the last pass; /ready reads it.
 	lastPass atomicErr
 }
