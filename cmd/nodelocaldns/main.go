@@ -54,7 +54,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "nodelocaldns: %v\n", err)
 			return 2
 		}
-		fmt.Fprint(stdout, nft.Build(spec).String())
+		fmt.Fprint(stdout, nft.Build(spec).Text(nft.TableName))
 		return 0
 	}
 

@@ -15,7 +15,7 @@ import (
 // requestTimeout bounds each netlink request of the Manager.
 const requestTimeout = 5 * time.Second
 
-// Manager creates, repairs, checks and removes our interface. Its methods are safe for concurrent use; each
+// Manager creates, repairs and removes our interface. Its methods are safe for concurrent use; each
 // reads the kernel afresh, so a Manager carries no state between calls beyond the link kind it chose at start.
 type Manager struct {
 	log  *zap.Logger
@@ -147,24 +147,6 @@ func (m *Manager) create(name string) (netlink.Link, error) {
 		return nil, fmt.Errorf("look up link %q after creating it: %w", name, err)
 	}
 	return l, nil
-}
-
-// Check reports what differs between the kernel and s, in Ensure's words; nil means in sync. It never writes.
-func (m *Manager) Check(s Spec) ([]string, error) {
-	if err := s.Validate(); err != nil {
-		return nil, err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	_, o, err := m.observe(s.Name)
-	if err != nil {
-		return nil, err
-	}
-	p, err := diff(s, o)
-	if err != nil || p.inSync() {
-		return nil, err
-	}
-	return p.describe(s.Name, m.kind), nil
 }
 
 // Remove deletes the link named name. A link that is already gone is not an error; a link of a foreign kind

@@ -61,7 +61,7 @@ func New(reg prometheus.Registerer, counters func() ([]RuleCounter, error)) (*Me
 		}),
 		Repairs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "nodelocaldns", Name: "repairs_total",
-			Help: "Objects found drifted from the desired state and repaired, by kind (nftables drift kinds, interface).",
+			Help: "Changes a reconcile pass made to bring the interface back to the desired state (link created or set up, addresses added or removed); object is always interface: our nftables table is owned, so nothing else can change it.",
 		}, []string{"object"}),
 		Reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "nodelocaldns", Name: "corefile_reloads_total",

@@ -44,7 +44,6 @@ type Options struct {
 	Corefile         string // -conf, else -corefile: where the rendered Corefile is written for operators to read
 	KubeDNSConfigDir string // -kubednscm: the kube-dns ConfigMap directory ("" = /etc/kube-dns when it exists)
 	UpstreamSvc      string // -upstreamsvc: Service whose ClusterIP fills __PILLAR__CLUSTER__DNS__
-	ReloadWithSignal bool   // -reloadwithsignal: SIGUSR1 also triggers an in-process reload
 
 	DNSPort    uint16 // -dns.port / -p
 	HealthPort uint16 // -health-port
@@ -53,7 +52,6 @@ type Options struct {
 	PrometheusListenAddress string // -prometheus-listen-address: fills __PROMETHEUS__ENDPOINT__
 
 	PIDFile  string // -pidfile: written once CoreDNS listens (node-cache compatibility)
-	Quiet    bool   // -quiet: no start-up banner
 	LogLevel string // -log-level: debug, info, warn or error
 }
 
@@ -78,6 +76,8 @@ type raw struct {
 	localIP, dnsPort, healthPort, conf, corefile, logLevel string
 	syncInterval                                           seconds
 	version, plugins, printRules, teardown                 bool
+	// Parsed for node-cache's manifests and never read (see CompatibilityOnly).
+	reloadWithSignal, quiet bool
 }
 
 // Parse parses args (without the program name). Errors are one line naming the flag and the bad value; usage is
@@ -108,7 +108,7 @@ func Parse(args []string, usage io.Writer) (*Options, error) {
 	fs.StringVar(&o.KubeDNSConfigDir, "kubednscm", "", "kube-dns ConfigMap directory (default /etc/kube-dns when it exists)")
 	fs.StringVar(&o.UpstreamSvc, "upstreamsvc", DefaultUpstreamSvc, "Service whose ClusterIP (from its env var) fills __PILLAR__CLUSTER__DNS__")
 	fs.StringVar(&r.healthPort, "health-port", DefaultHealthPort, "port of the Corefile's health plugin; gets conntrack bypass rules")
-	fs.BoolVar(&o.ReloadWithSignal, "reloadwithsignal", false, "also reload in-process on SIGUSR1 (reloads are event-driven anyway)")
+	fs.BoolVar(&r.reloadWithSignal, "reloadwithsignal", false, "also reload in-process on SIGUSR1 (reloads are event-driven anyway)")
 	// CoreDNS's own flags that node-cache relies on.
 	fs.StringVar(&r.conf, "conf", "", "path the rendered Corefile is written to (CoreDNS -conf)")
 	fs.StringVar(&r.dnsPort, "dns.port", DefaultDNSPort, "DNS port (CoreDNS -dns.port)")
@@ -116,7 +116,7 @@ func Parse(args []string, usage io.Writer) (*Options, error) {
 	fs.StringVar(&o.PIDFile, "pidfile", "", "write the process id here once DNS is served")
 	fs.BoolVar(&r.plugins, "plugins", false, "list the compiled-in plugins and exit")
 	fs.BoolVar(&r.version, "version", false, "print the version and exit")
-	fs.BoolVar(&o.Quiet, "quiet", false, "no start-up banner")
+	fs.BoolVar(&r.quiet, "quiet", false, "no start-up banner")
 	// Ours.
 	fs.BoolVar(&r.printRules, "print-rules", false, "print the nftables ruleset for these flags and exit; touches nothing")
 	fs.BoolVar(&r.teardown, "teardown", false, "remove the table and interface an earlier run left behind and exit")
