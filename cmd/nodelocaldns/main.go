@@ -35,6 +35,7 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 func run(args []string, stdout, stderr io.Writer) int {
 	o, err := options.Parse(args, stderr)
 	if errors.Is(err, options.ErrHelp) {
+		writeEnvUsage(stderr)
 		return 0
 	}
 	if err != nil {

@@ -2,7 +2,7 @@
 //
 // It is pure: [LoadKubeDNS] reads a ConfigMap volume directory and validates it, [Render] substitutes node-cache's
 // template variables into Corefile.base and appends one stub-domain server block per kube-dns stub domain (sorted,
-// so the output is deterministic), and [Validate] parses the result with CoreDNS's directive list. The only side
+// so the output is deterministic), and [Validate] parses the result with the directive list it is given. The only side
 // effects are reading files; nothing here starts a server or touches the network.
 //
 // Every value that reaches the Corefile from a ConfigMap is checked against a whitelist grammar (a DNS-1123

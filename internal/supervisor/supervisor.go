@@ -27,6 +27,7 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/configwatch"
 	"github.com/nodelocaldns/nodelocaldns/internal/corefile"
 	"github.com/nodelocaldns/nodelocaldns/internal/dnsserver"
+	"github.com/nodelocaldns/nodelocaldns/internal/fastpath"
 	"github.com/nodelocaldns/nodelocaldns/internal/link"
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
@@ -75,6 +76,7 @@ type Supervisor struct {
 	table   *nft.Conn
 	links   *link.Manager
 	dns     *dnsserver.Server
+	dnsOpts dnsserver.Options
 	runner  *runner
 	reloads *runner
 
@@ -96,8 +98,9 @@ func New(cfg Config) (*Supervisor, error) {
 	env := corefile.ServiceHostEnv(o.UpstreamSvc)
 	s.params = corefile.Params{
 		LocalIPs: o.LocalIPs, DNSPort: o.DNSPort, ClusterDNS: cfg.Getenv(env), ClusterDNSEnv: env,
-		PrometheusEndpoint: o.PrometheusListenAddress,
+		PrometheusEndpoint: o.PrometheusListenAddress, Directives: dnsserver.Directives(),
 	}
+	s.dnsOpts = dnsserver.Options{FastPath: fastpath.Enabled(cfg.Getenv)}
 	spec := nft.Spec{LocalIPs: o.LocalIPs, DNSPort: o.DNSPort, HealthPort: o.HealthPort, NoInterception: !o.SetupNftables}
 	if err := spec.Validate(); err != nil {
 		return nil, err
@@ -157,7 +160,7 @@ func (s *Supervisor) Run(ctx context.Context) (err error) {
 	step("registered and interface", t)
 
 	t = time.Now()
-	if s.dns, err = dnsserver.New(s.log.Named("dns")); err != nil {
+	if s.dns, err = dnsserver.New(s.log.Named("dns"), s.dnsOpts); err != nil {
 		return err
 	}
 	s.dns.SetReadiness(s.readiness)
