@@ -11,6 +11,8 @@ import (
 
 	"go.uber.org/zap/zaptest"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/nlwatch"
 )
 
 // startWatch runs Watch until the test ends and returns the channel of trigger reasons.
@@ -148,7 +150,7 @@ func TestWatchResubscribesAfterOverrun(t *testing.T) {
 	for {
 		select {
 		case r := <-reasons:
-			if r == ReasonOverrun {
+			if r == nlwatch.ReasonOverrun {
 				// And it keeps watching on the new socket.
 				sh(t, "nft", "delete", "table", "ip", "t0")
 				for r := range reasons {
