@@ -48,17 +48,9 @@ func New(log *zap.Logger, opts ...Option) (*Manager, error) {
 	}
 	log = log.Named("link")
 	if c.ops == nil {
-		// Route only: with no argument NewHandle also opens XFRM and netfilter sockets, and fails on a kernel
-		// without xfrm_user loaded ("protocol not supported"), as in the kernel-matrix VM.
-		h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+		h, err := openHandle()
 		if err != nil {
-			return nil, fmt.Errorf("open netlink handle: %w", err)
-		}
-		// Every request gets an answer in milliseconds; one that gets none for this long fails instead of
-		// hanging the reconcile loop (SO_RCVTIMEO/SO_SNDTIMEO on the handle's socket).
-		if err := h.SetSocketTimeout(requestTimeout); err != nil {
-			h.Close()
-			return nil, fmt.Errorf("set netlink socket timeout: %w", err)
+			return nil, err
 		}
 		c.ops = h
 	}
@@ -71,6 +63,23 @@ func New(log *zap.Logger, opts ...Option) (*Manager, error) {
 		log.Warn("using ifb links instead of dummy", zap.String("reason", why))
 	}
 	return &Manager{log: log, ops: c.ops, kind: kind}, nil
+}
+
+// openHandle opens a route netlink handle whose every request has a deadline (requestTimeout).
+func openHandle() (*netlink.Handle, error) {
+	// Route only: with no argument NewHandle also opens XFRM and netfilter sockets, and fails on a kernel
+	// without xfrm_user loaded ("protocol not supported"), as in the kernel-matrix VM.
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("open netlink handle: %w", err)
+	}
+	// Every request gets an answer in milliseconds; one that gets none for this long fails instead of
+	// hanging the reconcile loop (SO_RCVTIMEO/SO_SNDTIMEO on the handle's socket).
+	if err := h.SetSocketTimeout(requestTimeout); err != nil {
+		h.Close()
+		return nil, fmt.Errorf("set netlink socket timeout: %w", err)
+	}
+	return h, nil
 }
 
 // Close releases the netlink handle. It does not remove the interface: see [Manager.Remove].

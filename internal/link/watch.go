@@ -88,11 +88,9 @@ func watchOnce(ctx context.Context, log *zap.Logger, name string, trigger func(s
 		}
 	})
 	// Look the link up only once subscribed, so a change between the lookup and the subscription is not missed.
-	index := 0
-	if l, err := netlink.LinkByName(name); err == nil {
-		index = l.Attrs().Index
-	} else if !isNotFound(err) {
-		return fmt.Errorf("look up link %q: %w", name, err)
+	index, err := linkIndex(name)
+	if err != nil {
+		return err
 	}
 	live()
 	for {
@@ -135,4 +133,22 @@ func linkEvent(u netlink.LinkUpdate, name string, index *int) string {
 		return ReasonLinkRenamed
 	}
 	return ""
+}
+
+// linkIndex returns the ifindex of the link named name, 0 when there is none, on a handle with the Manager's
+// request deadline.
+func linkIndex(name string) (int, error) {
+	h, err := openHandle()
+	if err != nil {
+		return 0, err
+	}
+	defer h.Close()
+	l, err := h.LinkByName(name)
+	switch {
+	case isNotFound(err):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("look up link %q: %w", name, err)
+	}
+	return l.Attrs().Index, nil
 }

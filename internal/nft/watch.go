@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/mdlayher/netlink"
@@ -154,9 +155,12 @@ func attachFilter(nl *netlink.Conn, tables []string) (int, error) {
 	}
 }
 
-// listBaseChains dumps the chains once (no rules) and keeps the base chains of tables other than ours.
+// listBaseChains dumps the chains once (no rules) and keeps the base chains of tables other than ours. The dump
+// runs on a socket of its own, with the same deadline as every request on ours (requestTimeout).
 func listBaseChains(ours []string) (map[chainKey]chainHook, error) {
-	c, err := nftables.New()
+	c, err := nftables.New(nftables.WithSockOptions(func(nc *netlink.Conn) error {
+		return nc.SetDeadline(time.Now().Add(requestTimeout))
+	}))
 	if err != nil {
 		return nil, fmt.Errorf("open nftables reader: %w", err)
 	}

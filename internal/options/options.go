@@ -99,7 +99,7 @@ func Parse(args []string, usage io.Writer) (*Options, error) {
 	// node-cache declares this as a time.Duration and multiplies it by time.Second, so only its default works.
 	// We take both forms: a bare number is seconds ("60"), anything else a Go duration ("60s", "1m").
 	fs.Var(&r.syncInterval, "syncinterval", "period of the safety-net reconcile pass: seconds (60) or a duration (1m)")
-	fs.BoolVar(&o.SkipTeardown, "skipteardown", false, "leave the table and the interface in place on exit")
+	fs.BoolVar(&o.SkipTeardown, "skipteardown", false, "leave the interface in place on exit (the table goes with the process: the kernel deletes it with our socket)")
 	fs.StringVar(&o.MetricsListenAddress, "metrics-listen-address", DefaultMetricsListenAddress, "address of the agent's /metrics server")
 	fs.StringVar(&o.PrometheusListenAddress, "prometheus-listen-address", DefaultPrometheusListenAddress, "substituted for __PROMETHEUS__ENDPOINT__ in the Corefile")
 	fs.StringVar(&o.BaseCorefile, "basecorefile", DefaultBaseCorefile, "Corefile template (node-local-dns ConfigMap); its directory is watched")
