@@ -37,6 +37,7 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 func run(args []string, stdout, stderr io.Writer) int {
 	o, err := options.Parse(args, stderr)
 	if errors.Is(err, options.ErrHelp) {
+		writeEnvUsage(stderr)
 		return 0
 	}
 	if err != nil {
@@ -56,7 +57,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "nodelocaldns: %v\n", err)
 			return 2
 		}
-		fmt.Fprint(stdout, nft.Build(spec).String())
+		fmt.Fprint(stdout, nft.Build(spec).Text(nft.TableName))
 		printFallback(o, os.Getenv, stdout, stderr)
 		return 0
 	}

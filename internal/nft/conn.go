@@ -125,13 +125,13 @@ func (c *Conn) Apply(r *Ruleset) error {
 	c.lock()
 	defer c.mu.Unlock()
 	start := time.Now()
-	if ce := c.log.Check(zap.DebugLevel, "applying nftables table"); ce != nil {
-		ce.Write(zap.String("ruleset", r.String())) // printed only when someone reads it
-	}
 	if c.table == "" {
 		if err := c.create(); err != nil {
 			return err
 		}
+	}
+	if ce := c.log.Check(zap.DebugLevel, "applying nftables table"); ce != nil {
+		ce.Write(zap.String("ruleset", r.Text(c.table))) // printed only when someone reads it
 	}
 	t := tableNamed(c.table)
 	if err := c.queueClear(t); err != nil {

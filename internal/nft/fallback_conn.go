@@ -68,7 +68,7 @@ func (c *Conn) FallbackInSync(f *Fallback) (bool, error) {
 			return false, nil
 		}
 		for j, r := range rules {
-			if ruleKey(r.Exprs, r.UserData) != ruleKey(fc.Rules[j].exprs(), nil) {
+			if exprsKey(r.Exprs) != exprsKey(fc.Rules[j].exprs()) {
 				return false, nil
 			}
 		}

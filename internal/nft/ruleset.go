@@ -6,7 +6,7 @@ import (
 )
 
 // Ruleset is the desired content of table inet nodelocaldns: a plain value, built by [Build], printed by
-// [Ruleset.String], programmed by [Conn.Apply]. Sets and chains are listed in the order nft lists them.
+// [Ruleset.Text], programmed by [Conn.Apply]. Sets and chains are listed in the order nft lists them.
 type Ruleset struct {
 	Sets   []Set
 	Chains []Chain

@@ -6,14 +6,16 @@ import (
 	"strings"
 )
 
-// String prints the table in nft syntax: loadable with `nft -f`, and byte for byte what
-// `nft -s list table inet nodelocaldns` prints for it (-s: counters without their values). The layout,
-// including how nft wraps set elements, follows nft's own printer (src/expression.c, calculate_delim).
-func (r *Ruleset) String() string {
+// Text prints r as table inet table in nft syntax: loadable with `nft -f`, and byte for byte what
+// `nft -s list table inet <table>` prints for it (-s: counters without their values). The table is a
+// parameter because a Ruleset does not know which instance name the kernel will give it ([TableName] for the
+// first instance, `nodelocaldns-1` for a second). The layout, including how nft wraps set elements, follows
+// nft's own printer (src/expression.c, calculate_delim).
+func (r *Ruleset) Text(table string) string {
 	var b strings.Builder
 	// nft prints the owner flag, and after it the owning process as a comment on the first line
 	// ("{ # progname nodelocaldns}"), which depends on who lists: comparisons strip that comment.
-	fmt.Fprintf(&b, "table inet %s {\n\tflags owner\n", TableName)
+	fmt.Fprintf(&b, "table inet %s {\n\tflags owner\n", table)
 	sep := "\n"
 	for _, s := range r.Sets {
 		b.WriteString(sep)

@@ -93,7 +93,7 @@ func (s *Supervisor) register() error {
 // startCoreDNS starts CoreDNS from cf and waits for the `loop` directive's first probes.
 func (s *Supervisor) startCoreDNS(cf []byte) error {
 	t := time.Now()
-	dns, err := dnsserver.New(s.log.Named("dns"))
+	dns, err := dnsserver.New(s.log.Named("dns"), s.dnsOpts)
 	if err != nil {
 		return err
 	}
