@@ -42,9 +42,12 @@ func (r Rule) exprs() []expr.Any {
 	if r.Dir == DirFrom {
 		portOff = sportOffset
 	}
-	var verdict expr.Any = &expr.Notrack{}
-	if r.Verdict == VerdictAccept {
-		verdict = &expr.Verdict{Kind: expr.VerdictAccept}
+	verdict := []expr.Any{&expr.Notrack{}}
+	switch r.Verdict {
+	case VerdictAccept:
+		verdict = []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}}
+	case VerdictMarkTaken:
+		verdict = setMarkField(markTaken).exprs
 	}
 	out := []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
@@ -64,7 +67,7 @@ func (r Rule) exprs() []expr.Any {
 		}
 		out = append(out, &expr.Socket{Key: key, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{0}})
 	}
-	return append(out, &expr.Counter{}, verdict)
+	return append(append(out, &expr.Counter{}), verdict...)
 }
 
 // userData is the rule's comment in the TLV format nft reads.

@@ -19,12 +19,14 @@ import (
 // upstream, never intercepted), not kube-dns's, so a live instance that listens on the kube-dns ClusterIP but
 // not on the link-local address never answers from the wrong source.
 //
-//	prerouting  -301 pod-prerouting   a socket listens on the address: accept (the instance's own table,
-//	                                  -300, takes it from here); else mark it and rewrite daddr to upstream
+//	prerouting  -302 (instance tables' mark-prerouting: a serving instance with a listener bound to the
+//	                 address marks the query taken, gated as its notrack at -300 is)
+//	prerouting  -301 pod-prerouting   unless taken: mark it with the address's index, rewrite daddr to upstream
 //	prerouting  -150 pod-mark         copy the mark into the connection's ct mark, clear it on the packet
 //	postrouting  101 pod-reply        replies of marked connections from upstream: saddr back to the address
-//	output      -250 host-output      (type route) host-network clients: the same rewrite unless the packet
-//	                                  is untracked already (a live instance's table notracked it at -300)
+//	output      -300 (instance tables' mark-output: every registered instance marks host-network queries
+//	                 to its addresses taken)
+//	output      -250 host-output      (type route) unless taken: the same rewrite
 //	output      -150 host-mark        as pod-mark
 //	postrouting  100 host-masquerade  (type nat) the host's source is the local address itself, which every
 //	                                  node holds: masquerade it, or a kube-dns pod on another node answers
@@ -34,7 +36,14 @@ import (
 // The mark is a 3-bit field of the packet and connection mark (fallbackMarkMask) holding the address's
 // index + 1, so the reply is given back the address it was sent to; the other bits are left alone (kube-proxy
 // uses 0x4000 and 0x8000, Calico the upper 16 bits, Cilium 0x0f00). The packet's field is cleared again at
-// -150, before anything else reads marks for routing.
+// -150, before anything else reads marks for routing. Its last value, 7, is the instances' "taken" mark.
+//
+// So pods' queries go to an instance only while it serves and listens on the address, as its notrack's own
+// gate says; until then (a start-up, a reload whose `loop` check is pending, a crash) they go to kube-dns,
+// whatever the address. Host-network clients cannot be gated on a listener (on output the packet carries its
+// sender's socket), so they go to an instance from its registration on: a starting instance's own queries to
+// a local IP (the `loop` directive's probes) reach it, not kube-dns. Both marks go with the instance's owned
+// table, SIGKILL included; the fallback itself needs no socket expression.
 //
 // The table is not owned: it must outlive every instance (a crash, a pod delete, a drain). Every instance
 // keeps it in place, idempotently (each builds the same table from the union of the live instances'
@@ -91,7 +100,7 @@ func (r FallbackRule) String() string {
 }
 
 // MaxFallbackIPs is how many addresses one family's fallback can tell apart in the mark's field.
-const MaxFallbackIPs = fallbackMarkMask >> fallbackMarkShift // field values 1..7; 0 is "not ours"
+const MaxFallbackIPs = markTaken>>fallbackMarkShift - 1 // field values 1..6; 0 is "not ours", 7 "alive"
 
 // ErrFallbackIPv6 says why an IPv6 upstream gets no fallback yet: rewriting an IPv6 address needs the
 // transport checksum's pseudo-header updated (NFT_PAYLOAD_L4CSUM_PSEUDOHDR), and google/nftables v0.3.0
@@ -132,12 +141,8 @@ func BuildFallback(s FallbackSpec) *Fallback {
 	for i, ip := range f.Covered {
 		m := uint32(i+1) << fallbackMarkShift
 		for _, p := range []Proto{ProtoUDP, ProtoTCP} {
-			gate := map[Proto]Gate{ProtoUDP: GateWildcard, ProtoTCP: GateTransparent}[p]
-			podPre = append(podPre, FallbackRule{matchAddr(DirTo, ip), matchPort(p, DirTo, port), matchSocket(gate), accept()})
-		}
-		for _, p := range []Proto{ProtoUDP, ProtoTCP} {
-			podPre = append(podPre, FallbackRule{matchAddr(DirTo, ip), matchPort(p, DirTo, port), counter(), setMarkField(m), setAddr(DirTo, up)})
-			hostOut = append(hostOut, FallbackRule{matchAddr(DirTo, ip), matchPort(p, DirTo, port), notUntracked(), counter(), setMarkField(m), setAddr(DirTo, up)})
+			podPre = append(podPre, FallbackRule{matchAddr(DirTo, ip), matchPort(p, DirTo, port), notTaken(), counter(), setMarkField(m), setAddr(DirTo, up)})
+			hostOut = append(hostOut, FallbackRule{matchAddr(DirTo, ip), matchPort(p, DirTo, port), notTaken(), counter(), setMarkField(m), setAddr(DirTo, up)})
 		}
 		keep := FallbackRule{matchMarkField(m), setCtMarkField(m), clearMarkField()}
 		podMark, hostMark = append(podMark, keep), append(hostMark, keep)

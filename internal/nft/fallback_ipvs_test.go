@@ -13,7 +13,7 @@ import (
 // is the link-local address: kube-proxy holds every ClusterIP on its kube-ipvs0 interface and serves it at
 // input through an IPVS virtual service (NAT forwarding, conntrack on). With no listener, a pod's query to the
 // link-local address is rewritten to the upstream ClusterIP, taken by IPVS to kube-dns, and answered from the
-// link-local address; with a listener, it is answered locally. Needs ip_vs, which Debian's stock kernel has
+// link-local address; with an instance serving, it is answered locally. Needs ip_vs, which Debian's stock kernel has
 // (the kernel VM, `make test-kernel`) and the development kernel has not.
 func TestFallbackThroughIPVS(t *testing.T) {
 	if _, err := os.Stat("/proc/net/ip_vs"); err != nil {
@@ -54,9 +54,15 @@ func TestFallbackThroughIPVS(t *testing.T) {
 	if err := c.ApplyFallback(BuildFallback(FallbackSpec{LocalIPs: []netip.Addr{ll}, Upstream: netip.MustParseAddr(upstream), DNSPort: 53})); err != nil {
 		t.Fatalf("ApplyFallback: %v", err)
 	}
-	expect(linkLocalIP, "fallback, no listener", kubeDNSAnswer)
+	expect(linkLocalIP, "fallback, no instance", kubeDNSAnswer)
 	stop := startDNS(t, linkLocalIP, localAnswer)
-	expect(linkLocalIP, "fallback, listener bound", localAnswer)
+	if err := c.Apply(Build(Spec{LocalIPs: []netip.Addr{ll}, DNSPort: 53, HealthPort: 8080})); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	expect(linkLocalIP, "fallback, instance serving", localAnswer)
 	stop()
-	expect(linkLocalIP, "fallback, listener gone", kubeDNSAnswer)
+	if err := c.Teardown(); err != nil { // what the kernel does when the instance dies
+		t.Fatalf("Teardown: %v", err)
+	}
+	expect(linkLocalIP, "fallback, instance gone", kubeDNSAnswer)
 }

@@ -114,8 +114,9 @@ func TestFallbackOutlivesConn(t *testing.T) {
 
 // TestFallbackTraffic is the fallback with real packets: with no listener on the link-local address, a pod's
 // and a host-network client's queries to it are answered by kube-dns through a kube-proxy-like DNAT of the
-// upstream ClusterIP, from the link-local address; with a listener (and, for the host, a live instance's
-// table) they are answered locally; with the listener gone, by kube-dns again. UDP and TCP.
+// upstream ClusterIP, from the link-local address; with an instance taking them (pods': serving and
+// listening; the host's: registered) they are answered locally; with the instance gone, by kube-dns again,
+// even while the listener stays. UDP and TCP.
 func TestFallbackTraffic(t *testing.T) {
 	c := freshConn(t)
 	pn := testenv.NewPodNetwork(t)
@@ -162,10 +163,17 @@ func TestFallbackTraffic(t *testing.T) {
 		}
 	}
 	expect("no listener, no instance", kubeDNSAnswer, kubeDNSAnswer)
-	if err := c.Apply(Build(Spec{LocalIPs: []netip.Addr{ll}, DNSPort: 53, HealthPort: 8080})); err != nil {
+	spec := Spec{LocalIPs: []netip.Addr{ll}, DNSPort: 53, HealthPort: 8080}
+	if err := c.Apply(Registration(spec)); err != nil {
 		t.Fatalf("Apply: %v", err)
 	}
 	stop := startDNS(t, linkLocalIP, localAnswer)
+	// A starting instance (registered, listening, not serving yet) gets its own and the node's queries (its
+	// `loop` probes must reach it), not the pods' (its configuration is not checked yet).
+	expect("instance registered, listening", kubeDNSAnswer, localAnswer)
+	if err := c.Apply(Build(spec)); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
 	expect("instance serving", localAnswer, localAnswer)
 	stop()
 	if err := c.Teardown(); err != nil { // what the kernel does when the instance dies
@@ -173,5 +181,5 @@ func TestFallbackTraffic(t *testing.T) {
 	}
 	expect("instance gone", kubeDNSAnswer, kubeDNSAnswer)
 	startDNS(t, linkLocalIP, localAnswer)
-	expect("listener back, no instance table yet", localAnswer, kubeDNSAnswer)
+	expect("listener back, no instance table yet", kubeDNSAnswer, kubeDNSAnswer)
 }

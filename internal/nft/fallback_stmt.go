@@ -17,19 +17,18 @@ type stmt struct {
 	exprs []expr.Any
 }
 
-// The mark field (see fallback.go): bits 4-6 of the packet and connection mark.
+// The mark field (see fallback.go): bits 4-6 of the packet and connection mark. Values 1..6 name a covered
+// address; markTaken (all three bits) says an instance takes the packet (see [VerdictMarkTaken]).
 const (
 	fallbackMarkMask  = 0x70
 	fallbackMarkShift = 4
+	markTaken         = fallbackMarkMask
 )
 
 // nft's rendering of ct states and directions, and the kernel's values.
 const (
 	ctOriginal = 0 // IP_CT_DIR_ORIGINAL
 	ctReply    = 1 // IP_CT_DIR_REPLY
-	// ctStateUntracked is NF_CT_STATE_UNTRACKED_BIT: the state of a packet a notrack already took out of
-	// conntrack. Before conntrack (-200) a packet nobody notracked has no state yet, which reads as invalid.
-	ctStateUntracked = 0x40
 )
 
 const reg = 1 // NFT_REG_1, the register every statement uses in turn
@@ -105,28 +104,14 @@ func matchPort(p Proto, dir Dir, port uint16) stmt {
 	}}
 }
 
-// matchSocket is the gate `socket wildcard 0` / `socket transparent 0` (see [Gate]).
-func matchSocket(g Gate) stmt {
-	key := expr.SocketKeyWildcard
-	if g == GateTransparent {
-		key = expr.SocketKeyTransparent
-	}
-	return stmt{"socket " + string(g) + " 0", []expr.Any{
-		&expr.Socket{Key: key, Register: reg}, &expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: []byte{0}},
-	}}
-}
-
-func accept() stmt {
-	return stmt{"accept", []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}}}
-}
-
 func counter() stmt { return stmt{"counter", []expr.Any{&expr.Counter{}}} }
 
-// notUntracked is `ct state != untracked`.
-func notUntracked() stmt {
-	return stmt{"ct state != untracked", []expr.Any{
-		&expr.Ct{Key: expr.CtKeySTATE, Register: reg},
-		&expr.Cmp{Op: expr.CmpOpNeq, Register: reg, Data: u32(ctStateUntracked)},
+// notAlive is `meta mark & 0x00000070 != 0x00000070`: no live instance's table marked the packet.
+func notTaken() stmt {
+	return stmt{fmt.Sprintf("meta mark & 0x%08x != 0x%08x", fallbackMarkMask, markTaken), []expr.Any{
+		metaMarkLoad(),
+		&expr.Bitwise{SourceRegister: reg, DestRegister: reg, Len: 4, Mask: u32(fallbackMarkMask), Xor: u32(0)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: reg, Data: u32(markTaken)},
 	}}
 }
 
@@ -148,10 +133,14 @@ func maskedEq(name string, load expr.Any, v uint32) stmt {
 	}}
 }
 
-// maskedSet is `<key> set <key> & ^mask | v`, which nft prints with the mask or'ed with v.
+// maskedSet is `<key> set <key> & ^mask | v`, which nft prints with the mask or'ed with v (and without it
+// when that is all ones).
 func maskedSet(name string, load, store expr.Any, v uint32) stmt {
 	text := fmt.Sprintf("%[1]s set %[1]s & 0x%08[2]x | 0x%08[3]x", name, uint32(^uint32(fallbackMarkMask)|v), v)
-	if v == 0 {
+	switch {
+	case ^uint32(fallbackMarkMask)|v == 0xffffffff:
+		text = fmt.Sprintf("%[1]s set %[1]s | 0x%08[2]x", name, v)
+	case v == 0:
 		text = fmt.Sprintf("%[1]s set %[1]s & 0x%08[2]x", name, uint32(^uint32(fallbackMarkMask)))
 	}
 	return stmt{text, []expr.Any{

@@ -64,9 +64,11 @@ func TestBuildFallbackCovers(t *testing.T) {
 	if len(f.Covered) != MaxFallbackIPs || len(f.Skipped) != 2 {
 		t.Errorf("%d addresses: covered %d, skipped %d; want %d and 2", len(many), len(f.Covered), len(f.Skipped), MaxFallbackIPs)
 	}
-	// Each covered address has its own mark value, so each reply gets its own address back.
-	if s := f.String(); !strings.Contains(s, "== 0x00000070 ip saddr 10.96.0.11 ip saddr set 169.254.20.16") {
-		t.Errorf("the 7th address does not get mark 0x70:\n%s", s)
+	// Each covered address has its own mark value, so each reply gets its own address back; 0x70 is the
+	// instances' alive mark, never an address's.
+	if s := f.String(); !strings.Contains(s, "== 0x00000060 ip saddr 10.96.0.11 ip saddr set 169.254.20.15") ||
+		strings.Contains(s, "== 0x00000070 ip saddr") {
+		t.Errorf("the 6th address does not get mark 0x60, or an address got the alive mark:\n%s", s)
 	}
 }
 

@@ -81,7 +81,11 @@ func (r Rule) String() string {
 	if r.Gate != GateNone {
 		gate = " socket " + string(r.Gate) + " 0"
 	}
-	return fmt.Sprintf("%s %s @%s %s %s %d%s counter %s comment %q", l3, addr, set, r.Proto, port, r.Port, gate, r.Verdict, r.Comment)
+	verdict := string(r.Verdict)
+	if r.Verdict == VerdictMarkTaken {
+		verdict = setMarkField(markTaken).text
+	}
+	return fmt.Sprintf("%s %s @%s %s %s %d%s counter %s comment %q", l3, addr, set, r.Proto, port, r.Port, gate, verdict, r.Comment)
 }
 
 // priorityName is how nft lists a priority of the inet family: by the standard name within 10 of it

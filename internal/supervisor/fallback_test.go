@@ -76,7 +76,7 @@ func TestFallbackKeepsTheUnion(t *testing.T) {
 		}
 	}
 	step("first pass", addrs("169.254.20.10", "10.96.0.10"), true)
-	if !strings.Contains(k.listing, "ip daddr 169.254.20.10 udp dport 53 counter") || !strings.Contains(k.listing, "ip daddr set 10.96.0.11") {
+	if !strings.Contains(k.listing, "ip daddr 169.254.20.10 udp dport 53 meta mark & 0x00000070 != 0x00000070 counter") || !strings.Contains(k.listing, "ip daddr set 10.96.0.11") {
 		t.Fatalf("the table does not rewrite the link-local address to the upstream:\n%s", k.listing)
 	}
 	if v := failOpenLinkLocal(m); v != 1 {

@@ -58,6 +58,10 @@ type node struct {
 	links  linkManager // nil: -setupinterface=false
 	ifname string
 	spec   nft.Spec
+	// quiesce, when set, is how the last instance out lets queries already steered to it be answered before
+	// the interface goes: it must also make sure nothing of ours listens on the addresses afterwards (the
+	// link-local fallback sends queries to kube-dns only while no socket is bound to them). nil: wait drain.
+	quiesce func(drain time.Duration)
 
 	state  atomic.Int32
 	gated  atomic.Bool
@@ -269,7 +273,11 @@ func (n *node) leave(keepLink bool, drain time.Duration) (othersRemain bool, err
 		return false, errors.Join(errs...)
 	}
 	// Queries already steered to us are answered from the addresses they were sent to: give them a moment.
-	time.Sleep(drain)
+	if n.quiesce != nil {
+		n.quiesce(drain)
+	} else {
+		time.Sleep(drain)
+	}
 	if ins, err := n.reg.Instances(); err == nil && len(ins) > 0 {
 		n.log.Info("an instance registered while we drained; leaving the interface to it")
 		return true, errors.Join(errs...)

@@ -63,7 +63,7 @@ func (r *fakeReg) Apply(rs *nft.Ruleset) error {
 		t.ips = append(t.ips, s.Elements...)
 	}
 	for _, c := range rs.Chains {
-		t.serving = true
+		t.serving = t.serving || c.Name != nft.ChainMarkOutput // as Conn.Instances: the alive mark alone is no serving
 		for _, rule := range c.Rules {
 			if rule.Gate != nft.GateNone {
 				if r.refuseGate {

@@ -54,6 +54,9 @@ func (s *Supervisor) openKernel() error {
 	p := s.config.params
 	fb := newFallback(s.log, s.m, k.fallbackTable(), s.opts, p.ClusterDNSEnv, p.ClusterDNS)
 	s.reconcile = newReconciler(s.log, s.m, s.opts.InterfaceName, s.opts.SyncInterval, s.node, fb, foreign)
+	if fb.disabled == "" {
+		s.node.quiesce = s.quiesceForFallback
+	}
 	return nil
 }
 

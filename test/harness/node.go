@@ -20,9 +20,9 @@ import (
 //
 // kube-dns-upstream also has a ClusterIP, UpstreamClusterIP, for agents given it as their upstream (the link-local
 // fallback rewrites queries to it). kube-proxy's DNAT of it differs by who asks, so that answers still say who
-// served: from the node (the agent's forwards) it reaches the upstream server, as in a cluster; from a pod, or
-// from a host-network client whose query to LocalIP the fallback rewrote (its source is still LocalIP at the
-// output DNAT), it reaches kube-dns's own server.
+// served: from the node's own address (the agent's forwards, routed towards kube-dns) it reaches the upstream
+// server, as in a cluster; from a pod, or from a host-network client whose query to a local IP the fallback
+// rewrote (its source is still that local IP at the output DNAT), it reaches kube-dns's own server.
 const (
 	LocalIP           = "169.254.20.10"
 	ClusterIP         = "10.96.0.10"
@@ -47,12 +47,11 @@ var kubeProxyRuleset = fmt.Sprintf(`table ip kube-proxy {
 		type nat hook output priority -100; policy accept;
 		ip daddr %[1]s udp dport 53 dnat to %[2]s:53
 		ip daddr %[1]s tcp dport 53 dnat to %[2]s:53
-		ip saddr %[5]s ip daddr %[3]s meta l4proto { tcp, udp } th dport 53 dnat to %[2]s:53
-		ip daddr %[3]s udp dport 53 dnat to %[4]s:53
-		ip daddr %[3]s tcp dport 53 dnat to %[4]s:53
+		ip saddr %[5]s ip daddr %[3]s meta l4proto { tcp, udp } th dport 53 dnat to %[4]s:53
+		ip daddr %[3]s meta l4proto { tcp, udp } th dport 53 dnat to %[2]s:53
 	}
 }
-`, ClusterIP, testenv.KubeDNSAddr, UpstreamClusterIP, UpstreamAddr, LocalIP)
+`, ClusterIP, testenv.KubeDNSAddr, UpstreamClusterIP, UpstreamAddr, testenv.KubeDNSHost)
 
 // Node is the fixture around the agents: the pod network, kube-proxy's DNAT, the two kube-dns servers.
 type Node struct {
@@ -75,7 +74,7 @@ func NewNode(t testing.TB) *Node {
 		n.Upstream = StartUpstream(t, UpstreamAddr+":53", AnswerAgent)
 	})
 	// Every node routes the Service range; here towards kube-dns (the DNAT decides where a query really goes).
-	testenv.Run(t, "ip", "route", "add", "10.96.0.0/16", "via", testenv.KubeDNSAddr)
+	testenv.Run(t, "ip", "route", "replace", "10.96.0.0/16", "via", testenv.KubeDNSAddr)
 	ApplyKubeProxy(t)
 	t.Cleanup(func() { _ = exec.Command("nft", "delete", "table", "ip", "kube-proxy").Run() })
 	return n
