@@ -62,9 +62,9 @@ const (
 
 // Chain priorities (nft's named priorities for the inet family).
 const (
-	priorityRaw    = -300 // before conntrack (-200), so notrack takes effect
+	priorityRaw = -300 // before conntrack (-200), so notrack takes effect
 	// priorityMark is before the fallback's rewrite (-301), which leaves what an instance marked alone.
-	priorityMark = -302
+	priorityMark   = -302
 	priorityMangle = -150 // after conntrack: the connection exists, its mark can be set
 	priorityFilter = 0
 	prioritySrcNAT = 100
