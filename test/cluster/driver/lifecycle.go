@@ -161,7 +161,7 @@ func lifecycleCases(ctx context.Context, c *cluster, r *results) {
 	var res map[string]loadResult
 	var took time.Duration
 	if err == nil {
-		res, took, err = underLoad(ctx, c, 40*time.Second, loads, func() error {
+		res, took, err = underLoad(ctx, c, 25*time.Second, loads, func() error {
 			if _, err := c.kubectl(ctx, "-n", "kube-system", "delete", "pod", before.pod, "--wait=false"); err != nil {
 				return err
 			}
@@ -182,7 +182,7 @@ func lifecycleCases(ctx context.Context, c *cluster, r *results) {
 	// SIGKILL of the container through the runtime: no shutdown at all; the kubelet restarts the container.
 	before, err = currentAgent(ctx, c, c.local)
 	if err == nil {
-		res, took, err = underLoad(ctx, c, 40*time.Second, loads, func() error {
+		res, took, err = underLoad(ctx, c, 25*time.Second, loads, func() error {
 			if _, err := c.local.ctr(ctx, "tasks", "kill", "-s", "SIGKILL", before.containerID); err != nil {
 				return err
 			}
@@ -212,11 +212,11 @@ func lifecycleCases(ctx context.Context, c *cluster, r *results) {
 // rollout), while a client on each node asks both addresses: no query may be lost on either.
 func rolloutCase(ctx context.Context, c *cluster, r *results) {
 	loads := []load{podLoad("dns-client"), podLoad("dns-client-2")}
-	res, took, err := underLoad(ctx, c, 70*time.Second, loads, func() error {
+	res, took, err := underLoad(ctx, c, 45*time.Second, loads, func() error {
 		if _, err := c.kubectl(ctx, "-n", "kube-system", "rollout", "restart", "ds/node-local-dns"); err != nil {
 			return err
 		}
-		_, err := c.kubectl(ctx, "-n", "kube-system", "rollout", "status", "ds/node-local-dns", "--timeout=60s")
+		_, err := c.kubectl(ctx, "-n", "kube-system", "rollout", "status", "ds/node-local-dns", "--timeout=38s")
 		return err
 	})
 	if err != nil {

@@ -38,7 +38,7 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "driver:", err)
 		return 2
 	}
-	fmt.Printf("link-local fallback in this build: %v (%s)\n", fallback, fallbackEvidence)
+	fmt.Printf("link-local fallback in this build: %v (the evidence: %s)\n", fallback, fallbackEvidence)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
