@@ -80,12 +80,14 @@ func runMode(ctx context.Context, cfg config, mode, state string, fallback bool)
 	}
 	c := newCluster(cfg, mode, state)
 	c.fallback = fallback
+	modeStart := time.Now()
 	defer func() {
 		start := time.Now()
 		if err := c.down(); err != nil {
 			fmt.Printf("   warning: cluster down: %v\n", err)
 		}
 		r.figure("cluster teardown", "%.1f s", time.Since(start).Seconds())
+		r.figure("whole mode (cluster up to torn down)", "%.0f s", time.Since(modeStart).Seconds())
 	}()
 	start := time.Now()
 	if err := c.up(ctx); err != nil {
