@@ -20,6 +20,22 @@ type cluster struct {
 	local, remote *node
 	// fallback: the image has the link-local fallback (fallback.go); the cases that need it are skipped otherwise.
 	fallback bool
+	// nextPort is the next source port sourcePorts hands out.
+	nextPort int
+}
+
+// firstSourcePort starts the source ports of the queries whose flows a case looks up in the conntrack table: in
+// the ephemeral range, far from where Linux starts it (32768), and never handed out twice on one cluster.
+const firstSourcePort = 45000
+
+// sourcePorts reserves n consecutive source ports for one query's tries and returns the first.
+func (c *cluster) sourcePorts(n int) int {
+	if c.nextPort == 0 {
+		c.nextPort = firstSourcePort
+	}
+	p := c.nextPort
+	c.nextPort += n
+	return p
 }
 
 func (c *cluster) nodes() []*node { return []*node{c.local, c.remote} }

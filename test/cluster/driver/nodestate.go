@@ -126,20 +126,39 @@ func ourLinks(ctx context.Context, n *node) ([]string, error) {
 	return links, nil
 }
 
-// conntrackDNS counts conntrack entries for DNS (port 53, UDP and TCP) to dst.
-func conntrackDNS(ctx context.Context, n *node, dst string) (int, error) {
-	total := 0
+// conntrackDNS lists the conntrack entries for DNS (port 53, UDP and TCP) to dst.
+func conntrackDNS(ctx context.Context, n *node, dst string) ([]string, error) {
+	var found []string
 	for _, proto := range []string{"udp", "tcp"} {
 		out, err := n.sh(ctx, "conntrack", "-L", "-p", proto, "--orig-dst", dst, "--orig-port-dst", "53")
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
-		total += strings.Count(strings.TrimSpace(out), "\n")
-		if strings.TrimSpace(out) != "" {
-			total++
+		for _, l := range strings.Split(out, "\n") {
+			if l = strings.TrimSpace(l); l != "" {
+				found = append(found, l)
+			}
 		}
 	}
-	return total, nil
+	return found, nil
+}
+
+// fromPorts splits conntrack entries into those whose original source port is one of sports (the flows of the
+// queries sent from those ports) and the others.
+func fromPorts(entries []string, sports []int) (ours, others []string) {
+	from := map[string]bool{}
+	for _, p := range sports {
+		from[strconv.Itoa(p)] = true
+	}
+	for _, e := range entries {
+		// The first sport= is the original direction's.
+		if _, rest, ok := strings.Cut(e, " sport="); ok && from[strings.Fields(rest)[0]] {
+			ours = append(ours, e)
+		} else {
+			others = append(others, e)
+		}
+	}
+	return ours, others
 }
 
 // flushConntrackDNS deletes the conntrack entries for DNS to dst, so that a count after it sees only newer flows.

@@ -2,7 +2,7 @@
 //
 //	dnsq pause                          pod sandbox: block until SIGTERM, reap children (the pause image)
 //	dnsq sleep                          same, as the client pod's main process
-//	dnsq q [-tcp] [-type T] [-server S] NAME
+//	dnsq q [-tcp] [-type T] [-server S] [-sport P] NAME
 //	                                    one query (dig-like), prints the rcode and each answer record
 //	dnsq lookup NAME                    resolve through /etc/resolv.conf as an application would (search, ndots)
 //	dnsq cat FILE                       print a file (the images have no shell)
