@@ -61,12 +61,13 @@ func checkFallbackStays(ctx context.Context, c *cluster) error {
 	return nil
 }
 
-// teardownRemovesFallback runs `nodelocaldns -teardown` on each node, as the docs tell an operator to after an
-// uninstall, and checks that it removed the fallback table and left kube-proxy's tables as they were.
+// teardownRemovesFallback runs on each node the command docs/failure-model.md gives for removing the fallback
+// after `kubectl delete -k` (`nodelocaldns -teardown -localip <the same -localip>`), and checks that it removed
+// the table and left kube-proxy's tables as they were.
 func teardownRemovesFallback(ctx context.Context, c *cluster, before string) error {
 	var problems []string
 	for _, n := range c.nodes() {
-		if out, err := n.sh(ctx, c.cfg.agent, "-teardown"); err != nil {
+		if out, err := n.sh(ctx, c.cfg.agent, "-teardown", "-localip", localDNSIP+","+kubeDNSIP); err != nil {
 			problems = append(problems, fmt.Sprintf("%s: -teardown: %v\n%s", n.name, err, out))
 			continue
 		}
