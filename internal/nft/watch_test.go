@@ -21,8 +21,15 @@ func startWatch(t *testing.T, trigger func(string), opts ...WatchOption) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	subscribed := make(chan struct{}, 8)
-	opts = append(opts, OnSubscribed(func() { subscribed <- struct{}{} }))
+	subscribed := make(chan struct{}, 1)
+	opts = append(opts, OnSubscribed(func() {
+		// Only the first is waited for; a blocking send would stall Watch, out of reach of cancel, after a
+		// few resubscriptions.
+		select {
+		case subscribed <- struct{}{}:
+		default:
+		}
+	}))
 	go func() { done <- Watch(ctx, zaptest.NewLogger(t), trigger, opts...) }()
 	t.Cleanup(func() {
 		cancel()
@@ -142,26 +149,33 @@ func TestWatchResubscribesAfterOverrun(t *testing.T) {
 		once.Do(func() { <-release }) // stall the reader so the tiny socket buffer overflows
 	}
 	startWatch(t, trigger, WithReadBuffer(4096))
+	// Registered after startWatch's cleanup, so it runs first: a test that fails while Watch is stuck in
+	// trigger must not leave it there, out of reach of cancel.
+	unblock := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(unblock)
 	testenv.Run(t, "nft", "delete", "table", "ip", "sentinel") // first trigger; Watch now blocks in it
 	for i := range 50 {
 		testenv.Run(t, "nft", "add", "table", "ip", fmt.Sprintf("t%d", i))
 	}
-	close(release)
+	unblock()
+	waitReason(t, reasons, nlwatch.ReasonOverrun, "no overrun trigger after overflowing a 4 KiB socket buffer")
+	// And it keeps watching on the new socket.
+	testenv.Run(t, "nft", "delete", "table", "ip", "t0")
+	waitReason(t, reasons, "delete table ip t0", "no trigger for a table deleted after resubscribing")
+}
+
+// waitReason skips reasons until one contains want, and fails with msg if none does within 5s.
+func waitReason(t *testing.T, reasons <-chan string, want, msg string) {
+	t.Helper()
 	deadline := time.After(5 * time.Second)
 	for {
 		select {
 		case r := <-reasons:
-			if r == nlwatch.ReasonOverrun {
-				// And it keeps watching on the new socket.
-				testenv.Run(t, "nft", "delete", "table", "ip", "t0")
-				for r := range reasons {
-					if strings.Contains(r, "delete table ip t0") {
-						return
-					}
-				}
+			if strings.Contains(r, want) {
+				return
 			}
 		case <-deadline:
-			t.Fatal("no overrun trigger after overflowing a 4 KiB socket buffer")
+			t.Fatal(msg)
 		}
 	}
 }
