@@ -17,8 +17,6 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/test/harness"
 )
 
-func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
-
 // Conventions. The agent listens on localIP and dnsServer (the interface it creates lives in this package's
 // throwaway namespace). Every upstream is a harness.Upstream on its own loopback address that answers every A
 // query with its own 192.0.2.x address, so an answer names the server it came from. Each test uses its own

@@ -17,8 +17,6 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/test/harness"
 )
 
-func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
-
 // Conventions: harness.NewNode's node, where the agent runs, with a pod and kube-dns hanging off it by veth; the
 // pod queries harness.ClusterIP:53 and harness.LocalIP:53, and each answer says who served it.
 const queryTimeout = 2 * time.Second

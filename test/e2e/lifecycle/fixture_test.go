@@ -14,8 +14,6 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/test/harness"
 )
 
-func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
-
 // Conventions: harness.NewNode's node (the test's own throwaway namespace, where the agent runs and creates its
 // interface ifname holding harness.LocalIP and harness.ClusterIP), with a pod and kube-dns hanging off it by
 // veth; the pod sends the load to both addresses.

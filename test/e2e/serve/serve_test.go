@@ -20,8 +20,6 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/test/harness"
 )
 
-func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
-
 const listen = "127.0.0.10:53"
 
 // startAgent starts the agent with the kube-dns ConfigMap kubeDNS and extra environment env.
