@@ -113,39 +113,41 @@ step "ipvs: the IPVS overlay's flags, kube-dns behind an IPVS service; after SIG
 # takes kube-dns-upstream's ClusterIP to kube-dns. kube-dns is our own binary in a namespace of its own, serving
 # a fixed answer; a pod namespace sends the queries a pod would.
 upstream=10.96.0.11
-ip netns add kdns
-ip netns add pod
-ip link add kdns0 type veth peer name eth0 netns kdns
-ip link add pod0 type veth peer name eth0 netns pod
-ip addr add 198.51.100.1/24 dev kdns0
-ip link set kdns0 up
-ip addr add 192.0.2.1/24 dev pod0
-ip link set pod0 up
+# busybox sh runs its own applets before PATH (its ip has no netns): iproute2's ip by its path.
+iproute=/usr/sbin/ip
+$iproute netns add kdns
+$iproute netns add pod
+$iproute link add kdns0 type veth peer name eth0 netns kdns
+$iproute link add pod0 type veth peer name eth0 netns pod
+$iproute addr add 198.51.100.1/24 dev kdns0
+$iproute link set kdns0 up
+$iproute addr add 192.0.2.1/24 dev pod0
+$iproute link set pod0 up
 for ns in kdns pod; do
-	ip -n "$ns" link set lo up
-	ip -n "$ns" link set eth0 up
+	$iproute -n "$ns" link set lo up
+	$iproute -n "$ns" link set eth0 up
 done
-ip -n kdns addr add 198.51.100.2/24 dev eth0
-ip -n kdns route add default via 198.51.100.1
-ip -n pod addr add 192.0.2.2/24 dev eth0
-ip -n pod route add default via 192.0.2.1
+$iproute -n kdns addr add 198.51.100.2/24 dev eth0
+$iproute -n kdns route add default via 198.51.100.1
+$iproute -n pod addr add 192.0.2.2/24 dev eth0
+$iproute -n pod route add default via 192.0.2.1
 echo 1 >/proc/sys/net/ipv4/ip_forward
 echo 1 >/proc/sys/net/ipv4/vs/conntrack
-ip link add kube-ipvs0 type dummy
-ip addr add "$upstream/32" dev kube-ipvs0
+$iproute link add kube-ipvs0 type dummy
+$iproute addr add "$upstream/32" dev kube-ipvs0
 for proto in -u -t; do
 	ipvsadm -A "$proto" "$upstream:53" -s rr
 	ipvsadm -a "$proto" "$upstream:53" -r 198.51.100.2:53 -m
 done
 mkdir -p "$work/kdns"
 printf '.:53 {\n    bind 198.51.100.2\n    hosts {\n        192.0.2.99 smoke.test\n    }\n}\n' >"$work/kdns/Corefile.base"
-ip netns exec kdns "$bin" -localip 198.51.100.2 -setupinterface=false -setupiptables=false \
+$iproute netns exec kdns "$bin" -localip 198.51.100.2 -setupinterface=false -setupiptables=false \
 	-basecorefile "$work/kdns/Corefile.base" -kubednscm "$work/kube-dns" -conf "$work/kdns/Corefile" \
 	-metrics-listen-address 127.0.0.1:9399 >"$work/kdns.log" 2>&1 &
 kdns=$!
 # first_a SERVER [DIG OPTIONS]: the A record of smoke.test, asked of SERVER from here.
 first_a() { s=$1; shift; dig +short +tries=1 +timeout=2 @"$s" smoke.test A "$@" 2>/dev/null | grep -x '[0-9.]*'; }
-pod_answer() { ip netns exec pod dig +short +tries=1 +timeout=2 @"$ip4" smoke.test A "$@" 2>/dev/null | grep -x '[0-9.]*'; }
+pod_answer() { $iproute netns exec pod dig +short +tries=1 +timeout=2 @"$ip4" smoke.test A "$@" 2>/dev/null | grep -x '[0-9.]*'; }
 # until SECONDS WANT COMMAND...: until COMMAND prints WANT.
 until_answer() {
 	i=0 secs=$1 want=$2
