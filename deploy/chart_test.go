@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -212,4 +213,46 @@ func yamlFilesIn(t *testing.T, dir string) []string {
 	}
 	sort.Strings(files)
 	return files
+}
+
+// TestChartSchemaMatchesValues: values.schema.json, which refuses unknown keys by name, knows exactly the keys
+// values.yaml documents, at every level it closes; a key added to one and not the other fails here.
+func TestChartSchemaMatchesValues(t *testing.T) {
+	var values map[string]any
+	var schema map[string]any
+	for p, into := range map[string]any{chartDir + "/values.yaml": &values, chartDir + "/values.schema.json": &schema} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := yaml.Unmarshal(b, into); err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+	}
+	var walk func(path string, v map[string]any, s map[string]any)
+	walk = func(path string, v map[string]any, s map[string]any) {
+		props, closed := s["properties"].(map[string]any)
+		if !closed || s["additionalProperties"] != false {
+			return
+		}
+		for k := range v {
+			if _, ok := props[k]; !ok {
+				t.Errorf("values.yaml %s%s is not in values.schema.json: the schema would refuse it", path, k)
+			}
+		}
+		for k, ps := range props {
+			vv, ok := v[k]
+			if !ok {
+				t.Errorf("values.schema.json %s%s is not documented in values.yaml", path, k)
+				continue
+			}
+			if vm, ok := vv.(map[string]any); ok {
+				walk(path+k+".", vm, ps.(map[string]any))
+			}
+		}
+	}
+	if schema["additionalProperties"] != false {
+		t.Fatal("values.schema.json does not refuse unknown top-level keys")
+	}
+	walk("", values, schema)
 }
