@@ -7,7 +7,7 @@ export GOFLAGS ?= -buildvcs=false
 # One build configuration for the binary, the tests and the image: static, and one build cache.
 export CGO_ENABLED = 0
 
-.PHONY: all build deps test test-unit demo bench bench-nft bench-reconcile bench-configmap bench-serve clean
+.PHONY: all build deps test test-unit test-race demo bench bench-nft bench-reconcile bench-configmap bench-serve clean
 
 all: build
 
@@ -30,7 +30,22 @@ test: deps
 	@status=0; NODELOCALDNS_TEST_REPORTS=$(REPORTS) $(GO) test -json -count=1 -timeout 20m ./... 2>&1 | out/testsummary || status=1; \
 	for f in $(REPORTS)/*.txt; do [ -f "$$f" ] && { echo; echo "== $$(basename $$f .txt)"; cat "$$f"; }; done; \
 	exit $$status
+	$(MAKE) --no-print-directory test-race
 	$(MAKE) --no-print-directory test-kernel-if-possible
+
+# The race detector, as root: the unit tests, then the real binary built with -race (NODELOCALDNS_TEST_RACE=1:
+# the harness builds it so, and fails a test whose agent's stderr holds a race report) through one walk of start,
+# serve, reload, surge and stop, and the ConfigMap reload tests. A short pass of its own: the whole end-to-end
+# suite is too slow under -race. The race runtime needs cgo, so this step alone turns it on.
+RACE_UNIT := ./cmd/... ./internal/... ./deploy/... ./scripts/... ./test/harness/
+RACE_E2E  := TestStartServeReloadSurgeStop|TestBaseCorefileUpdate|TestReloadWithSignal|TestNoFailureDuringReloads|TestHealthFailsWhileDNSDoesNotAnswer
+test-race:
+	$(GO) build -o out/testsummary ./scripts/testsummary
+	@status=0; \
+	CGO_ENABLED=1 $(GO) test -race -json -count=1 -timeout 10m $(RACE_UNIT) 2>&1 | out/testsummary || status=1; \
+	CGO_ENABLED=1 NODELOCALDNS_TEST_RACE=1 $(GO) test -race -json -count=1 -timeout 10m -run '^($(RACE_E2E))$$' \
+		./test/e2e/lifecycle/ ./test/e2e/configmap/ 2>&1 | out/testsummary || status=1; \
+	exit $$status
 
 test-unit:
 	$(GO) test -count=1 ./...

@@ -65,7 +65,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	defer log.Sync()
 	if o.Mode == options.ModeTeardown {
-		return teardown(o, log)
+		return teardown(o, log, supervisor.Teardown)
 	}
 	t := tune(os.Getenv, os.ReadFile)
 	logTuning(log, t)
@@ -102,10 +102,11 @@ func serve(o *options.Options, log *zap.Logger, t tuning) int {
 	return 0
 }
 
-// teardown is `-teardown`: the same leaving sequence as a stopping instance (supervisor.Teardown).
-func teardown(o *options.Options, log *zap.Logger) int {
-	if err := supervisor.Teardown(o, log); err != nil {
-		log.Error("teardown", zap.Error(err))
+// teardown is `-teardown`: the same leaving sequence as a stopping instance (supervisor.Teardown). It exits 1
+// when something it should have removed is left, and the log line names it.
+func teardown(o *options.Options, log *zap.Logger, leave func(*options.Options, *zap.Logger) error) int {
+	if err := leave(o, log); err != nil {
+		log.Error("teardown failed", zap.Error(err))
 		return 1
 	}
 	return 0

@@ -37,15 +37,19 @@ func TestVMDummyEnsureAndRepair(t *testing.T) {
 	wantKernelState(t, m, KindDummy)
 
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	repaired := make(chan time.Time, 16)
+	watching := make(chan struct{})
 	go func() {
+		defer close(watching)
 		_ = Watch(ctx, zaptest.NewLogger(t), s.Name, func(string) {
 			if changes, err := m.Ensure(s); err == nil && len(changes) > 0 {
 				repaired <- time.Now()
 			}
 		})
 	}()
+	// Watch calls trigger on its own goroutine, so once it has returned no Ensure pass is in flight.
+	stopWatch := func() { cancel(); <-watching }
+	defer stopWatch()
 	// Let the subscriptions come up: poll by deleting until a repair is seen (the first delete may race them).
 	deadline := time.Now().Add(6 * triggerLatency())
 	for {
@@ -53,7 +57,7 @@ func TestVMDummyEnsureAndRepair(t *testing.T) {
 		ip(t, "link", "del", s.Name)
 		select {
 		case at := <-repaired:
-			time.Sleep(50 * time.Millisecond) // let the pass triggered by our own create settle
+			stopWatch() // the pass our own create triggers must not change the link under the checks below
 			t.Logf("dummy link deleted -> repaired after %v", at.Sub(start))
 			wantKernelState(t, m, KindDummy)
 			return

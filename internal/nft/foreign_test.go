@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
 var handleNum = regexp.MustCompile(`handle \d+: `)
@@ -17,7 +19,7 @@ func TestForeignDrops(t *testing.T) {
 	if err := c.Apply(Build(goldenCases[0].spec)); err != nil {
 		t.Fatal(err)
 	}
-	nftStdin(t, `
+	testenv.NftApply(t, `
 table inet nodelocaldns-2 {
 	chain input { type filter hook input priority 0; policy drop; udp dport 53 drop; }
 }
@@ -41,8 +43,8 @@ table ip post {
 	chain p { type nat hook postrouting priority 100; policy accept; udp dport 53 drop; }
 }
 `)
-	sh(t, "iptables", "-A", "INPUT", "-p", "udp", "--dport", "53", "-j", "REJECT")
-	sh(t, "iptables", "-A", "OUTPUT", "-p", "tcp", "--dport", "80", "-j", "DROP")
+	testenv.Run(t, "iptables", "-A", "INPUT", "-p", "udp", "--dport", "53", "-j", "REJECT")
+	testenv.Run(t, "iptables", "-A", "OUTPUT", "-p", "tcp", "--dport", "80", "-j", "DROP")
 	got, err := c.ForeignDrops(TableName, "nodelocaldns-2")
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +84,7 @@ func TestTableCountersReadsOnlyTheNamedTable(t *testing.T) {
 	if err := c.Apply(Build(goldenCases[0].spec)); err != nil {
 		t.Fatal(err)
 	}
-	nftStdin(t, "add table inet nodelocaldns-5\nadd chain inet nodelocaldns-5 filter-input\n"+
+	testenv.NftApply(t, "add table inet nodelocaldns-5\nadd chain inet nodelocaldns-5 filter-input\n"+
 		"add rule inet nodelocaldns-5 filter-input counter accept comment \"other instance\"\n")
 	got, err := c.TableCounters("nodelocaldns-5", ourChains...)
 	if err != nil || len(got) != 1 || got[0].Comment != "other instance" || got[0].Chain != ChainFilterInput {

@@ -3,10 +3,10 @@ package nft
 import (
 	"net"
 	"net/netip"
-	"os"
 	"testing"
 
 	"github.com/miekg/dns"
+	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
 // The IPv6 side of the test network of netns_test.go.
@@ -22,38 +22,13 @@ const (
 // the test ends).
 func startDNS(t *testing.T, ip, answer string) (stop func()) {
 	t.Helper()
-	handler := dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
+	_, stop = testenv.ServeDNS(t, net.JoinHostPort(ip, "53"), dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
 		m := new(dns.Msg)
 		m.SetReply(q)
 		rr, _ := dns.NewRR(q.Question[0].Name + " 5 IN A " + answer)
 		m.Answer = append(m.Answer, rr)
 		_ = w.WriteMsg(m)
-	})
-	pc, err := net.ListenPacket("udp", net.JoinHostPort(ip, "53"))
-	if err != nil {
-		t.Fatalf("listen udp %s: %v", ip, err)
-	}
-	l, err := net.Listen("tcp", net.JoinHostPort(ip, "53"))
-	if err != nil {
-		t.Fatalf("listen tcp %s: %v", ip, err)
-	}
-	servers := []*dns.Server{{PacketConn: pc, Handler: handler}, {Listener: l, Handler: handler}}
-	for _, s := range servers {
-		go func() { _ = s.ActivateAndServe() }()
-	}
-	stopped := false
-	stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		for _, s := range servers {
-			_ = s.Shutdown()
-		}
-		pc.Close()
-		l.Close()
-	}
-	t.Cleanup(stop)
+	}))
 	return stop
 }
 
@@ -63,31 +38,26 @@ func startDNS(t *testing.T, ip, answer string) (stop func()) {
 // IPv6, with our table in place all along.
 func TestGateFailsOpen(t *testing.T) {
 	c := freshConn(t)
-	pod, podLink := netNS(t, "pod", nodePodSide, podIP)
-	kdns, kdnsLink := netNS(t, "kdns", nodeKdnsSide, kubeDNSPodIP)
-	for _, f := range []string{"/proc/sys/net/ipv4/ip_forward", "/proc/sys/net/ipv6/conf/all/forwarding"} {
-		if err := os.WriteFile(f, []byte("1"), 0o644); err != nil {
-			t.Fatalf("enable forwarding: %v", err)
-		}
-	}
+	pn := testenv.NewPodNetwork(t)
+	pod, kdns := pn.Pod, pn.KubeDNS
 	for _, cmd := range [][]string{
-		{"ip", "addr", "add", nodePodSide6 + "/64", "dev", podLink, "nodad"},
-		{"ip", "addr", "add", nodeKdnsSide6 + "/64", "dev", kdnsLink, "nodad"},
-		{"ip", "netns", "exec", pod, "ip", "addr", "add", podIP6 + "/64", "dev", "eth0", "nodad"},
-		{"ip", "netns", "exec", pod, "ip", "-6", "route", "add", "default", "via", nodePodSide6},
-		{"ip", "netns", "exec", kdns, "ip", "addr", "add", kubeDNSPodIP6 + "/64", "dev", "eth0", "nodad"},
-		{"ip", "netns", "exec", kdns, "ip", "-6", "route", "add", "default", "via", nodeKdnsSide6},
-		{"ip", "addr", "add", clusterIP + "/32", "dev", podLink},
-		{"ip", "addr", "add", clusterIP6 + "/128", "dev", podLink, "nodad"},
+		{"ip", "addr", "add", nodePodSide6 + "/64", "dev", pod.HostIf, "nodad"},
+		{"ip", "addr", "add", nodeKdnsSide6 + "/64", "dev", kdns.HostIf, "nodad"},
+		{"ip", "netns", "exec", pod.Name, "ip", "addr", "add", podIP6 + "/64", "dev", "eth0", "nodad"},
+		{"ip", "netns", "exec", pod.Name, "ip", "-6", "route", "add", "default", "via", nodePodSide6},
+		{"ip", "netns", "exec", kdns.Name, "ip", "addr", "add", kubeDNSPodIP6 + "/64", "dev", "eth0", "nodad"},
+		{"ip", "netns", "exec", kdns.Name, "ip", "-6", "route", "add", "default", "via", nodeKdnsSide6},
+		{"ip", "addr", "add", clusterIP + "/32", "dev", pod.HostIf},
+		{"ip", "addr", "add", clusterIP6 + "/128", "dev", pod.HostIf, "nodad"},
 	} {
-		sh(t, cmd[0], cmd[1:]...)
+		testenv.Run(t, cmd[0], cmd[1:]...)
 	}
-	inNetNS(t, kdns, func() {
+	kdns.Do(t, func() {
 		startDNS(t, kubeDNSPodIP, kubeDNSAnswer)
 		startDNS(t, kubeDNSPodIP6, kubeDNSAnswer)
 	})
 	activateConntrack(t)
-	nftStdin(t, `table inet kube-proxy {
+	testenv.NftApply(t, `table inet kube-proxy {
 	chain nat-prerouting {
 		type nat hook prerouting priority dstnat; policy accept;
 		ip daddr `+clusterIP+` meta l4proto { tcp, udp } th dport 53 dnat ip to `+kubeDNSPodIP+`:53
@@ -110,7 +80,7 @@ func TestGateFailsOpen(t *testing.T) {
 		}
 		expect("no listener", kubeDNSAnswer)
 		stop := startDNS(t, ip, localAnswer)
-		sh(t, "conntrack", "-F") // the DNATed queries above left entries; only new ones count
+		testenv.Run(t, "conntrack", "-F") // the DNATed queries above left entries; only new ones count
 		expect("listener bound to the address", localAnswer)
 		if e := conntrackEntries(t, ip); len(e) != 0 {
 			t.Errorf("queries to a listening %s were tracked:\n%v", ip, e)

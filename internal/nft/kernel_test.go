@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
 // progname is the comment nft adds after an owned table's name: the owning process, which depends on who runs
@@ -14,7 +16,7 @@ var progname = regexp.MustCompile(` # progname \S+`)
 // listOwn lists table inet name as nft -s prints it, without the progname comment.
 func listOwn(t *testing.T, name string) string {
 	t.Helper()
-	return progname.ReplaceAllString(sh(t, "nft", "-s", "list", "table", "inet", name), "")
+	return progname.ReplaceAllString(testenv.Run(t, "nft", "-s", "list", "table", "inet", name), "")
 }
 
 func TestApplyListsAsGolden(t *testing.T) {
@@ -44,7 +46,7 @@ func TestApplyIsIdempotent(t *testing.T) {
 			t.Fatalf("Apply: %v", err)
 		}
 	}
-	listing := sh(t, "nft", "-s", "list", "ruleset")
+	listing := testenv.Run(t, "nft", "-s", "list", "ruleset")
 	if n := strings.Count(listing, "table inet "+TableName); n != 1 {
 		t.Errorf("%d copies of the table after three applies:\n%s", n, listing)
 	}
@@ -55,7 +57,7 @@ func TestApplyIsIdempotent(t *testing.T) {
 
 func TestTeardown(t *testing.T) {
 	c := freshConn(t)
-	sh(t, "nft", "add", "table", "inet", "filter") // a neighbour that must survive
+	testenv.Run(t, "nft", "add", "table", "inet", "filter") // a neighbour that must survive
 	if err := c.Apply(Build(goldenCases[0].spec)); err != nil {
 		t.Fatalf("Apply: %v", err)
 	}
@@ -64,7 +66,7 @@ func TestTeardown(t *testing.T) {
 			t.Fatalf("Teardown #%d: %v", i+1, err)
 		}
 	}
-	listing := sh(t, "nft", "list", "ruleset")
+	listing := testenv.Run(t, "nft", "list", "ruleset")
 	if strings.Contains(listing, TableName) {
 		t.Errorf("table still listed after Teardown:\n%s", listing)
 	}
@@ -93,7 +95,7 @@ func TestCountersAndForeignDrop(t *testing.T) {
 	if len(counters) != 24 {
 		t.Errorf("got %d counters, want 24: %v", len(counters), counters)
 	}
-	sh(t, "ip", "addr", "add", "169.254.20.10/32", "dev", "lo")
+	testenv.Run(t, "ip", "addr", "add", "169.254.20.10/32", "dev", "lo")
 	// One UDP datagram to the local IP: counted by the host-network query rule (raw-output) and by the
 	// filter-input accept rule on the way in over lo.
 	if out, err := exec.Command("dig", "+tries=1", "+time=1", "@169.254.20.10", "example.").CombinedOutput(); err == nil {
@@ -122,7 +124,7 @@ func TestCountersAndForeignDrop(t *testing.T) {
 	if got, err := c.ForeignDrops(c.Table()); err != nil || got != nil {
 		t.Errorf("ForeignDrops with only our table = %v, %v", got, err)
 	}
-	nftStdin(t, `
+	testenv.NftApply(t, `
 table inet filter {
 	chain input { type filter hook input priority 0; policy drop; }
 	chain pass-through { type filter hook forward priority 0; policy drop; }
@@ -132,7 +134,7 @@ table ip other {
 	chain inbound { type filter hook input priority 0; policy accept; }
 }
 `)
-	sh(t, "iptables", "-P", "INPUT", "DROP")
+	testenv.Run(t, "iptables", "-P", "INPUT", "DROP")
 	drops, err := c.ForeignDrops(c.Table())
 	if err != nil {
 		t.Fatalf("ForeignDrops: %v", err)

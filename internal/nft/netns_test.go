@@ -1,29 +1,22 @@
 package nft
 
 import (
-	"fmt"
-	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/vishvananda/netns"
+	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
-// Test network (all inside namespaces the test creates; the test process itself already runs in a
-// throwaway namespace, here called "node"):
+// Test network: testenv's pod network (the test process itself runs in a throwaway namespace, the "node"), with
+// the listen IPs on the node's end of the pod's veth:
 //
 //	pod ns   192.0.2.2/24  --veth--  192.0.2.1/24 node (+ 169.254.20.10/32, 10.96.0.10/32 on the same end)
 //	kdns ns  198.51.100.2/24 --veth-- 198.51.100.1/24 node
-//
-// The node forwards between the two, as a Kubernetes node does between pods.
 const (
-	nodePodSide  = "192.0.2.1"
-	podIP        = "192.0.2.2"
-	nodeKdnsSide = "198.51.100.1"
-	kubeDNSPodIP = "198.51.100.2"
+	nodePodSide  = testenv.PodHost
+	podIP        = testenv.PodAddr
+	kubeDNSPodIP = testenv.KubeDNSAddr
 	linkLocalIP  = "169.254.20.10"
 	clusterIP    = "10.96.0.10"
 
@@ -31,57 +24,11 @@ const (
 	kubeDNSAnswer = "198.51.100.53" // what the "kube-dns pod" answers
 )
 
-// netNS creates a named namespace connected to the test's namespace by a veth pair with the given /24
-// addresses, and deletes it when the test ends. It returns the namespace name and the node-side link name.
-func netNS(t *testing.T, role, nodeAddr, peerAddr string) (string, string) {
+// digFrom queries server for an A record from inside the peer, over UDP or TCP, and returns the answer ("" on
+// timeout or error).
+func digFrom(t *testing.T, p *testenv.Peer, server string, tcp bool) string {
 	t.Helper()
-	name := fmt.Sprintf("nld-%s-%d", role, os.Getpid())
-	hostLink := "nld-" + role
-	sh(t, "ip", "netns", "add", name)
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
-	sh(t, "ip", "link", "add", hostLink, "type", "veth", "peer", "name", "eth0", "netns", name)
-	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", hostLink).Run() })
-	sh(t, "ip", "addr", "add", nodeAddr+"/24", "dev", hostLink)
-	sh(t, "ip", "link", "set", hostLink, "up")
-	in := func(args ...string) { sh(t, "ip", append([]string{"netns", "exec", name}, args...)...) }
-	in("ip", "addr", "add", peerAddr+"/24", "dev", "eth0")
-	in("ip", "link", "set", "eth0", "up")
-	in("ip", "link", "set", "lo", "up")
-	in("ip", "route", "add", "default", "via", nodeAddr)
-	return name, hostLink
-}
-
-// inNetNS runs fn on a thread switched into the named namespace; sockets fn opens stay there.
-func inNetNS(t *testing.T, name string, fn func()) {
-	t.Helper()
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer orig.Close()
-	target, err := netns.GetFromName(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer target.Close()
-	if err := netns.Set(target); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := netns.Set(orig); err != nil {
-			panic("cannot return to the test namespace: " + err.Error()) // the thread is unusable
-		}
-	}()
-	fn()
-}
-
-// digFrom queries server for an A record from inside the namespace, over UDP or TCP, and returns the answer
-// ("" on timeout or error).
-func digFrom(t *testing.T, ns, server string, tcp bool) string {
-	t.Helper()
-	args := []string{"netns", "exec", ns, "dig", "+short", "+tries=1", "+time=2", "@" + server, "test.example.", "A"}
+	args := []string{"netns", "exec", p.Name, "dig", "+short", "+tries=1", "+time=2", "@" + server, "test.example.", "A"}
 	if tcp {
 		args = append(args, "+tcp")
 	}
@@ -110,14 +57,15 @@ func conntrackEntries(t *testing.T, ip string) []string {
 }
 
 // activateConntrack loads a ct rule in a table of its own, as any host firewall or kube-proxy would, so the
-// namespace tracks connections at all.
+// namespace tracks connections at all, and flushes the table of entries. Both are done when the commands return:
+// the ct expression registers conntrack's hooks in the namespace when nft's transaction commits, and the flush
+// has unlinked every entry when conntrack's netlink request is acknowledged.
 func activateConntrack(t *testing.T) {
 	t.Helper()
-	nftStdin(t, `table inet host-firewall {
+	testenv.NftApply(t, `table inet host-firewall {
 	chain input { type filter hook input priority filter; policy accept; ct state established,related accept; }
 	chain forward { type filter hook forward priority filter; policy accept; ct state established,related accept; }
 }
 `)
-	sh(t, "conntrack", "-F")
-	time.Sleep(10 * time.Millisecond)
+	testenv.Run(t, "conntrack", "-F")
 }

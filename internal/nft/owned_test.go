@@ -4,6 +4,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
 // TestOwnedTable pins what the design rests on: another process, root included, can neither change nor delete
@@ -32,7 +34,7 @@ func TestOwnedTable(t *testing.T) {
 			t.Errorf("nft %s: %v %s; want EPERM", tamper, err, out)
 		}
 	}
-	sh(t, "nft", "flush", "ruleset")
+	testenv.Run(t, "nft", "flush", "ruleset")
 	if got := listOwn(t, TableName); got != want {
 		t.Errorf("after the tampers and nft flush ruleset:\n%s\nwant:\n%s", got, want)
 	}
@@ -61,14 +63,14 @@ func TestOwnedTable(t *testing.T) {
 	// Closing the socket is the kernel's teardown. An unowned leftover of an earlier version is not an
 	// instance, and DeleteLegacy removes it.
 	c2.Close()
-	nftStdin(t, "add table inet "+TableName+"-7\n")
+	testenv.NftApply(t, "add table inet "+TableName+"-7\n")
 	if ins, err := c.Instances(); err != nil || len(ins) != 1 || !ins[0].Self {
 		t.Errorf("Instances after the second closed = %+v, %v; want ours only", ins, err)
 	}
 	if got, err := c.DeleteLegacy(); err != nil || len(got) != 1 || got[0] != TableName+"-7" {
 		t.Errorf("DeleteLegacy = %v, %v", got, err)
 	}
-	if out := sh(t, "nft", "list", "tables"); strings.Contains(out, TableName+"-") {
+	if out := testenv.Run(t, "nft", "list", "tables"); strings.Contains(out, TableName+"-") {
 		t.Errorf("tables left after close and DeleteLegacy:\n%s", out)
 	}
 }

@@ -2,14 +2,15 @@ package nft
 
 import (
 	"net/netip"
-	"os"
 	"testing"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
 func TestNotrackBypassesConntrack(t *testing.T) {
 	c := freshConn(t)
-	pod, nodeLink := netNS(t, "pod", nodePodSide, podIP)
-	sh(t, "ip", "addr", "add", linkLocalIP+"/32", "dev", nodeLink)
+	pod := testenv.AddPeer(t, "pod", nodePodSide, podIP)
+	testenv.Run(t, "ip", "addr", "add", linkLocalIP+"/32", "dev", pod.HostIf)
 	startDNS(t, linkLocalIP, localAnswer)
 	activateConntrack(t)
 
@@ -53,7 +54,7 @@ func TestCoexistsWithKubeProxyDNAT(t *testing.T) {
 		dnat func(t *testing.T)
 	}{
 		{"nftables kube-proxy", func(t *testing.T) {
-			nftStdin(t, `table ip kube-proxy {
+			testenv.NftApply(t, `table ip kube-proxy {
 	chain nat-prerouting {
 		type nat hook prerouting priority dstnat; policy accept;
 		ip daddr `+clusterIP+` udp dport 53 dnat to `+kubeDNSPodIP+`:53
@@ -64,23 +65,20 @@ func TestCoexistsWithKubeProxyDNAT(t *testing.T) {
 		}},
 		{"iptables-nft", func(t *testing.T) {
 			for _, p := range []string{"udp", "tcp"} {
-				sh(t, "iptables", "-w", "5", "-t", "nat", "-A", "PREROUTING", "-d", clusterIP+"/32", "-p", p, "--dport", "53",
+				testenv.Run(t, "iptables", "-w", "5", "-t", "nat", "-A", "PREROUTING", "-d", clusterIP+"/32", "-p", p, "--dport", "53",
 					"-j", "DNAT", "--to-destination", kubeDNSPodIP+":53")
 			}
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := freshConn(t)
-			pod, nodeLink := netNS(t, "pod", nodePodSide, podIP)
-			kdns, _ := netNS(t, "kdns", nodeKdnsSide, kubeDNSPodIP)
-			if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
-				t.Fatalf("enable forwarding in the test namespace: %v", err)
-			}
+			pn := testenv.NewPodNetwork(t)
+			pod, kdns := pn.Pod, pn.KubeDNS
 			for _, ip := range []string{linkLocalIP, clusterIP} {
-				sh(t, "ip", "addr", "add", ip+"/32", "dev", nodeLink)
+				testenv.Run(t, "ip", "addr", "add", ip+"/32", "dev", pod.HostIf)
 				startDNS(t, ip, localAnswer)
 			}
-			inNetNS(t, kdns, func() { startDNS(t, kubeDNSPodIP, kubeDNSAnswer) })
+			kdns.Do(t, func() { startDNS(t, kubeDNSPodIP, kubeDNSAnswer) })
 			activateConntrack(t)
 			tc.dnat(t)
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 	"go.uber.org/zap/zaptest"
 	"golang.org/x/sys/unix"
 )
@@ -67,7 +68,7 @@ func TestWatchIgnoresOwnWritesAndSeesOthers(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := freshConn(t)
-			sh(t, "nft", "add", "table", "ip", "sentinel")
+			testenv.Run(t, "nft", "add", "table", "ip", "sentinel")
 			trigger, ch := collect()
 			startWatch(t, trigger, tc.opts(c)...)
 			rs := Build(goldenCases[2].spec)
@@ -83,26 +84,26 @@ func TestWatchIgnoresOwnWritesAndSeesOthers(t *testing.T) {
 				t.Fatal(err)
 			}
 			// Notifications arrive in commit order: if our writes triggered, they would come first.
-			sh(t, "nft", "delete", "table", "ip", "sentinel")
+			testenv.Run(t, "nft", "delete", "table", "ip", "sentinel")
 			if r := next(t, ch); !strings.Contains(r, "delete table ip sentinel") || !strings.Contains(r, "nft[") {
 				t.Errorf("first trigger = %q, want the sentinel's deletion by nft (our own writes must not trigger)", r)
 			}
-			sh(t, "nft", "add", "table", "ip", "unrelated")
-			sh(t, "nft", "add", "chain", "ip", "unrelated", "c")
+			testenv.Run(t, "nft", "add", "table", "ip", "unrelated")
+			testenv.Run(t, "nft", "add", "chain", "ip", "unrelated", "c")
 			// Our table is owned: another process's rule is refused, so nothing changes and nothing triggers.
 			if out, err := exec.Command("nft", "add", "rule", "inet", TableName, ChainFilterInput, "tcp", "dport", "22", "accept").CombinedOutput(); err == nil {
 				t.Fatalf("a foreign rule in our owned table was accepted: %s", out)
 			}
 			// nft flush ruleset skips our owned table and deletes the unrelated one: that deletion triggers.
-			sh(t, "nft", "flush", "ruleset")
+			testenv.Run(t, "nft", "flush", "ruleset")
 			if r := next(t, ch); !strings.Contains(r, "delete table ip unrelated") {
 				t.Errorf("trigger after nft flush ruleset = %q, want the unrelated table's deletion (unrelated additions are no trigger)", r)
 			}
 			if _, err := exec.Command("nft", "list", "table", "inet", TableName).Output(); err != nil {
 				t.Errorf("our owned table is gone after nft flush ruleset: %v", err)
 			}
-			sh(t, "nft", "add", "table", "inet", "filter")
-			sh(t, "nft", "add", "chain", "inet", "filter", "input", "{ type filter hook input priority 0; policy drop; }")
+			testenv.Run(t, "nft", "add", "table", "inet", "filter")
+			testenv.Run(t, "nft", "add", "chain", "inet", "filter", "input", "{ type filter hook input priority 0; policy drop; }")
 			if r := next(t, ch); !strings.Contains(r, "add chain (base chain input, hook 1, policy drop) in inet filter") {
 				t.Errorf("trigger = %q, want a foreign base chain", r)
 			}
@@ -130,7 +131,7 @@ func TestGenerationCarriesWriterPort(t *testing.T) {
 
 func TestWatchResubscribesAfterOverrun(t *testing.T) {
 	freshConn(t) // root, and a clean ruleset
-	sh(t, "nft", "add", "table", "ip", "sentinel")
+	testenv.Run(t, "nft", "add", "table", "ip", "sentinel")
 	var once sync.Once
 	release := make(chan struct{})
 	reasons := make(chan string, 1000)
@@ -139,9 +140,9 @@ func TestWatchResubscribesAfterOverrun(t *testing.T) {
 		once.Do(func() { <-release }) // stall the reader so the tiny socket buffer overflows
 	}
 	startWatch(t, trigger, WithReadBuffer(4096))
-	sh(t, "nft", "delete", "table", "ip", "sentinel") // first trigger; Watch now blocks in it
+	testenv.Run(t, "nft", "delete", "table", "ip", "sentinel") // first trigger; Watch now blocks in it
 	for i := range 50 {
-		sh(t, "nft", "add", "table", "ip", fmt.Sprintf("t%d", i))
+		testenv.Run(t, "nft", "add", "table", "ip", fmt.Sprintf("t%d", i))
 	}
 	close(release)
 	deadline := time.After(5 * time.Second)
@@ -150,7 +151,7 @@ func TestWatchResubscribesAfterOverrun(t *testing.T) {
 		case r := <-reasons:
 			if r == ReasonOverrun {
 				// And it keeps watching on the new socket.
-				sh(t, "nft", "delete", "table", "ip", "t0")
+				testenv.Run(t, "nft", "delete", "table", "ip", "t0")
 				for r := range reasons {
 					if strings.Contains(r, "delete table ip t0") {
 						return
@@ -172,25 +173,25 @@ func TestWatchBaseChainsOnlyWhenChanged(t *testing.T) {
 	rewrite := "add table ip big\nflush table ip big\n" +
 		"add chain ip big input { type filter hook input priority -5; policy accept; }\nadd chain ip big c\n" +
 		rulesText("ip", "big", "c", 2000, "")
-	nftStdin(t, rewrite)
-	nftStdin(t, fmt.Sprintf("add table inet %[1]s\nadd chain inet %[1]s c\nadd table inet %[2]s\nadd chain inet %[2]s c\nadd table ip sentinel\n", ours, TableName))
+	testenv.NftApply(t, rewrite)
+	testenv.NftApply(t, fmt.Sprintf("add table inet %[1]s\nadd chain inet %[1]s c\nadd table inet %[2]s\nadd chain inet %[2]s c\nadd table ip sentinel\n", ours, TableName))
 	trigger, ch := collect()
 	startWatch(t, trigger, WatchTables(ours))
-	nftStdin(t, rewrite)
-	sh(t, "nft", "add", "rule", "inet", TableName, "c", "udp", "dport", "53", "drop") // not ours any more
-	sh(t, "nft", "delete", "table", "ip", "sentinel")
+	testenv.NftApply(t, rewrite)
+	testenv.Run(t, "nft", "add", "rule", "inet", TableName, "c", "udp", "dport", "53", "drop") // not ours any more
+	testenv.Run(t, "nft", "delete", "table", "ip", "sentinel")
 	if r := next(t, ch); !strings.Contains(r, "delete table ip sentinel") {
 		t.Fatalf("first trigger = %q, want the sentinel's deletion (an unchanged rewrite and another table's rule are no trigger)", r)
 	}
-	sh(t, "nft", "add", "chain", "ip", "big", "input", "{ type filter hook input priority -5; policy drop; }")
+	testenv.Run(t, "nft", "add", "chain", "ip", "big", "input", "{ type filter hook input priority -5; policy drop; }")
 	if r := next(t, ch); !strings.Contains(r, "base chain input, hook 1, policy drop") || !strings.Contains(r, "ip big") {
 		t.Errorf("trigger = %q, want the policy change of ip big input", r)
 	}
-	sh(t, "nft", "add", "rule", "inet", ours, "c", "udp", "dport", "53", "drop")
+	testenv.Run(t, "nft", "add", "rule", "inet", ours, "c", "udp", "dport", "53", "drop")
 	if r := next(t, ch); !strings.Contains(r, "add rule in inet "+ours) {
 		t.Errorf("trigger = %q, want the rule in our table %s", r, ours)
 	}
-	sh(t, "nft", "delete", "chain", "ip", "big", "input")
+	testenv.Run(t, "nft", "delete", "chain", "ip", "big", "input")
 	if r := next(t, ch); !strings.Contains(r, "delete chain (base chain input) in ip big") {
 		t.Errorf("trigger = %q, want the base chain's deletion", r)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mdlayher/netlink"
+	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
@@ -100,10 +101,10 @@ func rulesText(family, table, chain string, n int, extra string) string {
 func TestSocketFilterDropsForeignRulesOnly(t *testing.T) {
 	freshConn(t)
 	ours := "nodelocaldns-7"
-	nftStdin(t, fmt.Sprintf("add table ip big\nadd chain ip big c\nadd table inet %[1]s\nadd chain inet %[1]s c\n", ours))
+	testenv.NftApply(t, fmt.Sprintf("add table ip big\nadd chain ip big c\nadd table inet %[1]s\nadd chain inet %[1]s c\n", ours))
 	filtered, plain := rawSubscriber(t, true, ours), rawSubscriber(t, false)
 
-	nftStdin(t, rulesText("ip", "big", "c", 1000, ""))
+	testenv.NftApply(t, rulesText("ip", "big", "c", 1000, ""))
 	all, datagrams := readTransactionRaw(t, plain)
 	if got := count(all, unix.NFT_MSG_NEWRULE); got != 1000 {
 		t.Fatalf("unfiltered socket saw %d rule notifications, want 1000", got)
@@ -115,29 +116,29 @@ func TestSocketFilterDropsForeignRulesOnly(t *testing.T) {
 		t.Errorf("filtered socket saw %d messages (%d rules) for a foreign-rules transaction, want the generation alone", len(got), count(got, unix.NFT_MSG_NEWRULE))
 	}
 
-	nftStdin(t, "flush chain ip big c\n")
+	testenv.NftApply(t, "flush chain ip big c\n")
 	_ = readTransaction(t, plain)
 	if got := readTransaction(t, filtered); len(got) != 1 {
 		t.Errorf("filtered socket saw %d messages (%d rule deletions) for a foreign flush, want the generation alone", len(got), count(got, unix.NFT_MSG_DELRULE))
 	}
 
-	nftStdin(t, rulesText("inet", ours, "c", 300, ""))
+	testenv.NftApply(t, rulesText("inet", ours, "c", 300, ""))
 	_ = readTransaction(t, plain)
 	if got := count(readTransaction(t, filtered), unix.NFT_MSG_NEWRULE); got != 300 {
 		t.Errorf("filtered socket saw %d of 300 rules added to our table %s", got, ours)
 	}
 
 	// A name that only starts like ours is not ours.
-	nftStdin(t, "add table inet nodelocaldns-77\nadd chain inet nodelocaldns-77 c\n")
+	testenv.NftApply(t, "add table inet nodelocaldns-77\nadd chain inet nodelocaldns-77 c\n")
 	_, _ = readTransaction(t, plain), readTransaction(t, filtered)
-	nftStdin(t, rulesText("inet", "nodelocaldns-77", "c", 300, ""))
+	testenv.NftApply(t, rulesText("inet", "nodelocaldns-77", "c", 300, ""))
 	_ = readTransaction(t, plain)
 	if got := count(readTransaction(t, filtered), unix.NFT_MSG_NEWRULE); got != 0 {
 		t.Errorf("filtered socket saw %d rules of inet nodelocaldns-77, want 0", got)
 	}
 
 	// Rules first, then a base chain: it shares a datagram with the last rules, and must arrive.
-	nftStdin(t, rulesText("ip", "big", "c", 500, "add chain ip big input { type filter hook input priority 0; policy drop; }\n"))
+	testenv.NftApply(t, rulesText("ip", "big", "c", 500, "add chain ip big input { type filter hook input priority 0; policy drop; }\n"))
 	_ = readTransaction(t, plain)
 	got := readTransaction(t, filtered)
 	if count(got, unix.NFT_MSG_NEWCHAIN) != 1 {
@@ -152,9 +153,9 @@ func TestSocketFilterDropsForeignRulesOnly(t *testing.T) {
 // unfiltered socket receives them: walking it must not allocate.
 func TestDatagramWalkDoesNotAllocate(t *testing.T) {
 	freshConn(t)
-	nftStdin(t, "add table ip big\nadd chain ip big c\n")
+	testenv.NftApply(t, "add table ip big\nadd chain ip big c\n")
 	plain := rawSubscriber(t, false)
-	nftStdin(t, rulesText("ip", "big", "c", 200, ""))
+	testenv.NftApply(t, rulesText("ip", "big", "c", 200, ""))
 	_, datagrams := readTransactionRaw(t, plain)
 	d := datagrams[0]
 	if m, _, _ := nextMessage(d); m.typ != unix.NFT_MSG_NEWRULE {

@@ -34,14 +34,35 @@ func lookAtForeignTables(reasons []string) bool {
 	return false
 }
 
-// checkForeign refreshes the foreign-drop report: warnings (once per finding while it lasts) and gauges.
-func (s *Supervisor) checkForeign() {
-	if s.table == nil {
+// dropLister lists what in other tables may drop our traffic, and names our own table ([*nft.Conn]).
+type dropLister interface {
+	ForeignDrops(ours ...string) ([]nft.ForeignDrop, error)
+	Table() string
+}
+
+var _ dropLister = (*nft.Conn)(nil)
+
+// foreignReport keeps the foreign-drop report: a warning the first time each finding is seen (and again only
+// after it went away and came back), and the gauges. Only the reconcile runner's goroutine calls check.
+type foreignReport struct {
+	log    *zap.Logger
+	m      *metrics.Metrics
+	drops  dropLister
+	warned map[string]bool // findings already warned about, by key
+}
+
+func newForeignReport(log *zap.Logger, m *metrics.Metrics, drops dropLister) *foreignReport {
+	return &foreignReport{log: log, m: m, drops: drops, warned: map[string]bool{}}
+}
+
+// check refreshes the report.
+func (f *foreignReport) check() {
+	if f.drops == nil {
 		return
 	}
-	drops, err := s.table.ForeignDrops(s.table.Table())
+	drops, err := f.drops.ForeignDrops(f.drops.Table())
 	if err != nil {
-		s.log.Debug("list foreign drops", zap.Error(err))
+		f.log.Debug("list foreign drops", zap.Error(err))
 		return
 	}
 	current := map[string]bool{}
@@ -50,15 +71,15 @@ func (s *Supervisor) checkForeign() {
 		if d.Policy {
 			key := "policy " + d.Chain
 			current[key] = true
-			s.warnOnce(key, "a base chain of another table drops by policy on the path of DNS traffic; our accept rules cannot override it",
+			f.warnOnce(key, "a base chain of another table drops by policy on the path of DNS traffic; our accept rules cannot override it",
 				zap.String("chain", d.Chain), zap.String("hook", d.Hook))
-			withMetrics(s.m, func(m *metrics.Metrics) { m.ForeignDropChain.WithLabelValues(d.Chain).Set(1) })
+			withMetrics(f.m, func(m *metrics.Metrics) { m.ForeignDropChain.WithLabelValues(d.Chain).Set(1) })
 		}
 		if len(d.Rules) > 0 {
 			key := "rules " + d.Chain + ": " + strings.Join(d.Rules, ", ")
 			current[key] = true
 			rules[d.Chain] = len(d.Rules)
-			s.warnOnce(key, "a base chain of another table has drop or reject rules that may match DNS traffic; our accept rules cannot override them",
+			f.warnOnce(key, "a base chain of another table has drop or reject rules that may match DNS traffic; our accept rules cannot override them",
 				zap.String("chain", d.Chain), zap.String("hook", d.Hook), zap.Strings("rules", d.Rules))
 		}
 	}
@@ -66,28 +87,27 @@ func (s *Supervisor) checkForeign() {
 	for _, t := range legacy {
 		key := "legacy " + t
 		current[key] = true
-		s.warnOnce(key, "iptables-legacy is in use on this node; its rules see DNS traffic too and nftables cannot show them",
+		f.warnOnce(key, "iptables-legacy is in use on this node; its rules see DNS traffic too and nftables cannot show them",
 			zap.String("table", t))
 	}
-	s.warnedDrop.Range(func(k, _ any) bool {
-		key := k.(string)
+	for key := range f.warned {
 		if current[key] {
-			return true
+			continue
 		}
-		s.warnedDrop.Delete(key)
+		delete(f.warned, key)
 		if chain, ok := strings.CutPrefix(key, "policy "); ok {
-			withMetrics(s.m, func(m *metrics.Metrics) { m.ForeignDropChain.DeleteLabelValues(chain) })
+			withMetrics(f.m, func(m *metrics.Metrics) { m.ForeignDropChain.DeleteLabelValues(chain) })
 		}
-		return true
-	})
-	withMetrics(s.m, func(m *metrics.Metrics) {
+	}
+	withMetrics(f.m, func(m *metrics.Metrics) {
 		m.Foreign.Set(metrics.ForeignState{DropRules: rules, LegacyTables: legacy})
 	})
 }
 
 // warnOnce logs msg the first time key is seen, and again only after it went away and came back.
-func (s *Supervisor) warnOnce(key, msg string, fields ...zap.Field) {
-	if _, seen := s.warnedDrop.LoadOrStore(key, true); !seen {
-		s.log.Warn(msg, fields...)
+func (f *foreignReport) warnOnce(key, msg string, fields ...zap.Field) {
+	if !f.warned[key] {
+		f.warned[key] = true
+		f.log.Warn(msg, fields...)
 	}
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/link"
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
-	"github.com/nodelocaldns/nodelocaldns/internal/options"
 )
 
 // The node's kernel state is shared by every instance running on it (a surge rollout runs two), and the kernel
@@ -23,28 +22,12 @@ import (
 // can change. Its sets say which addresses the instance needs on the shared interface; its chains say it serves.
 // No instance waits for, talks to, or trusts another: each decides from what the kernel lists.
 //
-// One instance's life is one state machine:
-//
-//	registering  own table with the sets only; the interface gains our addresses; CoreDNS starts listening
-//	serving      our chains are in: queries to our addresses are intercepted (gated on a live listener)
-//	leaving      our table deleted; then, seeing the other instances' tables: remove only the addresses nobody
-//	             else needs and keep the interface (hand over), or, when none is left, remove the interface
-//	stopped
+// One instance's life is one state machine (state.go).
 //
 // Deleting our table before looking at the others makes the last-out decision safe: of two instances leaving at
-// once, at least the one that looks last sees nobody and removes the interface.
-type state int32
-
-const (
-	stateRegistering state = iota
-	stateServing
-	stateLeaving
-	stateStopped
-)
-
-func (s state) String() string {
-	return [...]string{"registering", "serving", "leaving", "stopped"}[s]
-}
+// once, at least the one that looks last sees nobody and removes the interface. A leaving instance that takes its
+// addresses off looks once more afterwards, so the last look is always after the last change to the interface
+// (interleave_test.go drives every order).
 
 // registry is this instance's owned table and the kernel's list of all instances ([*nft.Conn]).
 type registry interface {
@@ -81,17 +64,20 @@ type node struct {
 	others atomic.Int32 // live instances seen besides us at the last look
 }
 
-func (n *node) current() state { return state(n.state.Load()) }
-
-func (n *node) set(s state) {
-	n.state.Store(int32(s))
-	n.log.Debug("state", zap.Stringer("state", s))
+// table names our table for logs, "" when we have none.
+func (n *node) table() string {
+	if n.reg == nil {
+		return ""
+	}
+	return "inet " + n.reg.Table()
 }
 
 // register creates our table with our sets and no chain: from now on every instance sees which addresses we
 // need, and we steer nothing yet.
 func (n *node) register() error {
-	n.set(stateRegistering)
+	if err := n.to(stateRegistering); err != nil {
+		return err
+	}
 	if n.reg == nil {
 		return nil
 	}
@@ -152,9 +138,11 @@ func (n *node) count(ins []nft.Instance) {
 // ungated rules, with one warning and nodelocaldns_fail_open{path="prerouting"} 0: a crash then blackholes
 // pods' ClusterIP queries until the table goes.
 func (n *node) serve() error {
+	if err := n.may(stateServing); err != nil {
+		return err
+	}
 	if n.reg == nil {
-		n.set(stateServing)
-		return nil
+		return n.to(stateServing)
 	}
 	spec := n.spec
 	err := n.reg.Apply(nft.Build(spec))
@@ -173,8 +161,7 @@ func (n *node) serve() error {
 		m.FailOpen.WithLabelValues("prerouting").Set(b2f(gated))
 		m.FailOpen.WithLabelValues("output").Set(0) // host-network clients fail open only when the table goes
 	})
-	n.set(stateServing)
-	return nil
+	return n.to(stateServing)
 }
 
 func b2f(b bool) float64 {
@@ -216,56 +203,87 @@ func (n *node) ready() error {
 
 // leave is the one way out, for SIGTERM, SIGINT, SIGHUP and SIGQUIT alike, and for `-teardown` (a node with
 // no table of its own). It reports whether other instances remain (the caller then hands its DNS listeners
-// over to them before stopping CoreDNS).
-func (n *node) leave(keepLink bool, drain time.Duration) (othersRemain bool) {
-	n.set(stateLeaving)
-	defer n.set(stateStopped)
+// over to them before stopping CoreDNS). A step that fails does not stop the ones after it; err names what
+// each failure left behind. An instance leaves once: leaving again is an error.
+func (n *node) leave(keepLink bool, drain time.Duration) (othersRemain bool, err error) {
+	if err := n.to(stateLeaving); err != nil {
+		return false, err
+	}
+	defer n.to(stateStopped) // always allowed from leaving
 	if n.reg == nil {
-		return false
+		return false, nil
 	}
 	t := time.Now()
+	var errs []error
 	if err := n.reg.Teardown(); err != nil {
 		// Our socket closing at exit removes it anyway.
-		n.log.Error("delete our table; it goes when the process exits", zap.Error(err))
+		errs = append(errs, fmt.Errorf("our table stays until the process exits: %w", err))
 	}
-	if legacy, err := n.reg.DeleteLegacy(); err != nil {
-		n.log.Warn("delete tables left by earlier versions", zap.Error(err))
-	} else if len(legacy) > 0 {
-		n.log.Info("deleted tables left by earlier versions", zap.Strings("tables", legacy))
+	if err := n.deleteLegacy(); err != nil {
+		errs = append(errs, err)
 	}
-	ins, err := n.reg.Instances()
-	if err != nil {
-		// Not knowing, keep the interface: a leftover interface only costs ICMP unreachables, a removed one
-		// the other instance's DNS.
-		n.log.Error("list instance tables; keeping the interface", zap.Error(err))
-		return true
-	}
-	n.count(ins)
-	switch {
-	case len(ins) > 0:
+	// Our addresses come off only after a look that saw others, and the interface is left to them only after a
+	// look that came after that change: an instance that removed the interface while we changed it (and our
+	// change made it again) was gone before that second look, so we then find ourselves the last out.
+	shrunk := false
+	for {
+		ins, err := n.reg.Instances()
+		if err != nil {
+			// Not knowing, keep the interface: a leftover interface only costs ICMP unreachables, a removed
+			// one the other instance's DNS.
+			errs = append(errs, fmt.Errorf("interface %q kept, not knowing whether another instance needs it: list instance tables: %w", n.ifname, err))
+			return true, errors.Join(errs...)
+		}
+		n.count(ins)
+		if len(ins) == 0 {
+			break
+		}
+		if shrunk {
+			n.log.Info("other instances remain; leaving the interface to them", zap.Int("instances", len(ins)),
+				zap.Duration("elapsed", time.Since(t)))
+			return true, errors.Join(errs...)
+		}
 		changes, err := n.ensureLink()
 		if err != nil {
-			n.log.Error("remove our addresses from the interface", zap.Error(err))
+			errs = append(errs, fmt.Errorf("our addresses may stay on interface %q: %w", n.ifname, err))
 		}
-		n.log.Info("other instances remain; leaving the interface to them", zap.Int("instances", len(ins)),
-			zap.Strings("changes", changes), zap.Duration("elapsed", time.Since(t)))
-		return true
+		n.log.Info("other instances remain; removed the addresses only we needed", zap.Strings("changes", changes))
+		shrunk = true
+	}
+	switch {
 	case keepLink || n.links == nil:
 		n.log.Info("last instance out; leaving the interface in place", zap.Bool("skipteardown", keepLink))
-		return false
+		return false, errors.Join(errs...)
 	}
 	// Queries already steered to us are answered from the addresses they were sent to: give them a moment.
 	time.Sleep(drain)
 	if ins, err := n.reg.Instances(); err == nil && len(ins) > 0 {
 		n.log.Info("an instance registered while we drained; leaving the interface to it")
-		return true
+		return true, errors.Join(errs...)
 	}
 	if err := n.links.Remove(n.ifname); err != nil {
-		n.log.Error("remove interface", zap.Error(err))
-		return false
+		errs = append(errs, fmt.Errorf("interface %q left in place: %w", n.ifname, err))
+		return false, errors.Join(errs...)
 	}
 	n.log.Info("last instance out; removed the interface", zap.String("interface", n.ifname), zap.Duration("elapsed", time.Since(t)))
-	return false
+	return false, errors.Join(errs...)
+}
+
+// deleteLegacy deletes the tables an earlier version left (unowned, their notrack not gated): one would
+// blackhole the ClusterIP whenever we do not serve. An earlier version still running re-creates its own; it
+// goes for good when that instance stops or when we leave.
+func (n *node) deleteLegacy() error {
+	if n.reg == nil {
+		return nil
+	}
+	legacy, err := n.reg.DeleteLegacy()
+	if err != nil {
+		return fmt.Errorf("tables left by earlier versions stay: %w", err)
+	}
+	if len(legacy) > 0 {
+		n.log.Info("deleted tables left by earlier versions", zap.Strings("tables", legacy))
+	}
+	return nil
 }
 
 // withMetrics runs f when metrics are collected.
@@ -273,25 +291,4 @@ func withMetrics(m *metrics.Metrics, f func(*metrics.Metrics)) {
 	if m != nil {
 		f(m)
 	}
-}
-
-// Teardown is `-teardown`: what node.leave does for a stopping instance, for a node with no instance of ours
-// running in this process. It deletes tables left by earlier versions and removes the interface unless a live
-// instance's table says the interface is still needed.
-func Teardown(o *options.Options, log *zap.Logger) error {
-	c, err := nft.Open(nft.WithLogger(log))
-	if err != nil {
-		return fmt.Errorf("open nftables: %w", err)
-	}
-	defer c.Close()
-	lm, err := link.New(log)
-	if err != nil {
-		return fmt.Errorf("open link manager: %w", err)
-	}
-	defer lm.Close()
-	n := &node{log: log, reg: c, links: lm, ifname: o.InterfaceName, spec: nft.Spec{LocalIPs: o.LocalIPs}}
-	if n.leave(false, 0) {
-		log.Info("live instances remain; the interface stays", zap.String("interface", o.InterfaceName))
-	}
-	return nil
 }

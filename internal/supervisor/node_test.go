@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -21,6 +22,8 @@ type fakeKernel struct {
 	link     bool
 	addrs    []netip.Addr
 	removals int
+	// removeErr is what removing the interface fails with (a kernel that refuses: EPERM, EBUSY); nil succeeds.
+	removeErr error
 }
 
 type fakeTable struct {
@@ -35,10 +38,18 @@ func newFakeKernel() *fakeKernel { return &fakeKernel{tables: map[string]*fakeTa
 type fakeReg struct {
 	k          *fakeKernel
 	name       string
-	refuseGate bool // the kernel has no nft_socket
+	refuseGate bool                 // the kernel has no nft_socket
+	step       func(request string) // nil, or called before each request reaches the kernel (interleave_test.go)
+}
+
+func (r *fakeReg) turn(request string) {
+	if r.step != nil {
+		r.step(request)
+	}
 }
 
 func (r *fakeReg) Apply(rs *nft.Ruleset) error {
+	r.turn("apply")
 	if r.name == "" {
 		for n := 0; ; n++ {
 			if _, taken := r.k.tables[nft.InstanceTableName(n)]; !taken {
@@ -67,12 +78,14 @@ func (r *fakeReg) Apply(rs *nft.Ruleset) error {
 }
 
 func (r *fakeReg) Teardown() error {
+	r.turn("delete table")
 	delete(r.k.tables, r.name)
 	r.name = ""
 	return nil
 }
 
 func (r *fakeReg) Instances() ([]nft.Instance, error) {
+	r.turn("list tables")
 	var out []nft.Instance
 	for name, t := range r.k.tables {
 		out = append(out, nft.Instance{Table: name, IPs: slices.Clone(t.ips), Serving: t.serving, Self: name == r.name})
@@ -81,13 +94,19 @@ func (r *fakeReg) Instances() ([]nft.Instance, error) {
 	return out, nil
 }
 
-func (r *fakeReg) DeleteLegacy() ([]string, error) { return nil, nil }
+func (r *fakeReg) DeleteLegacy() ([]string, error) { r.turn("delete legacy"); return nil, nil }
 func (r *fakeReg) Table() string                   { return r.name }
 
 // fakeLinks is the interface: Ensure makes it carry exactly the spec's addresses, as link.Manager does.
-type fakeLinks struct{ k *fakeKernel }
+type fakeLinks struct {
+	k    *fakeKernel
+	step func(request string) // as fakeReg.step
+}
 
 func (l *fakeLinks) Ensure(s link.Spec) ([]string, error) {
+	if l.step != nil {
+		l.step(fmt.Sprintf("ensure link %v", s.IPs))
+	}
 	var changes []string
 	if !l.k.link {
 		l.k.link = true
@@ -102,7 +121,16 @@ func (l *fakeLinks) Ensure(s link.Spec) ([]string, error) {
 	return changes, nil
 }
 
-func (l *fakeLinks) Remove(string) error {
+func (l *fakeLinks) Remove(name string) error {
+	if l.step != nil {
+		l.step("remove link")
+	}
+	if l.k.removeErr != nil {
+		return fmt.Errorf("delete link %q: %w", name, l.k.removeErr)
+	}
+	if !l.k.link {
+		return nil // as link.Manager: an absent interface is removed already
+	}
 	l.k.link, l.k.addrs = false, nil
 	l.k.removals++
 	return nil
@@ -139,6 +167,16 @@ func start(t *testing.T, n *node) {
 	}
 }
 
+// leave runs an instance's leaving sequence, which must not fail, and reports whether others remain.
+func leave(t *testing.T, n *node, keepLink bool) bool {
+	t.Helper()
+	others, err := n.leave(keepLink, 0)
+	if err != nil {
+		t.Fatalf("leave: %v", err)
+	}
+	return others
+}
+
 func TestSurgeThatAddsAnAddressKeepsBoth(t *testing.T) {
 	k := newFakeKernel()
 	old, _ := newInstance(t, k, "169.254.20.10", "10.96.0.10")
@@ -155,13 +193,13 @@ func TestSurgeThatAddsAnAddressKeepsBoth(t *testing.T) {
 	if _, err := old.ensureLink(); err != nil || !slices.Contains(k.addrs, netip.MustParseAddr("fd00::a")) {
 		t.Fatalf("the old instance's pass removed the new address: %v %v", k.addrs, err)
 	}
-	if !old.leave(false, 0) {
+	if !leave(t, old, false) {
 		t.Error("the old instance did not see the new one when leaving")
 	}
 	if want := addrs("169.254.20.10", "10.96.0.10", "fd00::a"); !k.link || !slices.Equal(k.addrs, want) {
 		t.Fatalf("after the old instance left: link %v with %v, want %v", k.link, k.addrs, want)
 	}
-	if surge.leave(false, 0) || k.link || k.removals != 1 {
+	if leave(t, surge, false) || k.link || k.removals != 1 {
 		t.Errorf("the last instance out left link=%v after %d removals", k.link, k.removals)
 	}
 }
@@ -172,25 +210,9 @@ func TestLeavingRemovesOnlyWhatNobodyNeeds(t *testing.T) {
 	start(t, old)
 	next, _ := newInstance(t, k, "169.254.20.10", "10.96.0.10")
 	start(t, next)
-	old.leave(false, 0)
+	leave(t, old, false)
 	if want := addrs("169.254.20.10", "10.96.0.10"); !slices.Equal(k.addrs, want) {
 		t.Errorf("after the old instance left: %v, want %v", k.addrs, want)
-	}
-}
-
-func TestBothLeavingAtOnceLastOneRemoves(t *testing.T) {
-	// Each deletes its table before looking: however the steps interleave, the one that looks last sees nobody.
-	k := newFakeKernel()
-	a, ra := newInstance(t, k, "169.254.20.10")
-	start(t, a)
-	b, rb := newInstance(t, k, "169.254.20.10")
-	start(t, b)
-	ra.Teardown()
-	rb.Teardown()
-	a.leave(false, 0)
-	b.leave(false, 0)
-	if k.link || k.removals == 0 {
-		t.Errorf("interface left behind after both instances left (%d removals)", k.removals)
 	}
 }
 
@@ -198,7 +220,7 @@ func TestSkipTeardownKeepsTheInterface(t *testing.T) {
 	k := newFakeKernel()
 	a, _ := newInstance(t, k, "169.254.20.10")
 	start(t, a)
-	a.leave(true, 0)
+	leave(t, a, true)
 	if !k.link || len(k.tables) != 0 {
 		t.Errorf("-skipteardown: link %v, %d tables; want the link and no table", k.link, len(k.tables))
 	}
@@ -229,7 +251,7 @@ func TestReadinessWaitsForEveryInstance(t *testing.T) {
 			t.Errorf("%s with both serving: %v", name, err)
 		}
 	}
-	a.leave(false, 0)
+	leave(t, a, false)
 	if err := a.ready(); err == nil {
 		t.Error("a ready while leaving")
 	}
@@ -254,12 +276,106 @@ func TestTeardownModeKeepsInterfaceOfLiveInstance(t *testing.T) {
 	k := newFakeKernel()
 	a, _ := newInstance(t, k, "169.254.20.10")
 	start(t, a)
-	td := &node{log: zaptest.NewLogger(t), reg: &fakeReg{k: k}, links: &fakeLinks{k: k}, ifname: "nodelocaldns"}
-	if !td.leave(false, 0) || !k.link {
+	teardown := func() *node {
+		return &node{log: zaptest.NewLogger(t), reg: &fakeReg{k: k}, links: &fakeLinks{k: k}, ifname: "nodelocaldns"}
+	}
+	if !leave(t, teardown(), false) || !k.link {
 		t.Error("-teardown removed the interface of a live instance")
 	}
 	a.reg.Teardown() // the instance dies: the kernel drops its table
-	if td.leave(false, 0) || k.link {
+	if leave(t, teardown(), false) || k.link {
 		t.Error("-teardown with no live instance left the interface")
+	}
+}
+
+// The state machine moves only along transitions; any other move is an error and changes nothing.
+func TestStateMachineRefusesIllegalTransitions(t *testing.T) {
+	// path reaches each state the legal way.
+	path := map[state][]state{
+		stateNew:         nil,
+		stateRegistering: {stateRegistering},
+		stateServing:     {stateRegistering, stateServing},
+		stateLeaving:     {stateRegistering, stateServing, stateLeaving},
+		stateStopped:     {stateRegistering, stateServing, stateLeaving, stateStopped},
+	}
+	all := []state{stateNew, stateRegistering, stateServing, stateLeaving, stateStopped}
+	legal := map[[2]state]bool{
+		{stateNew, stateRegistering}: true, {stateNew, stateLeaving}: true,
+		{stateRegistering, stateServing}: true, {stateRegistering, stateLeaving}: true,
+		{stateServing, stateLeaving}: true,
+		{stateLeaving, stateStopped}: true,
+	}
+	for _, from := range all {
+		for _, to := range all {
+			n := &node{log: zaptest.NewLogger(t)}
+			for _, s := range path[from] {
+				if err := n.to(s); err != nil {
+					t.Fatalf("reaching %s: %v", from, err)
+				}
+			}
+			err := n.to(to)
+			switch {
+			case legal[[2]state{from, to}] && (err != nil || n.current() != to):
+				t.Errorf("%s -> %s: %v, now %s; want allowed", from, to, err, n.current())
+			case !legal[[2]state{from, to}] && (!errors.Is(err, errTransition) || n.current() != from):
+				t.Errorf("%s -> %s: %v, now %s; want refused, still %s", from, to, err, n.current(), from)
+			}
+		}
+	}
+}
+
+// The node's operations refuse to run out of order, before touching the kernel.
+func TestNodeRefusesOperationsOutOfOrder(t *testing.T) {
+	k := newFakeKernel()
+	a, _ := newInstance(t, k, "169.254.20.10")
+	if err := a.serve(); !errors.Is(err, errTransition) || len(k.tables) != 0 {
+		t.Fatalf("serve before register = %v with %d tables; want refused, no table", err, len(k.tables))
+	}
+	start(t, a)
+	if err := a.register(); !errors.Is(err, errTransition) {
+		t.Errorf("register while serving = %v, want refused", err)
+	}
+	leave(t, a, false)
+	if _, err := a.leave(false, 0); !errors.Is(err, errTransition) {
+		t.Errorf("leaving twice = %v, want refused", err)
+	}
+	if err := a.register(); !errors.Is(err, errTransition) || len(k.tables) != 0 {
+		t.Errorf("register after stopping = %v with %d tables; want refused, no table", err, len(k.tables))
+	}
+}
+
+// -teardown that cannot remove the interface fails, naming it, instead of reporting success; one that can
+// succeeds.
+func TestTeardownReportsTheInterfaceItCouldNotRemove(t *testing.T) {
+	k := newFakeKernel()
+	k.link, k.addrs = true, addrs("169.254.20.10")
+	k.removeErr = unix.EPERM
+	td := func() *node {
+		return &node{log: zaptest.NewLogger(t), reg: &fakeReg{k: k}, links: &fakeLinks{k: k}, ifname: "nodelocaldns"}
+	}
+	err := teardown(td())
+	if !errors.Is(err, unix.EPERM) || !strings.Contains(err.Error(), `interface "nodelocaldns" left in place`) {
+		t.Fatalf("teardown with a failing removal = %v; want an error naming the interface left in place", err)
+	}
+	if !k.link {
+		t.Fatal("the fake removed the interface it refused to remove")
+	}
+	k.removeErr = nil
+	if err := teardown(td()); err != nil || k.link {
+		t.Fatalf("teardown = %v with link %v; want the interface removed", err, k.link)
+	}
+}
+
+// A stopping instance whose interface removal fails says so to its caller.
+func TestLeaveReturnsWhatItLeft(t *testing.T) {
+	k := newFakeKernel()
+	a, _ := newInstance(t, k, "169.254.20.10")
+	start(t, a)
+	k.removeErr = unix.EBUSY
+	if others, err := a.leave(false, 0); others || !errors.Is(err, unix.EBUSY) {
+		t.Fatalf("leave = %v, %v; want no others and the removal's error", others, err)
+	}
+	if len(k.tables) != 0 {
+		t.Errorf("%d tables after leaving; the failed removal must not keep our table", len(k.tables))
 	}
 }

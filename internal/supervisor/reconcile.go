@@ -24,37 +24,56 @@ const (
 	resultError    = "error"
 )
 
+// reconciler keeps the interface carrying what the live instances need, and the foreign-drop report fresh:
+// one pass per batch of triggers (runner.go), each recomputing everything.
+type reconciler struct {
+	log     *zap.Logger
+	m       *metrics.Metrics
+	ifname  string
+	node    *node
+	foreign *foreignReport
+	runner  *runner
+	// lastPass is the result of the last pass; /ready reads it.
+	lastPass atomicErr
+}
+
+func newReconciler(log *zap.Logger, m *metrics.Metrics, ifname string, syncInterval time.Duration, n *node, foreign *foreignReport) *reconciler {
+	r := &reconciler{log: log, m: m, ifname: ifname, node: n, foreign: foreign}
+	r.runner = newRunner(runnerConfig{minInterval: minPassInterval, maxInterval: syncInterval, damp: newDamping(log, m)}, r.pass)
+	return r
+}
+
 // pass makes the interface carry what the live instances need (node.ensureLink) and looks for foreign drop
 // policies. Our table needs no pass: it is owned, nobody else can change it. Other instances' tables coming
 // and going change the union, so their notifications trigger passes too.
-func (s *Supervisor) pass(_ context.Context, reasons []string) (changed bool, err error) {
+func (r *reconciler) pass(_ context.Context, reasons []string) (changed bool, err error) {
 	start := time.Now()
 	var repaired []string
 	var errs []error
-	changes, err := s.node.ensureLink()
+	changes, err := r.node.ensureLink()
 	if err != nil {
-		s.setupError(metrics.ErrInterfaceAdd)
-		errs = append(errs, fmt.Errorf("ensure interface %q: %w", s.opts.InterfaceName, err))
+		setupError(r.m, metrics.ErrInterfaceAdd)
+		errs = append(errs, fmt.Errorf("ensure interface %q: %w", r.ifname, err))
 	}
 	if len(changes) > 0 {
-		s.repair("interface", len(changes))
+		r.repair("interface", len(changes))
 		repaired = append(repaired, changes...)
 	}
 	if lookAtForeignTables(reasons) {
-		s.checkForeign()
+		r.foreign.check()
 	}
 	err = errors.Join(errs...)
-	s.lastPass.store(err)
+	r.lastPass.store(err)
 	switch {
 	case err != nil:
-		s.countPass(reasons, resultError, start)
-		s.log.Error("reconcile pass failed", zap.Strings("triggers", reasons), zap.Error(err), zap.Duration("elapsed", time.Since(start)))
+		r.countPass(reasons, resultError, start)
+		r.log.Error("reconcile pass failed", zap.Strings("triggers", reasons), zap.Error(err), zap.Duration("elapsed", time.Since(start)))
 	case len(repaired) > 0:
-		s.countPass(reasons, resultRepaired, start)
-		s.log.Info("reconciled", zap.Strings("triggers", reasons), zap.Strings("repaired", repaired), zap.Duration("elapsed", time.Since(start)))
+		r.countPass(reasons, resultRepaired, start)
+		r.log.Info("reconciled", zap.Strings("triggers", reasons), zap.Strings("repaired", repaired), zap.Duration("elapsed", time.Since(start)))
 	default:
-		s.countPass(reasons, resultInSync, start)
-		s.log.Debug("in sync", zap.Strings("triggers", reasons), zap.Duration("elapsed", time.Since(start)))
+		r.countPass(reasons, resultInSync, start)
+		r.log.Debug("in sync", zap.Strings("triggers", reasons), zap.Duration("elapsed", time.Since(start)))
 	}
 	return len(repaired) > 0, err
 }
@@ -72,21 +91,27 @@ func (a *atomicErr) load() error {
 	return errors.New("no reconcile pass yet")
 }
 
-// startWatchers turns kernel notifications into reconcile triggers. Each watcher resubscribes after an overrun
-// and reports it as a trigger, so a lost event always costs one full pass, never a missed repair.
-func (s *Supervisor) startWatchers(ctx context.Context, wg *sync.WaitGroup) {
+// start runs the reconcile runner and the watchers that turn kernel notifications into its triggers until ctx
+// is done. Each watcher resubscribes after an overrun and reports it as a trigger, so a lost event always costs
+// one full pass, never a missed repair.
+func (r *reconciler) start(ctx context.Context, wg *sync.WaitGroup, k *kernel) {
+	r.startWatchers(ctx, wg, k)
+	wg.Go(func() { r.runner.run(ctx) })
+}
+
+func (r *reconciler) startWatchers(ctx context.Context, wg *sync.WaitGroup, k *kernel) {
 	// Our table cannot be tampered with; the nftables watch only tells us of other tables changing (other
 	// instances registering or leaving, foreign drop policies).
-	if s.table != nil {
+	if k.conn != nil {
 		wg.Go(func() {
-			err := nft.Watch(ctx, s.log, func(reason string) { s.runner.trigger("nft:" + reason) },
-				nft.IgnoreConn(s.table), nft.WatchTables(s.table.Table()))
+			err := nft.Watch(ctx, r.log, func(reason string) { r.runner.trigger("nft:" + reason) },
+				nft.IgnoreConn(k.conn), nft.WatchTables(k.conn.Table()))
 			if err != nil && ctx.Err() == nil {
-				s.log.Error("nftables watch stopped; relying on the periodic pass", zap.Error(err))
+				r.log.Error("nftables watch stopped; relying on the periodic pass", zap.Error(err))
 			}
 		})
 	}
-	if s.table != nil {
+	if k.conn != nil {
 		// A drop rule added to an existing foreign base chain is filtered out with every other foreign rule
 		// event (nft/watchbpf.go), so the foreign report is also refreshed on this slow tick.
 		wg.Go(func() {
@@ -97,16 +122,16 @@ func (s *Supervisor) startWatchers(ctx context.Context, wg *sync.WaitGroup) {
 				case <-ctx.Done():
 					return
 				case <-t.C:
-					s.runner.trigger(reasonForeign)
+					r.runner.trigger(reasonForeign)
 				}
 			}
 		})
 	}
-	if s.links != nil {
+	if k.links != nil {
 		wg.Go(func() {
-			err := link.Watch(ctx, s.log, s.opts.InterfaceName, func(reason string) { s.runner.trigger("link:" + reason) })
+			err := link.Watch(ctx, r.log, r.ifname, func(reason string) { r.runner.trigger("link:" + reason) })
 			if err != nil && ctx.Err() == nil {
-				s.log.Error("link watch stopped; relying on the periodic pass", zap.Error(err))
+				r.log.Error("link watch stopped; relying on the periodic pass", zap.Error(err))
 			}
 		})
 	}
@@ -116,8 +141,8 @@ func (s *Supervisor) startWatchers(ctx context.Context, wg *sync.WaitGroup) {
 // "nft:overrun" are both kind "nft"; a pass that coalesced five link notifications is one link pass, not five.
 // Only a pass asked for by several kinds (nft and link) counts under each; the duration histogram's count is
 // the number of passes.
-func (s *Supervisor) countPass(reasons []string, result string, start time.Time) {
-	withMetrics(s.m, func(m *metrics.Metrics) {
+func (r *reconciler) countPass(reasons []string, result string, start time.Time) {
+	withMetrics(r.m, func(m *metrics.Metrics) {
 		m.PassDuration.Observe(time.Since(start).Seconds())
 		for _, trigger := range triggerKinds(reasons) {
 			m.Passes.WithLabelValues(trigger, result).Inc()
@@ -136,23 +161,10 @@ func triggerKinds(reasons []string) []string {
 	return slices.Compact(kinds)
 }
 
-func (s *Supervisor) repair(object string, n int) {
-	withMetrics(s.m, func(m *metrics.Metrics) { m.Repairs.WithLabelValues(object).Add(float64(n)) })
+func (r *reconciler) repair(object string, n int) {
+	withMetrics(r.m, func(m *metrics.Metrics) { m.Repairs.WithLabelValues(object).Add(float64(n)) })
 }
 
-func (s *Supervisor) setupError(kind string) {
-	withMetrics(s.m, func(m *metrics.Metrics) { m.SetupErrors.WithLabelValues(kind).Inc() })
-}
-
-// ruleCounters reads our table's rule counters for a scrape.
-func (s *Supervisor) ruleCounters() ([]metrics.RuleCounter, error) {
-	rcs, err := s.table.TableCounters(s.table.Table(), nft.OurChains()...)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]metrics.RuleCounter, len(rcs))
-	for i, rc := range rcs {
-		out[i] = metrics.RuleCounter{Chain: rc.Chain, Comment: rc.Comment, Packets: rc.Packets, Bytes: rc.Bytes}
-	}
-	return out, nil
+func setupError(m *metrics.Metrics, kind string) {
+	withMetrics(m, func(m *metrics.Metrics) { m.SetupErrors.WithLabelValues(kind).Inc() })
 }

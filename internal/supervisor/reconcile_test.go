@@ -20,7 +20,7 @@ func TestCountPassOncePerTriggerKind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Supervisor{m: m}
+	s := &reconciler{m: m}
 	s.countPass([]string{"link:link deleted", "link:link down"}, resultInSync, time.Now())
 	s.countPass([]string{"nft:delete table inet nodelocaldns by nft[1]", "nft:overrun"}, resultRepaired, time.Now())
 	s.countPass([]string{"link:address removed", "nft:flush set by nft[2]"}, resultRepaired, time.Now())

@@ -182,9 +182,10 @@ func TestRunnerDampsAFight(t *testing.T) {
 			t.Fatalf("damped pass reasons = %q", got)
 		}
 	}
-	// The writer stops: this pass changes nothing, and the next trigger is served after minInterval again.
-	rec.changed.Store(false)
+	// The writer stops: this pass changes nothing, and the next trigger is served after minInterval again. The
+	// last damped pass must have returned (reporting a change) first: the runner waits on the clock only then.
 	waitForTimer(t, clk)
+	rec.changed.Store(false)
 	r.trigger("link")
 	waitForTimer(t, clk)
 	clk.Step(300 * time.Millisecond)

@@ -5,6 +5,11 @@
 // network namespace (CLONE_NEWNET) with loopback up, so every goroutine, every child process and every netlink
 // socket of that run sees only the throwaway namespace, which the kernel frees when the process exits. Tests
 // that need root call [RequireRoot] and skip with a clear message elsewhere.
+//
+// Inside it, tests build what they send traffic through with the same few helpers: [AddPeer] (a namespace
+// joined by veth, ready for IPv6 when it returns), [NewPodNetwork] (the pod and kube-dns peers of a node),
+// [ServeDNS] (a DNS server on UDP and TCP), [NftApply] and [Run] (fixture and observer commands), and
+// [Eventually] to wait on a signal.
 package testenv
 
 import (

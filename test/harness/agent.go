@@ -1,7 +1,8 @@
 // Package harness runs the real nodelocaldns binary for end-to-end tests and benchmarks: it builds the binary
 // once per test process, starts it with node-cache's flags against fixtures it writes (Corefile.base, a
 // kube-dns ConfigMap volume), follows its JSON log, and scrapes its metrics. Callers run inside a throwaway
-// network namespace (internal/testenv); the harness itself never creates or touches links or tables.
+// network namespace (internal/testenv); apart from [NewNode], which builds the node of the end-to-end tests, the
+// harness never creates or touches links or tables.
 package harness
 
 import (
@@ -27,7 +28,9 @@ var (
 	buildErr  error
 )
 
-// Binary builds cmd/nodelocaldns once per process and returns its path. NODELOCALDNS_BIN overrides it.
+// Binary builds cmd/nodelocaldns once per process and returns its path: static, as `make build` and the image
+// build it, or with the race detector (and so cgo) when $NODELOCALDNS_TEST_RACE is 1. NODELOCALDNS_BIN overrides
+// it.
 func Binary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -41,8 +44,12 @@ func Binary(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(dir, "nodelocaldns")
-		cmd := exec.Command("go", "build", "-o", binPath, "github.com/nodelocaldns/nodelocaldns/cmd/nodelocaldns")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // as `make build` and the image build it
+		args, cgo := []string{"build", "-o", binPath}, "CGO_ENABLED=0"
+		if raceBuild() {
+			args, cgo = append(args, "-race"), "CGO_ENABLED=1" // the race runtime needs cgo
+		}
+		cmd := exec.Command("go", append(args, "github.com/nodelocaldns/nodelocaldns/cmd/nodelocaldns")...)
+		cmd.Env = append(os.Environ(), cgo)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}
@@ -62,6 +69,7 @@ type Agent struct {
 
 	mu    sync.Mutex
 	lines []LogLine
+	races raceReports // the race detector's reports on stderr (a race-built binary)
 	cond  *sync.Cond
 	done  chan struct{}
 	err   error
@@ -139,7 +147,14 @@ func Start(t testing.TB, cfg Config) *Agent {
 		t.Fatal(err)
 	}
 	go a.follow(stderr, cfg.Stderr)
-	t.Cleanup(func() { a.Kill() })
+	t.Cleanup(func() {
+		a.Kill()
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if races := a.races.all(); len(races) > 0 {
+			t.Errorf("the agent's race detector reported %d data race(s):\n%s", len(races), strings.Join(races, "\n"))
+		}
+	})
 	return a
 }
 
@@ -161,6 +176,7 @@ func (a *Agent) follow(r io.Reader, copyTo io.Writer) {
 			ll.Msg = line
 		}
 		a.mu.Lock()
+		a.races.line(line)
 		a.lines = append(a.lines, ll)
 		a.cond.Broadcast()
 		a.mu.Unlock()
@@ -301,6 +317,9 @@ func FreePort(t testing.TB) string {
 func RunBinary(t testing.TB, bin string, args ...string) (string, int) {
 	t.Helper()
 	out, err := exec.Command(bin, args...).CombinedOutput()
+	if races := racesIn(string(out)); len(races) > 0 {
+		t.Errorf("%s %s: the race detector reported %d data race(s):\n%s", bin, strings.Join(args, " "), len(races), strings.Join(races, "\n"))
+	}
 	if ee, ok := err.(*exec.ExitError); ok {
 		return string(out), ee.ExitCode()
 	}

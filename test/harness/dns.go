@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
 // Upstream is an authoritative-for-everything DNS server on one address (UDP and TCP) that answers every A
@@ -43,28 +45,7 @@ func (u *Upstream) QueriesOverTCP(name string) int {
 func StartUpstream(t testing.TB, addr, answer string) *Upstream {
 	t.Helper()
 	u := &Upstream{Answer: net.ParseIP(answer), TTL: 300}
-	pc, err := net.ListenPacket("udp", addr)
-	if err != nil {
-		t.Fatalf("upstream listen udp %s: %v", addr, err)
-	}
-	u.Addr = pc.LocalAddr().String()
-	ln, err := net.Listen("tcp", u.Addr)
-	if err != nil {
-		t.Fatalf("upstream listen tcp %s: %v", u.Addr, err)
-	}
-	h := dns.HandlerFunc(u.serve)
-	udp := &dns.Server{PacketConn: pc, Handler: h}
-	tcp := &dns.Server{Listener: ln, Handler: h}
-	go udp.ActivateAndServe()
-	go tcp.ActivateAndServe()
-	t.Cleanup(func() {
-		// Shutdown fails, leaving the sockets bound, if the server goroutines have not started yet: close the
-		// sockets ourselves too, so the next test can bind the same address.
-		udp.Shutdown()
-		tcp.Shutdown()
-		pc.Close()
-		ln.Close()
-	})
+	u.Addr, _ = testenv.ServeDNS(t, addr, dns.HandlerFunc(u.serve))
 	return u
 }
 

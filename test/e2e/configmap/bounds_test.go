@@ -25,7 +25,7 @@ func TestFailedReloadIsRetried(t *testing.T) {
 	e.waitMetric(reloadsError, errorsBefore)
 
 	okBefore := e.metric(reloadsOK)
-	harness.Run(t, "ip", "addr", "add", extra+"/32", "dev", "lo")
+	testenv.Run(t, "ip", "addr", "add", extra+"/32", "dev", "lo")
 	t.Cleanup(func() { exec.Command("ip", "addr", "del", extra+"/32", "dev", "lo").Run() })
 	// The first retries come 1 s and 2 s after the failure.
 	waited := testenv.Eventually(t, 10*time.Second, "the failed reload to be retried and serve "+extra, func() bool {
@@ -53,7 +53,7 @@ func TestHealthFailsWhileDNSDoesNotAnswer(t *testing.T) {
 	if err := health(c); err != nil {
 		t.Fatalf("/health before: %v", err)
 	}
-	harness.Run(t, "nft", "add table inet blockdns { chain out { type filter hook output priority 0; ip daddr "+localIP+" udp dport 53 drop; }; }")
+	testenv.Run(t, "nft", "add table inet blockdns { chain out { type filter hook output priority 0; ip daddr "+localIP+" udp dport 53 drop; }; }")
 	t.Cleanup(func() { exec.Command("nft", "delete", "table", "inet", "blockdns").Run() })
 	var last error
 	testenv.Eventually(t, 10*time.Second, "/health to fail", func() bool {
@@ -66,6 +66,6 @@ func TestHealthFailsWhileDNSDoesNotAnswer(t *testing.T) {
 	if v := e.metric(`nodelocaldns_liveness_failures_total{reason="dns"}`); v < 1 {
 		t.Errorf("liveness failures (dns) = %v, want >= 1", v)
 	}
-	harness.Run(t, "nft", "delete", "table", "inet", "blockdns")
+	testenv.Run(t, "nft", "delete", "table", "inet", "blockdns")
 	testenv.Eventually(t, 10*time.Second, "/health to recover", func() bool { return health(c) == nil })
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -20,26 +19,9 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
-// Conventions. The test's own throwaway namespace is the node, where the agent runs. Peers by veth:
-//
-//	pod       192.0.2.2 (node side 192.0.2.1)        queries clusterIP:53 and localIP:53
-//	kube-dns  198.51.100.2 (node side 198.51.100.1)  the ClusterIP's backend behind kube-proxy's DNAT
-//	          198.51.100.3                           kube-dns-upstream, the agent's forward target
-//
-// Each answers every A query with its own fixed address, so an answer says who served it.
-const (
-	localIP   = "169.254.20.10"
-	clusterIP = "10.96.0.10"
-
-	podHost, podAddr         = "192.0.2.1", "192.0.2.2"
-	kubeDNSHost, kubeDNSAddr = "198.51.100.1", "198.51.100.2"
-	upstreamAddr             = "198.51.100.3"
-
-	answerKubeDNS = "203.0.113.1"
-	answerAgent   = "203.0.113.2"
-
-	queryTimeout = 2 * time.Second
-)
+// Conventions: harness.NewNode's node, where the agent runs, with a pod and kube-dns hanging off it by veth; the
+// pod queries harness.ClusterIP:53 and harness.LocalIP:53, and each answer says who served it.
+const queryTimeout = 2 * time.Second
 
 // Outcomes of one query, as the pod sees them.
 const (
@@ -49,14 +31,6 @@ const (
 	refused     = "refused (ICMP unreachable)"
 )
 
-var kubeProxyRuleset = fmt.Sprintf(`table ip kube-proxy {
-	chain prerouting {
-		type nat hook prerouting priority -100; policy accept;
-		ip daddr %[1]s udp dport 53 dnat to %[2]s:53
-	}
-}
-`, clusterIP, kubeDNSAddr)
-
 // firewall is one foreign drop on the DNS path: how to put it in place and take it away, and what the
 // foreign-drop check must report (chain, policy drop, number of drop/reject rules).
 type firewall struct {
@@ -65,7 +39,7 @@ type firewall struct {
 	chain        string
 	policy       bool
 	rules        int
-	withoutAgent string // what the pod sees for clusterIP without the agent
+	withoutAgent string // what the pod sees for harness.ClusterIP without the agent
 	withAgent    string // ... and with it
 }
 
@@ -77,21 +51,21 @@ func firewalls() []firewall {
 			add: func(t *testing.T) {
 				// Loopback and replies stay open, as on every host firewall: the agent's metrics listen on
 				// loopback, and its upstream's answers are replies (established) to the agent's forwards.
-				harness.Run(t, "iptables", "-A", "INPUT", "-i", "lo", "-j", "ACCEPT")
-				harness.Run(t, "iptables", "-A", "INPUT", "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT")
-				harness.Run(t, "iptables", "-P", "INPUT", "DROP")
+				testenv.Run(t, "iptables", "-A", "INPUT", "-i", "lo", "-j", "ACCEPT")
+				testenv.Run(t, "iptables", "-A", "INPUT", "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT")
+				testenv.Run(t, "iptables", "-P", "INPUT", "DROP")
 			},
 			remove: func(t *testing.T) {
-				harness.Run(t, "iptables", "-P", "INPUT", "ACCEPT")
-				harness.Run(t, "iptables", "-F", "INPUT")
+				testenv.Run(t, "iptables", "-P", "INPUT", "ACCEPT")
+				testenv.Run(t, "iptables", "-F", "INPUT")
 			},
 			chain: "ip filter/INPUT", policy: true, rules: 0,
 			withoutAgent: fromKubeDNS, withAgent: timedOut},
 		{name: "inet table: udp dport 53 reject on input",
 			add: func(t *testing.T) {
-				nftApply(t, "table inet fw {\n\tchain input {\n\t\ttype filter hook input priority 0; policy accept;\n\t\tudp dport 53 reject\n\t}\n}\n")
+				testenv.NftApply(t, "table inet fw {\n\tchain input {\n\t\ttype filter hook input priority 0; policy accept;\n\t\tudp dport 53 reject\n\t}\n}\n")
 			},
-			remove: func(t *testing.T) { harness.Run(t, "nft", "delete", "table", "inet", "fw") },
+			remove: func(t *testing.T) { testenv.Run(t, "nft", "delete", "table", "inet", "fw") },
 			chain:  "inet fw/input", policy: false, rules: 1,
 			withoutAgent: fromKubeDNS, withAgent: refused},
 	}
@@ -99,17 +73,7 @@ func firewalls() []firewall {
 
 func TestWhatAPodSeesUnderAForeignDrop(t *testing.T) {
 	testenv.RequireRoot(t)
-	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
-		t.Fatalf("enable forwarding in the node namespace: %v", err)
-	}
-	pod := harness.AddPeer(t, "pod", podHost, podAddr)
-	kubeDNS := harness.AddPeer(t, "kubedns", kubeDNSHost, kubeDNSAddr)
-	kubeDNS.Exec(t, "ip", "addr", "add", upstreamAddr+"/24", "dev", "eth0")
-	kubeDNS.Do(t, func() {
-		harness.StartUpstream(t, kubeDNSAddr+":53", answerKubeDNS)
-		harness.StartUpstream(t, upstreamAddr+":53", answerAgent)
-	})
-	nftApply(t, kubeProxyRuleset)
+	pod := harness.NewNode(t).Pod
 	conn, err := nft.Open()
 	if err != nil {
 		t.Fatal(err)
@@ -122,14 +86,14 @@ func TestWhatAPodSeesUnderAForeignDrop(t *testing.T) {
 			fw.add(t)
 			defer fw.remove(t)
 			checkDetected(t, conn, fw)
-			withoutAgent := ask(t, pod, clusterIP)
+			withoutAgent := ask(t, pod, harness.ClusterIP)
 			if withoutAgent != fw.withoutAgent {
 				t.Errorf("without the agent, clusterIP: the pod sees %q, want %q", withoutAgent, fw.withoutAgent)
 			}
 
 			a := startAgent(t)
 			a.WaitReady()
-			gotCluster, gotLocal := ask(t, pod, clusterIP), ask(t, pod, localIP)
+			gotCluster, gotLocal := ask(t, pod, harness.ClusterIP), ask(t, pod, harness.LocalIP)
 			if gotCluster != fw.withAgent {
 				t.Errorf("with the agent, clusterIP: the pod sees %q, want %q", gotCluster, fw.withAgent)
 			}
@@ -172,16 +136,16 @@ func checkDetected(t *testing.T, conn *nft.Conn, fw firewall) {
 }
 
 // ask sends one UDP query from the pod and names the outcome.
-func ask(t *testing.T, pod *harness.Peer, server string) string {
+func ask(t *testing.T, pod *testenv.Peer, server string) string {
 	t.Helper()
 	var got string
 	pod.Do(t, func() {
 		addr, err := harness.Lookup(net.JoinHostPort(server, "53"), "udp", "probe.cluster.local", queryTimeout)
 		var ne net.Error
 		switch {
-		case err == nil && addr == answerKubeDNS:
+		case err == nil && addr == harness.AnswerKubeDNS:
 			got = fromKubeDNS
-		case err == nil && addr == answerAgent:
+		case err == nil && addr == harness.AnswerAgent:
 			got = fromAgent
 		case errors.Is(err, syscall.ECONNREFUSED):
 			got = refused
@@ -199,21 +163,12 @@ func ask(t *testing.T, pod *harness.Peer, server string) string {
 func startAgent(t *testing.T) *harness.Agent {
 	t.Helper()
 	a := harness.Start(t, harness.Config{
-		Args:         []string{"-localip", localIP + "," + clusterIP, "-upstreamsvc", "kube-dns-upstream", "-health-port", "8080"},
-		BaseCorefile: harness.StandardCorefile(localIP, clusterIP, "cluster.local"),
-		Env:          []string{"KUBE_DNS_UPSTREAM_SERVICE_HOST=" + upstreamAddr},
+		Args:         []string{"-localip", harness.LocalIP + "," + harness.ClusterIP, "-upstreamsvc", "kube-dns-upstream", "-health-port", "8080"},
+		BaseCorefile: harness.StandardCorefile(harness.LocalIP, harness.ClusterIP, "cluster.local"),
+		Env:          []string{"KUBE_DNS_UPSTREAM_SERVICE_HOST=" + harness.UpstreamAddr},
 	})
 	t.Cleanup(func() { a.Stop(10 * time.Second) })
 	return a
-}
-
-func nftApply(t *testing.T, ruleset string) {
-	t.Helper()
-	cmd := exec.Command("nft", "-f", "-")
-	cmd.Stdin = strings.NewReader(ruleset)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("nft -f: %v\n%s\n%s", err, out, ruleset)
-	}
 }
 
 // writeReport logs the table and writes it to $NODELOCALDNS_TEST_REPORTS/foreign-drops.txt when set.

@@ -19,9 +19,9 @@ import (
 // left and the ClusterIP is served by kube-dns throughout.
 func (m *matrix) loopFailsStartUp() {
 	t := m.t
-	m.phase("Corefile forwarding to itself: start-up fails", expectation{zero: []string{clusterIP}, allDirect: true})
-	cf := strings.ReplaceAll(harness.StandardCorefile(localIP, clusterIP, "cluster.local"), "__PILLAR__CLUSTER__DNS__", localIP)
-	a := m.n.startCorefile(localIP+","+clusterIP, cf)
+	m.phase("Corefile forwarding to itself: start-up fails", expectation{zero: []string{harness.ClusterIP}, allDirect: true})
+	cf := strings.ReplaceAll(harness.StandardCorefile(harness.LocalIP, harness.ClusterIP, "cluster.local"), "__PILLAR__CLUSTER__DNS__", harness.LocalIP)
+	a := m.n.startCorefile(harness.LocalIP+","+harness.ClusterIP, cf)
 	if code := a.Wait(stopTimeout); code == 0 {
 		t.Fatalf("an agent whose Corefile loops exited with 0")
 	}
@@ -36,7 +36,7 @@ func (m *matrix) loopFailsStartUp() {
 func (m *matrix) loopInReloadIsRefused(a *harness.Agent) {
 	t := m.t
 	m.phase("reload to a Corefile forwarding to itself", expectation{})
-	cf := strings.ReplaceAll(harness.StandardCorefile(localIP, clusterIP, "cluster.local"), "__PILLAR__CLUSTER__DNS__", localIP)
+	cf := strings.ReplaceAll(harness.StandardCorefile(harness.LocalIP, harness.ClusterIP, "cluster.local"), "__PILLAR__CLUSTER__DNS__", harness.LocalIP)
 	if err := os.WriteFile(filepath.Join(a.Dir, "coredns", "Corefile.base"), []byte(cf), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -54,20 +54,20 @@ func (m *matrix) surgeAddsAnAddress() {
 	t := m.t
 	old := m.start("surge adding an IP: old instance", true)
 	m.serve()
-	m.phase("surge adding an IP: new instance starts", expectation{zero: []string{clusterIP, localIP}})
-	next := m.n.startWith(localIP+","+clusterIP+","+newIP, clusterIP+" "+newIP)
+	m.phase("surge adding an IP: new instance starts", expectation{zero: []string{harness.ClusterIP, harness.LocalIP}})
+	next := m.n.startWith(harness.LocalIP+","+harness.ClusterIP+","+newIP, harness.ClusterIP+" "+newIP)
 	next.WaitReady()
 	testenv.Eventually(t, 5*time.Second, "/ready answers 200 with both instances serving", func() bool { c, _ := ready(); return c == 200 })
-	m.phase("surge adding an IP: both serve", expectation{zero: []string{clusterIP, localIP, newIP}})
+	m.phase("surge adding an IP: both serve", expectation{zero: []string{harness.ClusterIP, harness.LocalIP, newIP}})
 	time.Sleep(serveFor)
-	m.phase("surge adding an IP: old instance SIGTERM", expectation{zero: []string{clusterIP, localIP, newIP}})
+	m.phase("surge adding an IP: old instance SIGTERM", expectation{zero: []string{harness.ClusterIP, harness.LocalIP, newIP}})
 	m.stop(old)
-	if out := harness.Run(t, "ip", "-o", "addr", "show", "dev", ifname); !strings.Contains(out, newIP+"/32") || !strings.Contains(out, localIP+"/32") {
+	if out := testenv.Run(t, "ip", "-o", "addr", "show", "dev", ifname); !strings.Contains(out, newIP+"/32") || !strings.Contains(out, harness.LocalIP+"/32") {
 		t.Fatalf("after the old instance left, %s lacks an address:\n%s", ifname, out)
 	}
-	m.phase("surge adding an IP: new instance alone", expectation{zero: []string{clusterIP, localIP, newIP}})
+	m.phase("surge adding an IP: new instance alone", expectation{zero: []string{harness.ClusterIP, harness.LocalIP, newIP}})
 	time.Sleep(serveFor)
-	m.phase("surge adding an IP: new instance SIGTERM", expectation{zero: []string{clusterIP}})
+	m.phase("surge adding an IP: new instance SIGTERM", expectation{zero: []string{harness.ClusterIP}})
 	m.stop(next)
 	requireNothingLeft(t)
 }
@@ -100,7 +100,7 @@ time.sleep(120)`)
 		t.Fatalf("nft delete table as uid 65534 succeeded:\n%s", out)
 	}
 	m.serve()
-	m.phase("SIGTERM with the squatter still there", expectation{zero: []string{clusterIP}})
+	m.phase("SIGTERM with the squatter still there", expectation{zero: []string{harness.ClusterIP}})
 	m.stop(a)
 	requireNothingLeft(t)
 }

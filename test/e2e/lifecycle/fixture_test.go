@@ -1,7 +1,6 @@
 package lifecycle
 
 import (
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -17,86 +16,39 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
-// Conventions. The test's own throwaway namespace is the node: the agent runs there and creates its interface
-// (ifname) holding localIP and clusterIP. Two peer namespaces hang off it by veth:
-//
-//	pod       192.0.2.2 (node side 192.0.2.1)        sends the load to localIP:53 and clusterIP:53
-//	kube-dns  198.51.100.2 (node side 198.51.100.1)  the ClusterIP's backend: kube-proxy DNATs clusterIP:53 here
-//	          198.51.100.3                           kube-dns-upstream: the agent forwards cluster.local here
-//
-// Both kube-dns addresses answer every A query with their own fixed address, so an answer says whether the agent
-// (through kube-dns-upstream) or kube-dns itself (through the DNAT) served it.
+// Conventions: harness.NewNode's node (the test's own throwaway namespace, where the agent runs and creates its
+// interface ifname holding harness.LocalIP and harness.ClusterIP), with a pod and kube-dns hanging off it by
+// veth; the pod sends the load to both addresses.
 const (
-	localIP   = "169.254.20.10"
-	clusterIP = "10.96.0.10"
 	newIP     = "169.254.20.11" // the address a surge rollout adds to -localip
 	ifname    = "nodelocaldns"
 	table     = "inet nodelocaldns"
-
-	podHost, podAddr         = "192.0.2.1", "192.0.2.2"
-	kubeDNSHost, kubeDNSAddr = "198.51.100.1", "198.51.100.2"
-	upstreamAddr             = "198.51.100.3"
-
-	answerKubeDNS = "203.0.113.1" // kube-dns reached through the DNAT: the agent is not in the path
-	answerAgent   = "203.0.113.2" // kube-dns-upstream: the agent served (or forwarded) it
-
-	readyURL = "http://" + localIP + ":8080/ready"
+	readyURL  = "http://" + harness.LocalIP + ":8080/ready"
+	healthURL = "http://" + harness.LocalIP + ":8080/health"
 )
 
-// kubeProxyRuleset is what kube-proxy's nftables mode boils down to for one UDP+TCP Service with one endpoint:
-// DNAT at prerouting dstnat (pods) and output dstnat (host clients). Our notrack at raw priority runs before it.
-var kubeProxyRuleset = fmt.Sprintf(`table ip kube-proxy {
-	chain prerouting {
-		type nat hook prerouting priority -100; policy accept;
-		ip daddr %[1]s udp dport 53 dnat to %[2]s:53
-		ip daddr %[1]s tcp dport 53 dnat to %[2]s:53
-	}
-	chain output {
-		type nat hook output priority -100; policy accept;
-		ip daddr %[1]s udp dport 53 dnat to %[2]s:53
-		ip daddr %[1]s tcp dport 53 dnat to %[2]s:53
-	}
-}
-`, clusterIP, kubeDNSAddr)
-
-// node is the fixture around the agents: peers, kube-proxy's DNAT, the two kube-dns servers.
+// node is the fixture around the agents.
 type node struct {
-	t        *testing.T
-	pod      *harness.Peer
-	kubeDNS  *harness.Peer
-	upstream *harness.Upstream // kube-dns-upstream, the agent's forward target
-	direct   *harness.Upstream // kube-dns behind the ClusterIP's DNAT
+	t *testing.T
+	*harness.Node
 }
 
 func newNode(t *testing.T) *node {
 	t.Helper()
-	n := &node{t: t}
-	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
-		t.Fatalf("enable forwarding in the node namespace: %v", err)
-	}
-	n.pod = harness.AddPeer(t, "pod", podHost, podAddr)
-	n.kubeDNS = harness.AddPeer(t, "kubedns", kubeDNSHost, kubeDNSAddr)
-	n.kubeDNS.Exec(t, "ip", "addr", "add", upstreamAddr+"/24", "dev", "eth0")
-	n.kubeDNS.Do(t, func() {
-		n.direct = harness.StartUpstream(t, kubeDNSAddr+":53", answerKubeDNS)
-		n.upstream = harness.StartUpstream(t, upstreamAddr+":53", answerAgent)
-	})
-	nftApply(t, kubeProxyRuleset)
-	t.Cleanup(func() { exec.Command("nft", "delete", "table", "ip", "kube-proxy").Run() })
-	return n
+	return &node{t: t, Node: harness.NewNode(t)}
 }
 
 // start runs an agent with node-cache's DaemonSet flags plus extra.
 func (n *node) start(extra ...string) *harness.Agent {
 	n.t.Helper()
-	return n.startWith(localIP+","+clusterIP, clusterIP, extra...)
+	return n.startWith(harness.LocalIP+","+harness.ClusterIP, harness.ClusterIP, extra...)
 }
 
 // startWith runs an agent listening on localips (the -localip value); bind is what the Corefile binds besides
-// localIP.
+// harness.LocalIP.
 func (n *node) startWith(localips, bind string, extra ...string) *harness.Agent {
 	n.t.Helper()
-	return n.startCorefile(localips, harness.StandardCorefile(localIP, bind, "cluster.local"), extra...)
+	return n.startCorefile(localips, harness.StandardCorefile(harness.LocalIP, bind, "cluster.local"), extra...)
 }
 
 // startCorefile runs an agent with the given base Corefile.
@@ -110,18 +62,9 @@ func (n *node) startCorefile(localips, corefile string, extra ...string) *harnes
 	return harness.Start(n.t, harness.Config{
 		Args:         args,
 		BaseCorefile: corefile,
-		Env:          []string{"KUBE_DNS_UPSTREAM_SERVICE_HOST=" + upstreamAddr},
+		Env:          []string{"KUBE_DNS_UPSTREAM_SERVICE_HOST=" + harness.UpstreamAddr},
 		Stderr:       stderr,
 	})
-}
-
-func nftApply(t *testing.T, ruleset string) {
-	t.Helper()
-	cmd := exec.Command("nft", "-f", "-")
-	cmd.Stdin = strings.NewReader(ruleset)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("nft -f: %v\n%s\n%s", err, out, ruleset)
-	}
 }
 
 // instanceTables lists the instance tables (inet nodelocaldns, nodelocaldns-<n>) in the kernel, as the nft tool
@@ -129,7 +72,7 @@ func nftApply(t *testing.T, ruleset string) {
 func instanceTables(t *testing.T) []string {
 	t.Helper()
 	var out []string
-	for _, line := range strings.Split(harness.Run(t, "nft", "list", "tables"), "\n") {
+	for _, line := range strings.Split(testenv.Run(t, "nft", "list", "tables"), "\n") {
 		name, ok := strings.CutPrefix(strings.TrimSpace(line), "table inet ")
 		if ok && (name == "nodelocaldns" || strings.HasPrefix(name, "nodelocaldns-")) {
 			out = append(out, name)
@@ -166,7 +109,7 @@ func listing(t *testing.T) string {
 func requireOneCopy(t *testing.T) string {
 	t.Helper()
 	if n := ourTables(t); n != 1 {
-		t.Fatalf("nft list tables shows %d instance tables, want 1:\n%s", n, harness.Run(t, "nft", "list", "tables"))
+		t.Fatalf("nft list tables shows %d instance tables, want 1:\n%s", n, testenv.Run(t, "nft", "list", "tables"))
 	}
 	l := listing(t)
 	seen := map[string]bool{}
@@ -207,14 +150,17 @@ func requireNothingLeft(t *testing.T) {
 		t.Errorf("instance table left behind after a graceful stop:\n%s", listing(t))
 	}
 	if linkExists(t) {
-		t.Errorf("interface %s left behind after a graceful stop:\n%s", ifname, harness.Run(t, "ip", "addr", "show", "dev", ifname))
+		t.Errorf("interface %s left behind after a graceful stop:\n%s", ifname, testenv.Run(t, "ip", "addr", "show", "dev", ifname))
 	}
 }
 
 // ready asks /ready on the Corefile's health address: the HTTP status, or 0 when nothing answers.
-func ready() (int, string) {
+func ready() (int, string) { return probe(readyURL) }
+
+// probe asks url as the kubelet's probes do: the HTTP status, or 0 when nothing answers.
+func probe(url string) (int, string) {
 	c := &http.Client{Timeout: 500 * time.Millisecond}
-	resp, err := c.Get(readyURL)
+	resp, err := c.Get(url)
 	if err != nil {
 		return 0, err.Error()
 	}

@@ -18,6 +18,8 @@ import (
 
 	"github.com/miekg/dns"
 	"github.com/vishvananda/netns"
+
+	"github.com/nodelocaldns/nodelocaldns/test/harness"
 )
 
 // Load: every tick, one UDP query from a fresh socket (a new source port, as a pod's resolver does) to each
@@ -29,7 +31,7 @@ const (
 )
 
 // targets are the pod's two ways to the node's DNS, in report order.
-var targets = []string{clusterIP, localIP, newIP}
+var targets = []string{harness.ClusterIP, harness.LocalIP, newIP}
 
 // counts is what happened to the queries sent to one target during one phase.
 type counts struct {
@@ -235,7 +237,6 @@ func (l *load) record(phase int, target string, sent time.Time, answer string, e
 		c = &counts{reasons: map[string]int{}}
 		l.counts[phase][target] = c
 	}
-	c.sent++
 	failed := c.failed
 	defer func() {
 		if c.failed > failed && os.Getenv("LIFECYCLE_DEBUG") != "" {
@@ -249,13 +250,19 @@ func (l *load) record(phase int, target string, sent time.Time, answer string, e
 			c.lastFail = max(c.lastFail, at)
 		}
 	}()
+	c.tally(answer, err)
+}
+
+// tally counts one query: who answered it, or why it failed.
+func (c *counts) tally(answer string, err error) {
+	c.sent++
 	switch {
 	case err != nil:
 		c.failed++
 		c.reasons[reason(err)]++
-	case answer == answerAgent:
+	case answer == harness.AnswerAgent:
 		c.viaAgent++
-	case answer == answerKubeDNS:
+	case answer == harness.AnswerKubeDNS:
 		c.viaKubeDNS++
 	default:
 		c.failed++
@@ -312,7 +319,7 @@ func (l *load) table() string {
 			if c.sent == 0 {
 				continue
 			}
-			label := map[string]string{clusterIP: "clusterip", localIP: "link-local", newIP: "new-ip"}[target]
+			label := map[string]string{harness.ClusterIP: "clusterip", harness.LocalIP: "link-local", newIP: "new-ip"}[target]
 			when := ""
 			if c.failed > 0 {
 				when = fmt.Sprintf(" (%v..%v)", c.firstFail.Round(time.Millisecond), c.lastFail.Round(time.Millisecond))

@@ -59,15 +59,15 @@ func TestLifecycleMatrix(t *testing.T) {
 	testenv.RequireRoot(t)
 	harness.Binary(t) // build before the clock starts
 	n := newNode(t)
-	m := &matrix{t: t, n: n, load: startLoad(t, n.pod.Name)}
-	m.phase("no agent: kube-dns through the DNAT", expectation{zero: []string{clusterIP}, allDirect: true})
+	m := &matrix{t: t, n: n, load: startLoad(t, n.Pod.Name)}
+	m.phase("no agent: kube-dns through the DNAT", expectation{zero: []string{harness.ClusterIP}, allDirect: true})
 	time.Sleep(serveFor)
 
 	a := m.start("start", true)
 	m.ref = requireOneCopy(t)
 	m.serve()
 
-	m.phase("SIGTERM, no successor", expectation{zero: []string{clusterIP}})
+	m.phase("SIGTERM, no successor", expectation{zero: []string{harness.ClusterIP}})
 	m.stop(a)
 	requireNothingLeft(t)
 
@@ -76,7 +76,7 @@ func TestLifecycleMatrix(t *testing.T) {
 	m.serve()
 
 	// The kernel removes a killed instance's table at once: the ClusterIP fails open, the interface stays.
-	m.phase("SIGKILL, 0.5 s without an agent", expectation{zero: []string{clusterIP}})
+	m.phase("SIGKILL, 0.5 s without an agent", expectation{zero: []string{harness.ClusterIP}})
 	m.kill(b)
 	time.Sleep(killGap)
 	if ourTables(t) != 0 || !linkExists(t) {
@@ -87,22 +87,22 @@ func TestLifecycleMatrix(t *testing.T) {
 	m.serve()
 
 	serving := hostQueries(crashGap / 5)
-	m.phase("SIGKILL, no restart for 5 s (crash loop)", expectation{zero: []string{clusterIP}})
+	m.phase("SIGKILL, no restart for 5 s (crash loop)", expectation{zero: []string{harness.ClusterIP}})
 	m.kill(c)
 	crashed := hostQueries(crashGap - inflightSlack)
 	m.load.note(fmt.Sprintf("host-network client (the node's namespace) to the ClusterIP, one query at a time: while serving %s; "+
-		"during the 5 s after SIGKILL %s", serving, crashed))
+		"during the 5 s after SIGKILL %s", hostSummary(serving), hostSummary(crashed)))
 	if serving.viaAgent != serving.sent || crashed.viaKubeDNS != crashed.sent {
-		t.Errorf("host-network queries: serving %s, after SIGKILL %s; want all by the agent, then all by kube-dns", serving, crashed)
+		t.Errorf("host-network queries: serving %s, after SIGKILL %s; want all by the agent, then all by kube-dns", hostSummary(serving), hostSummary(crashed))
 	}
 	c = m.start("restart after 5 s, until ready", true)
 	m.requireSameTable()
 	m.serve()
 
 	// The kubelet stops the old pod as soon as the new one is ready: no pause between the two here.
-	m.phase("surge: new instance starts beside the old", expectation{zero: []string{clusterIP, localIP}})
+	m.phase("surge: new instance starts beside the old", expectation{zero: []string{harness.ClusterIP, harness.LocalIP}})
 	d := m.startSecond()
-	m.phase("surge: old instance SIGTERM, new one stays", expectation{zero: []string{clusterIP, localIP}})
+	m.phase("surge: old instance SIGTERM, new one stays", expectation{zero: []string{harness.ClusterIP, harness.LocalIP}})
 	m.stop(c)
 	m.requireSameTable()
 	if !linkExists(t) {
@@ -112,9 +112,9 @@ func TestLifecycleMatrix(t *testing.T) {
 	m.serve()
 
 	// A rollout interrupted by deleting the DaemonSet: both leave at once, the last one out removes everything.
-	m.phase("surge: new instance starts beside the old", expectation{zero: []string{clusterIP, localIP}})
+	m.phase("surge: new instance starts beside the old", expectation{zero: []string{harness.ClusterIP, harness.LocalIP}})
 	d2 := m.startSecond()
-	m.phase("surge: both instances SIGTERM at once", expectation{zero: []string{clusterIP}})
+	m.phase("surge: both instances SIGTERM at once", expectation{zero: []string{harness.ClusterIP}})
 	d.Signal(syscall.SIGTERM)
 	d2.Signal(syscall.SIGTERM)
 	for _, a := range []*harness.Agent{d, d2} {
@@ -133,7 +133,7 @@ func TestLifecycleMatrix(t *testing.T) {
 	m.requireSameTable()
 	m.serve()
 	m.loopInReloadIsRefused(f)
-	m.phase("SIGHUP, no successor", expectation{zero: []string{clusterIP}})
+	m.phase("SIGHUP, no successor", expectation{zero: []string{harness.ClusterIP}})
 	f.Signal(syscall.SIGHUP)
 	if code := f.Wait(stopTimeout); code != 0 {
 		t.Fatalf("agent exited with %d after SIGHUP", code)
@@ -144,13 +144,13 @@ func TestLifecycleMatrix(t *testing.T) {
 	e := m.start("start with -skipteardown", true, "-skipteardown")
 	m.requireSameTable()
 	m.serve()
-	m.phase("SIGTERM with -skipteardown, no agent after", expectation{zero: []string{clusterIP}})
+	m.phase("SIGTERM with -skipteardown, no agent after", expectation{zero: []string{harness.ClusterIP}})
 	m.stop(e)
 	if ourTables(t) != 0 || !linkExists(t) {
 		t.Fatalf("-skipteardown: %d instance tables (want 0), link %v (want it kept)", ourTables(t), linkExists(t))
 	}
 	time.Sleep(serveFor)
-	harness.Run(t, "ip", "link", "del", ifname)
+	testenv.Run(t, "ip", "link", "del", ifname)
 
 	m.settleAndCheck()
 }
@@ -161,7 +161,7 @@ func (m *matrix) start(name string, graceful bool, extra ...string) *harness.Age
 	m.t.Helper()
 	e := expectation{}
 	if graceful {
-		e.zero = []string{clusterIP}
+		e.zero = []string{harness.ClusterIP}
 	}
 	m.phase(name, e)
 	a := m.n.start(extra...)
@@ -181,7 +181,7 @@ func (m *matrix) start(name string, graceful bool, extra ...string) *harness.Age
 
 // serve is a steady phase with an agent ready: nothing fails and the agent answers the ClusterIP.
 func (m *matrix) serve() {
-	m.phase("serving", expectation{zero: []string{clusterIP, localIP}, allAgent: true})
+	m.phase("serving", expectation{zero: []string{harness.ClusterIP, harness.LocalIP}, allAgent: true})
 	time.Sleep(serveFor)
 	m.requireSameTable()
 }
@@ -257,7 +257,7 @@ func (m *matrix) settleAndCheck() {
 					name, late, target, m.load.stall(e.phase))
 			}
 		}
-		c := m.load.get(e.phase, clusterIP)
+		c := m.load.get(e.phase, harness.ClusterIP)
 		if e.allAgent && c.viaKubeDNS > 0 {
 			t.Errorf("%s: %d ClusterIP queries bypassed the agent (answered by kube-dns through the DNAT)", name, c.viaKubeDNS)
 		}
@@ -267,36 +267,24 @@ func (m *matrix) settleAndCheck() {
 	}
 }
 
-// hostCounts is what happened to a host-network client's queries.
-type hostCounts struct{ sent, viaAgent, viaKubeDNS, failed int }
-
-func (c hostCounts) String() string {
+// hostSummary says what happened to a host-network client's queries.
+func hostSummary(c counts) string {
 	return fmt.Sprintf("%d sent, %d by the agent, %d by kube-dns, %d failed", c.sent, c.viaAgent, c.viaKubeDNS, c.failed)
 }
 
 // hostQueries sends one query at a time to the ClusterIP from the node's own namespace (a host-network client)
 // for d and counts who answered.
-func hostQueries(d time.Duration) hostCounts {
-	var c hostCounts
+func hostQueries(d time.Duration) counts {
+	c := counts{reasons: map[string]int{}}
 	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-		c.sent++
-		conn, err := net.DialUDP("udp", nil, &net.UDPAddr{IP: net.ParseIP(clusterIP), Port: 53})
+		conn, err := net.DialUDP("udp", nil, &net.UDPAddr{IP: net.ParseIP(harness.ClusterIP), Port: 53})
 		if err != nil {
-			c.failed++
+			c.tally("", fmt.Errorf("dial: %w", err))
 			continue
 		}
 		answer, err := query(conn, "host.default.svc.cluster.local.")
 		conn.Close()
-		switch {
-		case err != nil:
-			c.failed++
-		case answer == answerAgent:
-			c.viaAgent++
-		case answer == answerKubeDNS:
-			c.viaKubeDNS++
-		default:
-			c.failed++
-		}
+		c.tally(answer, err)
 	}
 	return c
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/miekg/dns"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
 // zoneUpstream is a small authoritative server for the fast path's differential test, over UDP and TCP on addr,
@@ -63,22 +65,5 @@ func zoneUpstream(t *testing.T, addr string) {
 		}
 		w.WriteMsg(m)
 	})
-	pc, err := net.ListenPacket("udp", addr)
-	if err != nil {
-		t.Fatalf("zone upstream: %v", err)
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatalf("zone upstream: %v", err)
-	}
-	udp := &dns.Server{PacketConn: pc, Handler: h, UDPSize: 65535}
-	tcp := &dns.Server{Listener: ln, Handler: h}
-	go udp.ActivateAndServe()
-	go tcp.ActivateAndServe()
-	t.Cleanup(func() {
-		udp.Shutdown()
-		tcp.Shutdown()
-		pc.Close()
-		ln.Close()
-	})
+	testenv.ServeDNS(t, addr, h)
 }

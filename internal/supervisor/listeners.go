@@ -11,17 +11,6 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 )
 
-// readiness is /ready: CoreDNS serves (checked by dnsserver), this instance and every other live one serve
-// (node.ready), and the last reconcile pass of the interface succeeded.
-func (s *Supervisor) readiness() error {
-	err := s.node.ready()
-	if err == nil {
-		err = s.lastPass.load()
-	}
-	withMetrics(s.m, func(m *metrics.Metrics) { m.Ready.Set(b2f(err == nil)) })
-	return err
-}
-
 // checkListeners finds local IPs that no DNS listener is bound to. The interception gate only sees a socket
 // bound to the address itself (nft.Gate): a Corefile whose servers listen on the wildcard address serves, but
 // nothing sent to our addresses from a pod is ever intercepted. Some such addresses: a loud error and

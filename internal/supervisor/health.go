@@ -1,0 +1,88 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
+)
+
+// /health and /ready, served by dnsserver on the Corefile's health address. A pass or reload that hangs and a
+// DNS server that stops answering fail /health: the kubelet then restarts the pod, and while no instance
+// listens the ClusterIP fails open to kube-dns.
+const (
+	// passHung is how long a reconcile pass or a reload may run before /health fails. Every netlink request
+	// has its own deadline (nft, link), so only a wedged lock or a CoreDNS restart that never returns gets
+	// here.
+	passHung = 30 * time.Second
+	// probeTimeout bounds /health's own query to our DNS listener, below the kubelet's 1 s default timeout
+	// (the manifest sets 5 s).
+	probeTimeout = 900 * time.Millisecond
+)
+
+// health answers /health and /ready. It is built, with everything it reads, before CoreDNS starts the health
+// listener that calls it.
+type health struct {
+	m         *metrics.Metrics
+	node      *node
+	lastPass  *atomicErr // the reconcile runner's last result
+	reconcile *runner
+	reload    *runner
+	probeAddr string // host:port of our first DNS listener
+}
+
+// liveness is /health: the reconcile and reload loops are not stuck in a pass, and CoreDNS answers a query on
+// our first listen address. Unlike /ready it says nothing about the node: only whether this process works.
+func (h *health) liveness(ctx context.Context) error {
+	for _, r := range []struct {
+		name string
+		r    *runner
+	}{{"reconcile", h.reconcile}, {"reload", h.reload}} {
+		if d, ok := r.r.busy(); ok && d > passHung {
+			h.unhealthy(r.name)
+			return fmt.Errorf("%s pass running for %v", r.name, d.Round(time.Second))
+		}
+	}
+	if err := probeDNS(ctx, h.probeAddr); err != nil {
+		h.unhealthy("dns")
+		return err
+	}
+	return nil
+}
+
+func (h *health) unhealthy(reason string) {
+	withMetrics(h.m, func(m *metrics.Metrics) { m.LivenessFailures.WithLabelValues(reason).Inc() })
+}
+
+// probeDNS sends one message with no question to addr over UDP. Any answer proves that CoreDNS's server
+// reads, dispatches and writes (it answers FORMERR without consulting a plugin or an upstream, so the probe
+// depends on nothing outside this process).
+func probeDNS(ctx context.Context, addr string) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	m := new(dns.Msg)
+	m.Id = dns.Id()
+	c := &dns.Client{Net: "udp", Timeout: probeTimeout}
+	r, _, err := c.ExchangeContext(ctx, m, addr)
+	switch {
+	case err != nil:
+		return fmt.Errorf("dns listener %s does not answer: %w", addr, err)
+	case r.Id != m.Id:
+		return fmt.Errorf("dns listener %s answered another query (id %d, want %d)", addr, r.Id, m.Id)
+	}
+	return nil
+}
+
+// readiness is /ready: CoreDNS serves (checked by dnsserver), this instance and every other live one serve
+// (node.ready), and the last reconcile pass of the interface succeeded.
+func (h *health) readiness() error {
+	err := h.node.ready()
+	if err == nil {
+		err = h.lastPass.load()
+	}
+	withMetrics(h.m, func(m *metrics.Metrics) { m.Ready.Set(b2f(err == nil)) })
+	return err
+}

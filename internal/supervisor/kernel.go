@@ -1,0 +1,90 @@
+package supervisor
+
+import (
+	"fmt"
+
+	"go.uber.org/zap"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/link"
+	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
+	"github.com/nodelocaldns/nodelocaldns/internal/nft"
+)
+
+// kernel owns the agent's two netlink handles for their whole life: our nftables socket (which owns our table:
+// closing it is what removes the table if nothing else did) and the link manager. The objects that act on them
+// (node, the reconcile watchers, the foreign report, the rule counters) borrow them at construction.
+type kernel struct {
+	conn  *nft.Conn     // nil: the agent touches no kernel state at all
+	links *link.Manager // nil: -setupinterface=false
+	m     *metrics.Metrics
+}
+
+// newKernel opens our nftables socket (always, when we manage anything: even without interception our table
+// is how other instances know which addresses we need) and, with -setupinterface, the link manager. Without
+// either flag it opens nothing.
+func newKernel(log *zap.Logger, m *metrics.Metrics, manage, setupInterface bool) (*kernel, error) {
+	k := &kernel{m: m}
+	if !manage {
+		return k, nil
+	}
+	var err error
+	if k.conn, err = nft.Open(nft.WithLogger(log)); err != nil {
+		return nil, fmt.Errorf("open nftables: %w", err)
+	}
+	// Scrapes read our rules' counters through this same socket: it owns our table, whatever its name.
+	withMetrics(m, func(m *metrics.Metrics) { m.RuleCounters.SetSource(k.ruleCounters) })
+	if setupInterface {
+		if k.links, err = link.New(log); err != nil {
+			k.close()
+			return nil, fmt.Errorf("open link manager: %w", err)
+		}
+	}
+	return k, nil
+}
+
+func (k *kernel) close() {
+	if k.conn != nil {
+		withMetrics(k.m, func(m *metrics.Metrics) { m.RuleCounters.SetSource(nil) })
+		k.conn.Close()
+	}
+	if k.links != nil {
+		k.links.Close()
+	}
+}
+
+// registry is the nftables socket as node sees it: a nil interface, not a nil pointer, when there is none.
+func (k *kernel) registry() registry {
+	if k.conn == nil {
+		return nil
+	}
+	return k.conn
+}
+
+// linkManager is the link manager as node sees it: a nil interface when there is none.
+func (k *kernel) linkManager() linkManager {
+	if k.links == nil {
+		return nil
+	}
+	return k.links
+}
+
+// dropLister is the nftables socket as the foreign report sees it: nil when there is none.
+func (k *kernel) dropLister() dropLister {
+	if k.conn == nil {
+		return nil
+	}
+	return k.conn
+}
+
+// ruleCounters reads our table's rule counters for a scrape.
+func (k *kernel) ruleCounters() ([]metrics.RuleCounter, error) {
+	rcs, err := k.conn.TableCounters(k.conn.Table(), nft.OurChains()...)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]metrics.RuleCounter, len(rcs))
+	for i, rc := range rcs {
+		out[i] = metrics.RuleCounter{Chain: rc.Chain, Comment: rc.Comment, Packets: rc.Packets, Bytes: rc.Bytes}
+	}
+	return out, nil
+}

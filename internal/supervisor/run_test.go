@@ -1,0 +1,122 @@
+package supervisor
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/options"
+	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
+)
+
+// runIP is a loopback address of its own (loopback holds all of 127/8), so this test shares no listener with
+// another test running on the machine.
+const runIP = "127.0.0.77"
+
+var ranOnce atomic.Bool
+
+// The whole Run, without the kernel (-setupinterface=false -setupiptables=false): start-up, a reload, and
+// shutdown, while /health and /ready are asked continuously from the moment CoreDNS starts serving them. Under
+// -race this is what shows that the probes, answered on CoreDNS's goroutines from dns.Start on, read nothing
+// Run writes afterwards.
+func TestRunServesProbesThroughStartReloadAndStop(t *testing.T) {
+	if !ranOnce.CompareAndSwap(false, true) {
+		t.Skip("caddy and dnsserver allow one embedded CoreDNS per process: run this test with -count=1")
+	}
+	dir := t.TempDir()
+	dnsPort, healthPort := freePort(t, "udp"), freePort(t, "tcp")
+	base := filepath.Join(dir, "coredns", "Corefile.base")
+	written := filepath.Join(dir, "Corefile")
+	if err := os.MkdirAll(filepath.Dir(base), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	corefile := func(plugin string) []byte {
+		return fmt.Appendf(nil, ".:%d {\n    bind %s\n    health %s:%d\n    %s\n}\n", dnsPort, runIP, runIP, healthPort, plugin)
+	}
+	if err := os.WriteFile(base, corefile("whoami"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o, err := options.Parse([]string{"-localip", runIP, "-setupinterface=false", "-setupiptables=false",
+		"-dns.port", strconv.Itoa(dnsPort), "-health-port", strconv.Itoa(healthPort),
+		"-basecorefile", base, "-conf", written, "-kubednscm", filepath.Join(dir, "no-kube-dns")}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{Options: o, Log: zaptest.NewLogger(t), Getenv: func(string) string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Ask both probes in a loop for the whole run, as the kubelet would (only much more often).
+	var healthy, ready atomic.Bool
+	probing, stopProbing := context.WithCancel(context.Background())
+	probesDone := make(chan struct{})
+	go func() {
+		defer close(probesDone)
+		c := &http.Client{Timeout: time.Second}
+		for probing.Err() == nil {
+			for path, ok := range map[string]*atomic.Bool{"/health": &healthy, "/ready": &ready} {
+				if resp, err := c.Get(fmt.Sprintf("http://%s:%d%s", runIP, healthPort, path)); err == nil {
+					resp.Body.Close()
+					if resp.StatusCode == http.StatusOK {
+						ok.Store(true)
+					}
+				}
+			}
+		}
+	}()
+	defer func() { stopProbing(); <-probesDone }()
+
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	ran := make(chan error, 1)
+	go func() { ran <- s.Run(ctx) }()
+
+	testenv.Eventually(t, 20*time.Second, "/health and /ready to answer 200", func() bool { return healthy.Load() && ready.Load() })
+	if err := os.WriteFile(base, corefile("errors"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 20*time.Second, "the reload to write the new Corefile", func() bool {
+		b, err := os.ReadFile(written)
+		return err == nil && bytes.Contains(b, []byte("errors")) && !bytes.Contains(b, []byte("whoami"))
+	})
+	stop()
+	select {
+	case err := <-ran:
+		if err != nil {
+			t.Fatalf("Run = %v after the context ended, want nil", err)
+		}
+	case <-time.After(shutdownDeadline + 5*time.Second):
+		t.Fatal("Run did not return after the context ended")
+	}
+}
+
+// freePort is a port nothing on runIP listens on now (for network "udp" or "tcp").
+func freePort(t *testing.T, network string) int {
+	t.Helper()
+	if network == "udp" {
+		c, err := net.ListenPacket("udp", runIP+":0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		return c.LocalAddr().(*net.UDPAddr).Port
+	}
+	l, err := net.Listen("tcp", runIP+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}

@@ -1,0 +1,156 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/configwatch"
+	"github.com/nodelocaldns/nodelocaldns/internal/dnsserver"
+	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
+)
+
+// The phases of start-up, in the order Run calls them. Each logs its duration.
+
+// stepDone logs that a phase ended.
+func (s *Supervisor) stepDone(name string, since time.Time) {
+	s.log.Info("start-up step done", zap.String("step", name), zap.Duration("elapsed", time.Since(since)))
+}
+
+// renderCorefile renders the Corefile and writes it for operators to read. The ConfigMap watcher is set up
+// before the read, so no change is lost; the caller closes it.
+func (s *Supervisor) renderCorefile() (*configwatch.Watcher, []byte, error) {
+	t := time.Now()
+	watcher, err := configwatch.New(configwatch.Config{Log: s.log, Dirs: s.config.watchDirs(), Polling: s.m.ConfigPollingGauge()})
+	if err != nil {
+		return nil, nil, err
+	}
+	cf, err := s.config.render()
+	if err != nil {
+		watcher.Close()
+		return nil, nil, fmt.Errorf("render corefile: %w", err)
+	}
+	s.config.write(cf)
+	s.stepDone("render corefile", t)
+	return watcher, cf, nil
+}
+
+// openKernel opens our netlink handles (none when the agent manages nothing) and builds what acts on them:
+// the instance state machine and the reconciler. The caller closes s.kernel.
+func (s *Supervisor) openKernel() error {
+	k, err := newKernel(s.log, s.m, s.manages(), s.opts.SetupInterface)
+	if err != nil {
+		return err
+	}
+	s.kernel = k
+	s.node = &node{log: s.log, m: s.m, reg: k.registry(), links: k.linkManager(), ifname: s.opts.InterfaceName, spec: s.spec}
+	foreign := newForeignReport(s.log, s.m, k.dropLister())
+	s.reconcile = newReconciler(s.log, s.m, s.opts.InterfaceName, s.opts.SyncInterval, s.node, foreign)
+	return nil
+}
+
+// register creates our table (sets only) and makes the interface carry every live instance's addresses.
+func (s *Supervisor) register() error {
+	t := time.Now()
+	if err := s.node.register(); err != nil {
+		setupError(s.m, metrics.ErrNftables)
+		return err
+	}
+	changes, err := s.node.ensureLink()
+	if err != nil {
+		setupError(s.m, metrics.ErrInterfaceAdd)
+		return fmt.Errorf("ensure interface %q: %w", s.opts.InterfaceName, err)
+	}
+	if s.kernel.links != nil {
+		s.log.Info("interface ready", zap.String("interface", s.opts.InterfaceName), zap.String("kind", s.kernel.links.Kind()), zap.Strings("changes", changes))
+	}
+	s.stepDone("registered and interface", t)
+	return nil
+}
+
+// startCoreDNS starts CoreDNS from cf and waits for the `loop` directive's first probes.
+func (s *Supervisor) startCoreDNS(cf []byte) error {
+	t := time.Now()
+	dns, err := dnsserver.New(s.log.Named("dns"))
+	if err != nil {
+		return err
+	}
+	s.dns = dns
+	// Start runs the health listener and the loop probes on CoreDNS's goroutines, and they call back: they
+	// are handed the objects they read, all built here, before Start, and never replaced.
+	s.reload = newReloader(s.log, s.m, s.config, dns)
+	h := &health{
+		m: s.m, node: s.node, lastPass: &s.reconcile.lastPass, reconcile: s.reconcile.runner, reload: s.reload.runner,
+		probeAddr: net.JoinHostPort(s.opts.LocalIPs[0].String(), strconv.Itoa(int(s.opts.DNSPort))),
+	}
+	dns.SetReadiness(h.readiness)
+	dns.SetLiveness(h.liveness)
+	dns.OnLoop(s.reload.onLoop)
+	if err := dns.Start(cf, s.opts.Corefile); err != nil {
+		return err
+	}
+	s.log.Info("serving dns", zap.Strings("listeners", dns.Addrs()))
+	if err := s.checkListeners(); err != nil {
+		return err
+	}
+	// A configuration that forwards to itself must never get the clients' queries: intercept only once the
+	// `loop` probes came back clean (or gave up: an unreachable upstream must not hold start-up).
+	if !dns.WaitLoopChecks(loopCheckWait) {
+		s.log.Warn("loop detection still probing; serving anyway", zap.Duration("waited", loopCheckWait))
+	}
+	select {
+	case err := <-s.reload.fatal:
+		return err
+	default:
+	}
+	s.stepDone("coredns listening", t)
+	s.writePIDFile()
+	return nil
+}
+
+// intercept adds our chains (we serve), deletes the tables earlier versions left, and runs the first
+// reconcile pass, whose result readiness reads.
+func (s *Supervisor) intercept(ctx context.Context) error {
+	t := time.Now()
+	if err := s.node.serve(); err != nil {
+		setupError(s.m, metrics.ErrNftables)
+		return err
+	}
+	s.stepDone("serving", t)
+	if err := s.node.deleteLegacy(); err != nil {
+		s.log.Warn("delete tables left by earlier versions", zap.Error(err))
+	}
+	if s.manages() {
+		s.reconcile.pass(ctx, []string{"start"})
+	} else {
+		s.reconcile.lastPass.store(nil)
+	}
+	return nil
+}
+
+// loops is what the reconcile and reload loops run under; shutdown stops them first.
+type loops struct {
+	ctx  context.Context
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+}
+
+func newLoops() *loops {
+	l := &loops{}
+	l.ctx, l.stop = context.WithCancel(context.Background())
+	return l
+}
+
+// startLoops starts the reload runner with the ConfigMap watcher and SIGUSR1, and, when we manage the
+// kernel, the reconcile runner with its watchers.
+func (s *Supervisor) startLoops(l *loops, watcher *configwatch.Watcher) {
+	s.reload.start(l.ctx, &l.wg, watcher)
+	if s.manages() {
+		s.reconcile.start(l.ctx, &l.wg, s.kernel)
+	}
+}

@@ -1,0 +1,40 @@
+package supervisor
+
+import (
+	"fmt"
+
+	"go.uber.org/zap"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/link"
+	"github.com/nodelocaldns/nodelocaldns/internal/nft"
+	"github.com/nodelocaldns/nodelocaldns/internal/options"
+)
+
+// Teardown is `-teardown`: what node.leave does for a stopping instance, for a node with no instance of ours
+// running in this process. It deletes tables left by earlier versions and removes the interface unless a live
+// instance's table says the interface is still needed.
+func Teardown(o *options.Options, log *zap.Logger) error {
+	c, err := nft.Open(nft.WithLogger(log))
+	if err != nil {
+		return fmt.Errorf("open nftables: %w", err)
+	}
+	defer c.Close()
+	lm, err := link.New(log)
+	if err != nil {
+		return fmt.Errorf("open link manager: %w", err)
+	}
+	defer lm.Close()
+	return teardown(&node{log: log, reg: c, links: lm, ifname: o.InterfaceName, spec: nft.Spec{LocalIPs: o.LocalIPs}})
+}
+
+// teardown leaves the node for a process that never joined it. Its error names what it could not remove.
+func teardown(n *node) error {
+	othersRemain, err := n.leave(false, 0)
+	if err != nil {
+		return fmt.Errorf("teardown incomplete: %w", err)
+	}
+	if othersRemain {
+		n.log.Info("live instances remain; the interface stays", zap.String("interface", n.ifname))
+	}
+	return nil
+}

@@ -1,0 +1,64 @@
+package harness
+
+import (
+	"fmt"
+	"os/exec"
+	"testing"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
+)
+
+// The node of the end-to-end tests that send a pod's traffic through it (lifecycle, foreign): testenv's pod
+// network, the agent in the node namespace, kube-dns behind kube-proxy's DNAT:
+//
+//	pod       192.0.2.2 (node side 192.0.2.1)        queries ClusterIP:53 and LocalIP:53
+//	kube-dns  198.51.100.2 (node side 198.51.100.1)  the ClusterIP's backend: kube-proxy DNATs ClusterIP:53 here
+//	          198.51.100.3                           kube-dns-upstream: the agent forwards cluster.local here
+//
+// Both kube-dns addresses answer every A query with their own fixed address, so an answer says whether the agent
+// (through kube-dns-upstream) or kube-dns itself (through the DNAT) served it.
+const (
+	LocalIP      = "169.254.20.10"
+	ClusterIP    = "10.96.0.10"
+	UpstreamAddr = "198.51.100.3"
+
+	AnswerKubeDNS = "203.0.113.1" // kube-dns reached through the DNAT: the agent is not in the path
+	AnswerAgent   = "203.0.113.2" // kube-dns-upstream: the agent served (or forwarded) it
+)
+
+// kubeProxyRuleset is what kube-proxy's nftables mode boils down to for one UDP+TCP Service with one endpoint:
+// DNAT at prerouting dstnat (pods) and output dstnat (host clients). Our notrack at raw priority runs before it.
+var kubeProxyRuleset = fmt.Sprintf(`table ip kube-proxy {
+	chain prerouting {
+		type nat hook prerouting priority -100; policy accept;
+		ip daddr %[1]s udp dport 53 dnat to %[2]s:53
+		ip daddr %[1]s tcp dport 53 dnat to %[2]s:53
+	}
+	chain output {
+		type nat hook output priority -100; policy accept;
+		ip daddr %[1]s udp dport 53 dnat to %[2]s:53
+		ip daddr %[1]s tcp dport 53 dnat to %[2]s:53
+	}
+}
+`, ClusterIP, testenv.KubeDNSAddr)
+
+// Node is the fixture around the agents: the pod network, kube-proxy's DNAT, the two kube-dns servers.
+type Node struct {
+	*testenv.PodNetwork
+	Upstream *Upstream // kube-dns-upstream, the agent's forward target
+	Direct   *Upstream // kube-dns behind the ClusterIP's DNAT
+}
+
+// NewNode builds the node; everything goes when the test ends.
+func NewNode(t testing.TB) *Node {
+	t.Helper()
+	n := &Node{PodNetwork: testenv.NewPodNetwork(t)}
+	n.KubeDNS.Exec(t, "ip", "addr", "add", UpstreamAddr+"/24", "dev", "eth0")
+	n.KubeDNS.Do(t, func() {
+		n.Direct = StartUpstream(t, testenv.KubeDNSAddr+":53", AnswerKubeDNS)
+		n.Upstream = StartUpstream(t, UpstreamAddr+":53", AnswerAgent)
+	})
+	testenv.NftApply(t, kubeProxyRuleset)
+	t.Cleanup(func() { _ = exec.Command("nft", "delete", "table", "ip", "kube-proxy").Run() })
+	return n
+}
