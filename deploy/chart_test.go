@@ -256,3 +256,27 @@ func TestChartSchemaMatchesValues(t *testing.T) {
 	}
 	walk("", values, schema)
 }
+
+// TestChartPackages: `helm package` follows the base/ link, so the packaged chart (what a repository serves)
+// carries deploy/base's files and renders exactly what the directory does.
+func TestChartPackages(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := helm(t, "package", chartDir, "--destination", dir); err != nil {
+		t.Fatal(err)
+	}
+	pkgs, err := filepath.Glob(filepath.Join(dir, "*.tgz"))
+	if err != nil || len(pkgs) != 1 {
+		t.Fatalf("helm package wrote %q (%v), want one .tgz", pkgs, err)
+	}
+	fromDir, err := helmTemplate(t, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromPkg, err := helm(t, "template", chartRelease, pkgs[0], "--namespace", chartNamespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(fromDir, fromPkg) {
+		t.Errorf("the packaged chart renders differently from deploy/chart:\n%s", fromPkg)
+	}
+}
