@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	// and a `forward . tls://` upstream must still verify its server.
 	_ "golang.org/x/crypto/x509roots/fallback"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/corefile"
 	"github.com/nodelocaldns/nodelocaldns/internal/dnsserver"
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
@@ -35,6 +37,7 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 func run(args []string, stdout, stderr io.Writer) int {
 	o, err := options.Parse(args, stderr)
 	if errors.Is(err, options.ErrHelp) {
+		writeEnvUsage(stderr)
 		return 0
 	}
 	if err != nil {
@@ -54,7 +57,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "nodelocaldns: %v\n", err)
 			return 2
 		}
-		fmt.Fprint(stdout, nft.Build(spec).String())
+		fmt.Fprint(stdout, nft.Build(spec).Text(nft.TableName))
+		printFallback(o, os.Getenv, stdout, stderr)
 		return 0
 	}
 
@@ -100,6 +104,26 @@ func serve(o *options.Options, log *zap.Logger, t tuning) int {
 		return 1
 	}
 	return 0
+}
+
+// printFallback prints the link-local fallback table these flags and the environment give, after the
+// instance table, or says on stderr why there is none.
+func printFallback(o *options.Options, getenv func(string) string, stdout, stderr io.Writer) {
+	if !o.LinkLocalFallback {
+		return
+	}
+	env := corefile.ServiceHostEnv(o.UpstreamSvc)
+	up, err := netip.ParseAddr(getenv(env))
+	if err != nil {
+		fmt.Fprintf(stderr, "nodelocaldns: no link-local fallback table: $%s is not an IP address (%q)\n", env, getenv(env))
+		return
+	}
+	spec := nft.FallbackSpec{LocalIPs: o.LocalIPs, Upstream: up, DNSPort: o.DNSPort}
+	if err := spec.Validate(); err != nil {
+		fmt.Fprintf(stderr, "nodelocaldns: no link-local fallback table: %v\n", err)
+		return
+	}
+	fmt.Fprint(stdout, "\n", nft.BuildFallback(spec).String())
 }
 
 // teardown is `-teardown`: the same leaving sequence as a stopping instance (supervisor.Teardown). It exits 1

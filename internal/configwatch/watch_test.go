@@ -62,6 +62,15 @@ func startWatcher(t *testing.T, cfg Config) *watched {
 	return wd
 }
 
+// change writes v into the ConfigMap directory dir and waits until onChange reports it.
+func (wd *watched) change(t *testing.T, dir, v string) {
+	t.Helper()
+	testenv.WriteConfigMap(t, dir, value(v))
+	if got := wd.next(t); got != v {
+		t.Fatalf("onChange saw %q, want %s", got, v)
+	}
+}
+
 // next waits for the next onChange call and returns the value it read.
 func (wd *watched) next(t *testing.T) string {
 	t.Helper()
@@ -106,10 +115,7 @@ func TestWatcherReportsChange(t *testing.T) {
 	wd := startWatcher(t, Config{Dirs: []string{dir}})
 
 	start := time.Now()
-	testenv.WriteConfigMap(t, dir, value("two"))
-	if v := wd.next(t); v != "two" {
-		t.Fatalf("onChange saw %q, want two", v)
-	}
+	wd.change(t, dir, "two")
 	t.Logf("..data swap to callback: %v", time.Since(start))
 
 	// Removing a key is a change too (its symlink goes away; nothing in ..data is touched for it).
@@ -131,10 +137,7 @@ func TestWatcherIgnoresIdenticalRewrite(t *testing.T) {
 		t.Fatalf("identical rewrite reported %d times", c)
 	}
 	// The watcher is still alive and reports the next real change, once.
-	testenv.WriteConfigMap(t, dir, value("two"))
-	if v := wd.next(t); v != "two" {
-		t.Fatalf("onChange saw %q, want two", v)
-	}
+	wd.change(t, dir, "two")
 	if c := wd.count(); c != 1 {
 		t.Fatalf("%d callbacks, want 1", c)
 	}
@@ -177,15 +180,9 @@ func TestWatcherDirectoryCreatedLate(t *testing.T) {
 	far := filepath.Join(root, "etc", "coredns")
 	wd := startWatcher(t, Config{Dirs: []string{near, far}})
 
-	testenv.WriteConfigMap(t, near, value("late"))
-	if v := wd.next(t); v != "late" {
-		t.Fatalf("onChange saw %q, want late", v)
-	}
+	wd.change(t, near, "late")
 	// Now watched directly: a change inside it is seen.
-	testenv.WriteConfigMap(t, near, value("later"))
-	if v := wd.next(t); v != "later" {
-		t.Fatalf("onChange saw %q, want later", v)
-	}
+	wd.change(t, near, "later")
 
 	testenv.WriteConfigMap(t, far, map[string]string{"Corefile.base": ".:53 {\n    whoami\n}\n"})
 	wd.next(t)
@@ -204,14 +201,8 @@ func TestWatcherDirectoryDeletedAndRecreated(t *testing.T) {
 	if v := wd.next(t); v != "" {
 		t.Fatalf("onChange saw %q after the directory was deleted, want nothing", v)
 	}
-	testenv.WriteConfigMap(t, dir, value("two"))
-	if v := wd.next(t); v != "two" {
-		t.Fatalf("onChange saw %q, want two", v)
-	}
-	testenv.WriteConfigMap(t, dir, value("three"))
-	if v := wd.next(t); v != "three" {
-		t.Fatalf("onChange saw %q, want three", v)
-	}
+	wd.change(t, dir, "two")
+	wd.change(t, dir, "three")
 }
 
 func TestWatcherSeveralDirectories(t *testing.T) {
@@ -291,10 +282,7 @@ func TestWatcherDegradesToPolling(t *testing.T) {
 			if v := g.get(); v != 1 {
 				t.Errorf("polling gauge %v, want 1", v)
 			}
-			testenv.WriteConfigMap(t, dir, value("two"))
-			if v := wd.next(t); v != "two" {
-				t.Fatalf("onChange saw %q, want two", v)
-			}
+			wd.change(t, dir, "two")
 			// Polling re-reads without changes report nothing.
 			n := wd.checks()
 			wd.waitChecks(t, n+2)

@@ -44,7 +44,7 @@ func FuzzRender(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if err := Validate(out); err != nil {
+		if err := Validate(out, testDirectives); err != nil {
 			t.Fatalf("Render output does not validate: %v\n%s", err, out)
 		}
 		stubs := stubBlocks(kd, "169.254.20.10 10.96.0.10", p.DNSPort)

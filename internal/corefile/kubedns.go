@@ -5,9 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"slices"
 	"unicode/utf8"
 )
@@ -26,35 +23,6 @@ type KubeDNS struct {
 	StubDomains map[string][]string
 	// UpstreamNameservers replaces /etc/resolv.conf for the "." block: at most 3 servers.
 	UpstreamNameservers []string
-}
-
-// LoadKubeDNS reads the kube-dns ConfigMap volume in dir. Keys are read through their symlinks (key -> ..data/key),
-// so only the top level is looked at and the ..data / ..<timestamp> entries are never walked. A missing directory,
-// an empty one, or a missing key is the zero configuration, not an error: the manifest mounts the ConfigMap with
-// `optional: true`. Errors name the file, the key and the offending value.
-func LoadKubeDNS(dir string) (KubeDNS, error) {
-	st, err := os.Stat(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return KubeDNS{}, nil
-	}
-	if err != nil {
-		return KubeDNS{}, fmt.Errorf("kube-dns config %s: %w", dir, err)
-	}
-	if !st.IsDir() {
-		return KubeDNS{}, fmt.Errorf("kube-dns config %s: not a directory", dir)
-	}
-	files := map[string][]byte{}
-	for _, key := range []string{keyStubDomains, keyUpstreamNameservers} {
-		data, err := os.ReadFile(filepath.Join(dir, key))
-		if errors.Is(err, fs.ErrNotExist) {
-			continue // absent key, or a key symlink left dangling for a moment while the kubelet removes it
-		}
-		if err != nil {
-			return KubeDNS{}, fmt.Errorf("read kube-dns config: %w", err)
-		}
-		files[key] = data
-	}
-	return parseKubeDNS(files, func(key string) string { return filepath.Join(dir, key) })
 }
 
 // parseKubeDNS decodes and validates the ConfigMap keys; where names a key in errors (its file path).

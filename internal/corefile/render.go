@@ -49,6 +49,9 @@ type Params struct {
 	ClusterDNSEnv string
 	// PrometheusEndpoint (-prometheus-listen-address) fills __PROMETHEUS__ENDPOINT__.
 	PrometheusEndpoint string
+	// Directives are the directives the Corefile may use, in CoreDNS's order: the list the serving CoreDNS
+	// parses with (dnsserver.Directives), so a Corefile fails here exactly when it would fail there.
+	Directives []string
 }
 
 // ServiceHostEnv returns the environment variable the kubelet sets to a Service's ClusterIP
@@ -96,11 +99,11 @@ func Render(base []byte, kd KubeDNS, p Params) ([]byte, error) {
 	if p.DNSPort != 0 {
 		port = strconv.Itoa(int(p.DNSPort))
 	}
-	baseBlocks, err := validate(out, port)
+	baseBlocks, err := validate(out, p.Directives, port)
 	if err != nil {
 		return nil, fmt.Errorf("base Corefile after substitution: %w", err)
 	}
-	return appendStubs(out, len(baseBlocks), kd, v.local, p.DNSPort)
+	return appendStubs(out, len(baseBlocks), kd, v.local, p)
 }
 
 // values are the checked, formatted substitutions; an empty field means "not available".

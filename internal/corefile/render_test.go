@@ -50,7 +50,7 @@ func loadCase(t *testing.T, dir string) ([]byte, Params) {
 		t.Fatal(err)
 	}
 	p := Params{DNSPort: cp.DNSPort, ClusterDNS: cp.ClusterDNS, ClusterDNSEnv: cp.ClusterDNSEnv,
-		PrometheusEndpoint: cp.PrometheusEndpoint}
+		PrometheusEndpoint: cp.PrometheusEndpoint, Directives: testDirectives}
 	for _, s := range cp.LocalIPs {
 		p.LocalIPs = append(p.LocalIPs, netip.MustParseAddr(s))
 	}

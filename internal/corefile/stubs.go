@@ -12,12 +12,13 @@ import (
 // that the result parses as exactly those blocks followed by one block per stub domain. Values cannot inject
 // text (they are whitelisted), but the base's last bytes could still capture what follows them (caddyfile reads
 // an unterminated quote to end of file); this makes sure no stub block was absorbed or merged.
-func appendStubs(out []byte, baseBlocks int, kd KubeDNS, local string, port uint16) ([]byte, error) {
+func appendStubs(out []byte, baseBlocks int, kd KubeDNS, local string, p Params) ([]byte, error) {
 	if len(kd.StubDomains) == 0 {
 		return out, nil
 	}
+	port := p.DNSPort
 	full := append(bytes.Clone(out), stubBlocks(kd, local, port)...)
-	blocks, err := validate(full, strconv.Itoa(int(port)))
+	blocks, err := validate(full, p.Directives, strconv.Itoa(int(port)))
 	if err != nil {
 		return nil, fmt.Errorf("rendered Corefile: %w", err)
 	}

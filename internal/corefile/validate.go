@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/coredns/caddy/caddyfile"
-	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/pkg/parse"
 	"github.com/coredns/coredns/plugin/pkg/transport"
@@ -19,20 +18,25 @@ import (
 const corefileName = "Corefile"
 
 // Validate checks a Corefile the way CoreDNS reads it before any plugin runs, without starting anything:
-// caddyfile syntax against CoreDNS's directive list (an unknown directive is an error), each server block key as
+// caddyfile syntax against directives, the directive list the CoreDNS that will serve it parses with
+// (dnsserver.Directives: an unknown directive is an error), each server block key as
 // dnsserver.InspectServerBlocks parses it, and no zone served twice on the same transport, port and address
 // (CoreDNS's "cannot serve ... - it is already defined"), which is how a stub domain equal to a zone of the base
 // would fail. Plugin arguments are left to the plugins' own setup when the server starts. Errors carry line
 // numbers.
-func Validate(corefile []byte) error {
-	_, err := validate(corefile, "")
+func Validate(corefile []byte, directives []string) error {
+	_, err := validate(corefile, directives, "")
 	return err
 }
 
 // validate is Validate returning the server blocks; dnsPort, when known, is the port of keys without one
 // (CoreDNS's -dns.port), so that "a" and "a:53" are the same server.
-func validate(corefile []byte, dnsPort string) ([]caddyfile.ServerBlock, error) {
-	blocks, err := caddyfile.Parse(corefileName, bytes.NewReader(corefile), dnsserver.Directives)
+func validate(corefile []byte, directives []string, dnsPort string) ([]caddyfile.ServerBlock, error) {
+	if len(directives) == 0 {
+		// caddyfile would call every directive unknown: say what is actually wrong.
+		return nil, errors.New("no directive list to validate against")
+	}
+	blocks, err := caddyfile.Parse(corefileName, bytes.NewReader(corefile), directives)
 	if err != nil {
 		return nil, err
 	}

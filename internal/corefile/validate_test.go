@@ -4,7 +4,14 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+
+	coredns "github.com/coredns/coredns/core/dnsserver"
 )
+
+// testDirectives is CoreDNS's whole directive list, as the package's tests validate with. The agent passes the
+// list restricted to its compiled-in plugins (internal/dnsserver.Directives, whose tests check that a render
+// and CoreDNS agree on it).
+var testDirectives = coredns.Directives
 
 func TestValidate(t *testing.T) {
 	for _, tc := range []struct {
@@ -33,7 +40,7 @@ func TestValidate(t *testing.T) {
 		{"view blocks may share a zone", ".:53 {\n    view v {\n        expr type() == 'A'\n    }\n    whoami\n}\n.:53 {\n    whoami\n}\n", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := Validate([]byte(tc.corefile))
+			err := Validate([]byte(tc.corefile), testDirectives)
 			switch {
 			case tc.wantErr == "" && err != nil:
 				t.Fatalf("Validate: %v, want nil", err)
@@ -52,6 +59,22 @@ var testParams = Params{
 	ClusterDNS:         "10.96.128.5",
 	ClusterDNSEnv:      "KUBE_DNS_UPSTREAM_SERVICE_HOST",
 	PrometheusEndpoint: ":9253",
+	Directives:         testDirectives,
+}
+
+// The directive list is the caller's: a directive CoreDNS knows but the list leaves out is unknown, and no
+// list at all is refused rather than read as "everything is unknown".
+func TestValidateUsesTheGivenDirectives(t *testing.T) {
+	cf := []byte(".:53 {\n    errors\n    kubernetes cluster.local\n}\n")
+	if err := Validate(cf, testDirectives); err != nil {
+		t.Fatalf("Validate with CoreDNS's list = %v, want nil", err)
+	}
+	if err := Validate(cf, []string{"errors"}); err == nil || !strings.Contains(err.Error(), "Corefile:3 - Error during parsing: Unknown directive 'kubernetes'") {
+		t.Errorf("Validate without kubernetes in the list = %v, want it unknown on line 3", err)
+	}
+	if err := Validate(cf, nil); err == nil || !strings.Contains(err.Error(), "no directive list") {
+		t.Errorf("Validate with no list = %v, want it refused as such", err)
+	}
 }
 
 const testBase = ".:53 {\n    bind __PILLAR__LOCAL__DNS__\n    forward . __PILLAR__UPSTREAM__SERVERS__\n}\n"

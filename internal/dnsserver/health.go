@@ -54,12 +54,9 @@ func setupHealth(c *caddy.Controller) error {
 			lameduck = max(lameduck, d)
 		}
 	}
-	s := current.Load()
-	if s == nil {
-		return plugin.Error("health", fmt.Errorf("no nodelocaldns server is starting"))
-	}
-	s.pending.health[addr] = true
-	s.pending.lameduck = max(s.pending.lameduck, lameduck)
+	p := pendingFor(c)
+	p.health[addr] = true
+	p.lameduck = max(p.lameduck, lameduck)
 	return nil
 }
 

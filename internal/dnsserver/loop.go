@@ -45,24 +45,21 @@ type loopHandler struct {
 	next  plugin.Handler
 	zone  string
 	qname string
-	gen   int
 	addr  string
-	srv   *Server
 
-	checked chan struct{}   // closed once the first probe came back (with or without a loop) or gave up
-	swapped <-chan struct{} // closed once the instance it belongs to is the only one serving
+	checked chan struct{} // closed once the first probe came back (with or without a loop) or gave up
+	// bound is closed by bind, once the instance it belongs to started and is the only one serving.
+	bound chan struct{}
 
 	mu       sync.Mutex
+	gen      int              // the configuration's generation, from bind
+	report   func(*LoopError) // from bind
 	seen     int
 	off      bool
 	reported bool
 }
 
 func setupLoop(c *caddy.Controller) error {
-	s := current.Load()
-	if s == nil {
-		return plugin.Error("loop", fmt.Errorf("no nodelocaldns server is starting"))
-	}
 	zone := "."
 	for i := 0; c.Next(); i++ {
 		if i > 0 {
@@ -77,9 +74,10 @@ func setupLoop(c *caddy.Controller) error {
 			}
 		}
 	}
-	l := &loopHandler{zone: zone, qname: randomLabel() + "." + randomLabel() + "." + strings.TrimPrefix(zone, "."), gen: s.pending.gen, srv: s,
-		checked: make(chan struct{}), swapped: s.pending.swapped}
-	s.pending.loopChecks = append(s.pending.loopChecks, l.checked)
+	l := &loopHandler{zone: zone, qname: randomLabel() + "." + randomLabel() + "." + strings.TrimPrefix(zone, "."),
+		checked: make(chan struct{}), bound: make(chan struct{})}
+	p := pendingFor(c)
+	p.loops = append(p.loops, l)
 	if zone == "." {
 		l.qname = randomLabel() + "." + randomLabel() + "."
 	}
@@ -109,15 +107,27 @@ func randomLabel() string {
 	return n.String()
 }
 
+// bind tells l the configuration it belongs to started as generation gen, and whom to report a loop to.
+func (l *loopHandler) bind(gen int, report func(*LoopError)) {
+	l.mu.Lock()
+	l.gen, l.report = gen, report
+	l.mu.Unlock()
+	close(l.bound)
+}
+
 // probe sends the HINFO query to our own listener until it is answered (or the deadline passes), then keeps
 // counting returns for loopWatchFor.
 func (l *loopHandler) probe() {
 	// During a reload the previous instance still reads from the listeners this one inherited until caddy
 	// stops it: a probe it answered (with the old configuration) would look like no loop. So the first probe
-	// waits until this instance serves alone.
+	// waits until this instance serves alone. A handler never bound belongs to a configuration that failed to
+	// start: there is nothing to probe.
 	select {
-	case <-l.swapped:
+	case <-l.bound:
 	case <-time.After(loopProbeFor):
+		l.disable()
+		close(l.checked)
+		return
 	}
 	m := new(dns.Msg)
 	m.SetQuestion(l.qname, dns.TypeHINFO)
@@ -181,12 +191,13 @@ func (l *loopHandler) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns
 		if !l.off {
 			l.seen++
 		}
-		report := l.seen > loopThreshold && !l.reported
+		report := l.seen > loopThreshold && !l.reported && l.report != nil
 		looping := l.seen > loopThreshold
 		l.reported = l.reported || report
+		f, gen := l.report, l.gen
 		l.mu.Unlock()
 		if report {
-			l.srv.reportLoop(&LoopError{Generation: l.gen, Zone: l.zone, Addr: l.addr, QName: l.qname})
+			f(&LoopError{Generation: gen, Zone: l.zone, Addr: l.addr, QName: l.qname})
 		}
 		if looping {
 			m := new(dns.Msg)

@@ -2,12 +2,17 @@ package dnsserver
 
 import (
 	"slices"
+	"strings"
+	"sync"
 
+	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/plugin"
 
-	// node-cache's plugin set (kubernetes-sigs/node-local-dns), plus ready. reload, health and loop are ours
-	// (reload.go, health.go, loop.go): the upstream ones misbehave when CoreDNS is embedded and reloaded
-	// in-process, and upstream's loop exits the process.
+	// The compiled-in plugins: node-cache's set (kubernetes-sigs/node-local-dns), plus ready. This import list
+	// is the one place they are named; Plugins and Directives read what these packages registered. reload,
+	// health and loop are ours (reload.go, health.go, loop.go): the upstream ones misbehave when CoreDNS is
+	// embedded and reloaded in-process, and upstream's loop exits the process.
 	_ "github.com/coredns/coredns/plugin/bind"
 	_ "github.com/coredns/coredns/plugin/bufsize"
 	_ "github.com/coredns/coredns/plugin/cache"
@@ -30,20 +35,45 @@ import (
 	_ "github.com/coredns/coredns/plugin/whoami"
 )
 
-// pluginNames is the compiled-in set, by directive name. "prometheus" is the metrics plugin's directive.
-var pluginNames = []string{
-	"bind", "bufsize", "cache", "debug", "dns64", "dnstap", "errors", "forward", "health", "hosts",
-	"loadbalance", "log", "loop", "metadata", "pprof", "prometheus", "ready", "reload", "rewrite",
-	"template", "timeouts", "trace", "whoami",
+// register adds our directives to caddy's registry (which is per process: caddy and CoreDNS keep it in
+// package variables) and narrows CoreDNS's directive list, which caddy parses every Corefile with, to the
+// compiled-in plugins, so that a Corefile naming one we do not ship fails with "Unknown directive" instead of
+// being silently ignored. Everything that reads either list calls it first.
+var register = sync.OnceFunc(func() {
+	plugin.Register("reload", setupReload)
+	plugin.Register("health", setupHealth)
+	plugin.Register("loop", setupLoop)
+	compiled := registered()
+	dnsserver.Directives = slices.DeleteFunc(slices.Clone(dnsserver.Directives), func(d string) bool {
+		return !slices.Contains(compiled, d)
+	})
+	caddy.AppName, caddy.AppVersion = "CoreDNS", CoreDNSVersion()
+	caddy.Quiet, dnsserver.Quiet = true, true
+})
+
+// registered lists the plugins registered for CoreDNS's server type, by directive name ("prometheus" is the
+// metrics plugin's), sorted.
+func registered() []string {
+	var names []string
+	for _, p := range caddy.ListPlugins()["others"] {
+		if name, ok := strings.CutPrefix(p, "dns."); ok {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return names
 }
 
 // Plugins lists the compiled-in plugins, sorted, as `-plugins` prints them.
-func Plugins() []string { return slices.Sorted(slices.Values(pluginNames)) }
+func Plugins() []string {
+	register()
+	return registered()
+}
 
-// directives is CoreDNS's execution order restricted to our plugins, so that a Corefile naming a plugin we do
-// not ship fails to parse with "unknown directive" instead of being silently ignored.
-func directives() []string {
-	return slices.DeleteFunc(slices.Clone(dnsserver.Directives), func(d string) bool {
-		return !slices.Contains(pluginNames, d)
-	})
+// Directives is CoreDNS's execution order restricted to the compiled-in plugins: the list the embedded CoreDNS
+// parses every Corefile with, at start and at each reload. Validate a Corefile against it
+// (corefile.Params.Directives), and it fails exactly when CoreDNS would, with the same message.
+func Directives() []string {
+	register()
+	return slices.Clone(dnsserver.Directives)
 }

@@ -2,8 +2,9 @@
 // through its caddy instance, and stopped, without coremain (which registers global flags, traps signals and
 // may call os.Exit).
 //
-// caddy keeps its registry of plugins and server types per process, so there is one Server per process. A
-// reload that fails (a Corefile that does not parse, a plugin that fails to start, an address that cannot be
+// caddy keeps its registry of plugins and server types per process (plugins.go registers ours once); what a
+// configuration's directives ask of the Server travels in the caddy instance they configure (pending.go), so a
+// Server shares no state with anything but the instances it started. A reload that fails (a Corefile that does not parse, a plugin that fails to start, an address that cannot be
 // bound) leaves the running instance serving: caddy only swaps instances once the new one listens, and the
 // listeners of unchanged addresses are handed over, so no UDP query is dropped by a reload. A TCP connection
 // that the old instance accepted in the instant it stops can be closed unanswered (CoreDNS's restart behaviour);
@@ -20,28 +21,22 @@ import (
 
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
-	"github.com/coredns/coredns/plugin"
 	"go.uber.org/zap"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/fastpath"
 )
 
-// current is the Server whose instance is being configured; the health directive's setup reaches it here,
-// since caddy calls setup functions with nothing but a Controller.
-var current atomic.Pointer[Server]
-
-var registerOnce = sync.OnceValue(func() error {
-	plugin.Register("reload", setupReload)
-	plugin.Register("health", setupHealth)
-	plugin.Register("loop", setupLoop)
-	caddy.RegisterEventHook("nodelocaldns-fastpath", onInstanceStartup)
-	dnsserver.Directives = directives()
-	caddy.AppName, caddy.AppVersion = "CoreDNS", CoreDNSVersion()
-	caddy.Quiet, dnsserver.Quiet = true, true
-	return dnsserver.Register()
-})
+// Options are the Server's switches.
+type Options struct {
+	// FastPath answers cache hits before CoreDNS's server (internal/fastpath). The agent sets it from the
+	// environment (fastpath.Enabled); off, CoreDNS serves every query itself.
+	FastPath bool
+}
 
 // Server is the embedded CoreDNS.
 type Server struct {
-	log *zap.Logger
+	log  *zap.Logger
+	fast *fastpath.Path // nil when Options.FastPath is off
 
 	mu       sync.Mutex // one start, reload or stop at a time
 	inst     *caddy.Instance
@@ -49,7 +44,6 @@ type Server struct {
 	corefile []byte
 	health   map[string]*healthListener
 	lameduck time.Duration
-	pending  pendingConfig // filled by directive setups during a start or restart
 
 	ready  atomic.Pointer[func() error]
 	live   atomic.Pointer[func(context.Context) error]
@@ -57,16 +51,6 @@ type Server struct {
 	gen    int // configurations started so far: 1 after Start, +1 per successful Reload
 
 	loopChecks []chan struct{} // the running configuration's loop probes (loop.go)
-}
-
-type pendingConfig struct {
-	health     map[string]bool
-	lameduck   time.Duration
-	gen        int // the generation the configuration being set up will have
-	loopChecks []chan struct{}
-	// swapped is closed once caddy's start or restart returned: the previous instance, if any, has stopped
-	// and no longer reads from the listeners the new one inherited (loop.go waits for it).
-	swapped chan struct{}
 }
 
 // OnLoop sets what is called (once per configuration, from a DNS handler goroutine: it must not block on the
@@ -87,14 +71,16 @@ func (s *Server) reportLoop(e *LoopError) {
 	}
 }
 
-// New prepares the embedded CoreDNS and routes its log output (the standard logger) into log.
-func New(log *zap.Logger) (*Server, error) {
-	if err := registerOnce(); err != nil {
+// New prepares the embedded CoreDNS and routes its log output (the standard logger, which is per process) into
+// log.
+func New(log *zap.Logger, o Options) (*Server, error) {
+	register()
+	if err := dnsserver.Register(); err != nil {
 		return nil, fmt.Errorf("register coredns server type: %w", err)
 	}
 	s := &Server{log: log, health: map[string]*healthListener{}}
-	if !current.CompareAndSwap(nil, s) {
-		return nil, errors.New("an embedded coredns server already exists in this process")
+	if o.FastPath {
+		s.fast = fastpath.New(log.Named("fastpath"))
 	}
 	routeStdLog(log.Named("coredns"))
 	s.SetReadiness(nil)
@@ -137,8 +123,6 @@ func (s *Server) Start(corefile []byte, path string) error {
 		return errors.New("coredns is already running")
 	}
 	s.path = path
-	s.pending = pendingConfig{health: map[string]bool{}, gen: s.gen + 1, swapped: make(chan struct{})}
-	defer close(s.pending.swapped)
 	inst, err := caddy.Start(s.input(corefile))
 	if err != nil {
 		return fmt.Errorf("start coredns from %s: %w", path, err)
@@ -159,8 +143,6 @@ func (s *Server) Reload(corefile []byte) (changed bool, err error) {
 	if string(corefile) == string(s.corefile) {
 		return false, nil
 	}
-	s.pending = pendingConfig{health: map[string]bool{}, gen: s.gen + 1, swapped: make(chan struct{})}
-	defer close(s.pending.swapped)
 	inst, err := s.inst.Restart(s.input(corefile))
 	if err != nil {
 		return false, fmt.Errorf("reload coredns from %s: %w", s.path, err)
@@ -170,11 +152,21 @@ func (s *Server) Reload(corefile []byte) (changed bool, err error) {
 	return true, s.commit()
 }
 
-// commit applies what the directives of the instance just started asked for.
+// commit applies what the directives of the instance just started (s.inst, generation s.gen) asked for, and
+// makes the fast path follow it. caddy's start or restart has returned: the previous instance, if any, has
+// stopped and no longer reads from the listeners the new one inherited, so the loop probes may go.
 func (s *Server) commit() error {
-	s.lameduck = s.pending.lameduck
-	s.loopChecks = s.pending.loopChecks
-	return s.syncHealth(s.pending.health)
+	p := pendingOf(s.inst)
+	s.lameduck = p.lameduck
+	s.loopChecks = s.loopChecks[:0:0]
+	for _, l := range p.loops {
+		l.bind(s.gen, s.reportLoop)
+		s.loopChecks = append(s.loopChecks, l.checked)
+	}
+	if s.fast != nil {
+		s.fast.Sync(s.inst)
+	}
+	return s.syncHealth(p.health)
 }
 
 // Stop waits out the Corefile's health lameduck, then stops every server and the health listeners.
@@ -189,11 +181,13 @@ func (s *Server) Stop() error {
 		time.Sleep(s.lameduck)
 	}
 	errs := s.inst.ShutdownCallbacks()
+	if s.fast != nil {
+		s.fast.Close() // after the plugins' shutdown, before the servers stop, as CoreDNS's own callbacks run
+	}
 	errs = append(errs, s.inst.Stop())
 	s.inst.Wait()
 	s.inst = nil
 	s.syncHealth(nil)
-	current.CompareAndSwap(s, nil)
 	return errors.Join(errs...)
 }
 

@@ -2,9 +2,9 @@
 // running CoreDNS's server or plugin chain, and hands everything else to CoreDNS in-process, unchanged.
 //
 // For every plain UDP listener of the embedded CoreDNS (an address, not a wildcard, whose server blocks it
-// understands), the fast path opens its own SO_REUSEPORT sockets on the same address and connects CoreDNS's socket
-// to its own address, which takes it out of the kernel's reuseport selection (reuseport_select_sock_by_hash skips
-// connected sockets; internal/supervisor's handover relies on the same rule). Each socket has one reader that
+// understands), the fast path opens its own SO_REUSEPORT sockets on the same address and detaches CoreDNS's
+// socket from the group (internal/handover: connected to its own address, the kernel's reuseport selection skips
+// it; the same package writes down how this and an instance's leaving fit together). Each socket has one reader that
 // answers hits inline, with no goroutine, no unpacking and no allocation (hit.go). Every other datagram goes to a
 // miekg/dns server that reads from an in-memory PacketConn (miss.go) and calls CoreDNS's Server.ServeDNS exactly
 // as CoreDNS's own UDP server does: the same accept function, FORMERR handling, context and plugin chain.

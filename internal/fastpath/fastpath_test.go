@@ -67,9 +67,8 @@ var registerOnce sync.Once
 // UDP address both serve.
 func startCoreDNS(t *testing.T, body string) (*fastpath.Path, netip.AddrPort) {
 	t.Helper()
-	t.Setenv(fastpath.Env, "off")
-	registerOnce.Do(func() {
-		if _, err := dnsserver.New(zap.NewNop()); err != nil {
+	registerOnce.Do(func() { // registers CoreDNS's server type and our directives with caddy
+		if _, err := dnsserver.New(zap.NewNop(), dnsserver.Options{}); err != nil {
 			t.Fatal(err)
 		}
 	})

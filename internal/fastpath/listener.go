@@ -10,10 +10,11 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"github.com/miekg/dns"
 	"go.uber.org/zap"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/handover"
 )
 
 // listener serves one address: the fast path's reuseport sockets with a reader each, and the miss server that
@@ -22,7 +23,7 @@ type listener struct {
 	log   *zap.Logger
 	addr  netip.AddrPort
 	conns []*net.UDPConn
-	core  *net.UDPConn // CoreDNS's socket, connected to its own address while the fast path serves
+	core  *net.UDPConn // CoreDNS's socket, detached (internal/handover) while the fast path serves
 	view  atomic.Pointer[view]
 	miss  *missConn
 	srv   *dns.Server
@@ -62,7 +63,7 @@ func openListener(log *zap.Logger, addr netip.AddrPort, core *net.UDPConn, v *vi
 		l.wg.Go(func() { l.read(c) })
 	}
 	l.wg.Go(l.sweep)
-	if err := setPeer(core, addr); err != nil {
+	if err := detach(core); err != nil {
 		l.close()
 		return nil, fmt.Errorf("steer the kernel away from coredns's socket: %w", err)
 	}
@@ -107,18 +108,19 @@ func (l *listener) update(v *view, core *net.UDPConn) {
 	l.view.Store(v)
 	if core != l.core {
 		l.core = core
-		if err := setPeer(core, l.addr); err != nil {
+		if err := detach(core); err != nil {
 			l.log.Warn("steer the kernel away from coredns's socket", zap.Error(err))
 		}
 	}
 }
 
 // close gives the address back to CoreDNS's socket, unless a handover detached the fast path's sockets too (then
-// the successor's sockets get the queries, and reattaching CoreDNS's would only lose them when it stops). The miss
-// server stops first, answering what it read through the fast path's socket, then the sockets close.
+// the successor's sockets get the queries, and reattaching CoreDNS's would only lose them when it stops: the
+// protocol is internal/handover's). The miss server stops first, answering what it read through the fast path's
+// socket, then the sockets close.
 func (l *listener) close() {
-	if !connected(l.conns[0]) {
-		if err := setPeer(l.core, netip.AddrPort{}); err != nil {
+	if !detached(l.conns[0]) {
+		if err := attach(l.core); err != nil {
 			l.log.Warn("give the address back to coredns's socket", zap.Error(err))
 		}
 	}
@@ -137,47 +139,19 @@ func (l *listener) closeConns() {
 	}
 }
 
-// setPeer connects c to addr, or disconnects it (AF_UNSPEC) when addr is the zero value. A connected UDP
-// socket leaves its reuseport group's hash selection and receives only from its peer: connected to its own
-// address, nothing.
-func setPeer(c *net.UDPConn, addr netip.AddrPort) error {
+// detach, attach and detached are internal/handover's for a *net.UDPConn.
+func detach(c *net.UDPConn) error { return onRaw(c, handover.Detach) }
+func attach(c *net.UDPConn) error { return onRaw(c, handover.Attach) }
+
+func detached(c *net.UDPConn) bool {
 	rc, err := c.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var serr error
-	err = rc.Control(func(fd uintptr) {
-		if !addr.IsValid() {
-			var unspec [16]byte // struct sockaddr, sa_family AF_UNSPEC
-			if _, _, e := syscall.Syscall(syscall.SYS_CONNECT, fd, uintptr(unsafe.Pointer(&unspec[0])), uintptr(len(unspec))); e != 0 {
-				serr = e
-			}
-			return
-		}
-		var sa syscall.Sockaddr
-		if a := addr.Addr(); a.Is4() {
-			sa = &syscall.SockaddrInet4{Port: int(addr.Port()), Addr: a.As4()}
-		} else {
-			sa = &syscall.SockaddrInet6{Port: int(addr.Port()), Addr: a.As16()}
-		}
-		serr = syscall.Connect(int(fd), sa)
-	})
-	if err != nil {
-		return err
-	}
-	return serr
+	return err == nil && handover.Detached(rc)
 }
 
-// connected reports whether c has a peer (a handover connected it).
-func connected(c *net.UDPConn) bool {
+func onRaw(c *net.UDPConn, f func(syscall.RawConn) error) error {
 	rc, err := c.SyscallConn()
 	if err != nil {
-		return false
+		return err
 	}
-	peer := false
-	rc.Control(func(fd uintptr) {
-		_, err := syscall.Getpeername(int(fd))
-		peer = err == nil
-	})
-	return peer
+	return f(rc)
 }

@@ -141,17 +141,26 @@ func (k *fakeKernel) AddrList(link netlink.Link, family int) ([]netlink.Addr, er
 	return out, nil
 }
 
-func (k *fakeKernel) AddrReplace(link netlink.Link, addr *netlink.Addr) error {
-	if err := k.fail["AddrReplace"]; err != nil {
-		return err
+// addrOp is what AddrReplace and AddrDel check first: the injected failure, the link, the address.
+func (k *fakeKernel) addrOp(op string, link netlink.Link, addr *netlink.Addr) (string, *fakeLink, netip.Prefix, error) {
+	if err := k.fail[op]; err != nil {
+		return "", nil, netip.Prefix{}, err
 	}
 	name, l, err := k.lookup(link)
 	if err != nil {
-		return err
+		return "", nil, netip.Prefix{}, err
 	}
 	p, err := fromAddr(*addr)
 	if err != nil {
-		return unix.EINVAL
+		return "", nil, netip.Prefix{}, unix.EINVAL
+	}
+	return name, l, p, nil
+}
+
+func (k *fakeKernel) AddrReplace(link netlink.Link, addr *netlink.Addr) error {
+	name, l, p, err := k.addrOp("AddrReplace", link, addr)
+	if err != nil {
+		return err
 	}
 	if p.Addr().Is6() && addr.Flags&unix.IFA_F_NODAD == 0 {
 		return fmt.Errorf("fake: IPv6 address %s without IFA_F_NODAD would be tentative", p)
@@ -164,16 +173,9 @@ func (k *fakeKernel) AddrReplace(link netlink.Link, addr *netlink.Addr) error {
 }
 
 func (k *fakeKernel) AddrDel(link netlink.Link, addr *netlink.Addr) error {
-	if err := k.fail["AddrDel"]; err != nil {
-		return err
-	}
-	name, l, err := k.lookup(link)
+	name, l, p, err := k.addrOp("AddrDel", link, addr)
 	if err != nil {
 		return err
-	}
-	p, err := fromAddr(*addr)
-	if err != nil {
-		return unix.EINVAL
 	}
 	i := slices.Index(l.addrs, p)
 	if i < 0 {

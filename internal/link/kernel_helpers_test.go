@@ -84,7 +84,7 @@ func kernelManager(t *testing.T, opts ...Option) *Manager {
 }
 
 // wantKernelState asserts, through iproute2, that the link is UP, of kind, and carries exactly want (plus the
-// kernel's own link-local), none of ours tentative; and, through our own read-back, that Check sees no drift.
+// kernel's own link-local), none of ours tentative; and, through our own read-back, that Ensure finds nothing to do.
 func wantKernelState(t *testing.T, m *Manager, kind string) {
 	t.Helper()
 	s := testSpec()
@@ -101,7 +101,7 @@ func wantKernelState(t *testing.T, m *Manager, kind string) {
 			t.Errorf("address %s is tentative (DAD not skipped)", a.Local)
 		}
 	}
-	if diffs, err := m.Check(s); err != nil || diffs != nil {
-		t.Errorf("Check (netlink read-back) = %q, %v; want in sync", diffs, err)
+	if changes, err := m.Ensure(s); err != nil || changes != nil {
+		t.Errorf("Ensure (netlink read-back) = %q, %v; want in sync", changes, err)
 	}
 }

@@ -15,7 +15,7 @@ import (
 // requestTimeout bounds each netlink request of the Manager.
 const requestTimeout = 5 * time.Second
 
-// Manager creates, repairs, checks and removes our interface. Its methods are safe for concurrent use; each
+// Manager creates, repairs and removes our interface. Its methods are safe for concurrent use; each
 // reads the kernel afresh, so a Manager carries no state between calls beyond the link kind it chose at start.
 type Manager struct {
 	log  *zap.Logger
@@ -48,17 +48,9 @@ func New(log *zap.Logger, opts ...Option) (*Manager, error) {
 	}
 	log = log.Named("link")
 	if c.ops == nil {
-		// Route only: with no argument NewHandle also opens XFRM and netfilter sockets, and fails on a kernel
-		// without xfrm_user loaded ("protocol not supported"), as in the kernel-matrix VM.
-		h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+		h, err := openHandle()
 		if err != nil {
-			return nil, fmt.Errorf("open netlink handle: %w", err)
-		}
-		// Every request gets an answer in milliseconds; one that gets none for this long fails instead of
-		// hanging the reconcile loop (SO_RCVTIMEO/SO_SNDTIMEO on the handle's socket).
-		if err := h.SetSocketTimeout(requestTimeout); err != nil {
-			h.Close()
-			return nil, fmt.Errorf("set netlink socket timeout: %w", err)
+			return nil, err
 		}
 		c.ops = h
 	}
@@ -71,6 +63,23 @@ func New(log *zap.Logger, opts ...Option) (*Manager, error) {
 		log.Warn("using ifb links instead of dummy", zap.String("reason", why))
 	}
 	return &Manager{log: log, ops: c.ops, kind: kind}, nil
+}
+
+// openHandle opens a route netlink handle whose every request has a deadline (requestTimeout).
+func openHandle() (*netlink.Handle, error) {
+	// Route only: with no argument NewHandle also opens XFRM and netfilter sockets, and fails on a kernel
+	// without xfrm_user loaded ("protocol not supported"), as in the kernel-matrix VM.
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("open netlink handle: %w", err)
+	}
+	// Every request gets an answer in milliseconds; one that gets none for this long fails instead of
+	// hanging the reconcile loop (SO_RCVTIMEO/SO_SNDTIMEO on the handle's socket).
+	if err := h.SetSocketTimeout(requestTimeout); err != nil {
+		h.Close()
+		return nil, fmt.Errorf("set netlink socket timeout: %w", err)
+	}
+	return h, nil
 }
 
 // Close releases the netlink handle. It does not remove the interface: see [Manager.Remove].
@@ -147,24 +156,6 @@ func (m *Manager) create(name string) (netlink.Link, error) {
 		return nil, fmt.Errorf("look up link %q after creating it: %w", name, err)
 	}
 	return l, nil
-}
-
-// Check reports what differs between the kernel and s, in Ensure's words; nil means in sync. It never writes.
-func (m *Manager) Check(s Spec) ([]string, error) {
-	if err := s.Validate(); err != nil {
-		return nil, err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	_, o, err := m.observe(s.Name)
-	if err != nil {
-		return nil, err
-	}
-	p, err := diff(s, o)
-	if err != nil || p.inSync() {
-		return nil, err
-	}
-	return p.describe(s.Name, m.kind), nil
 }
 
 // Remove deletes the link named name. A link that is already gone is not an error; a link of a foreign kind

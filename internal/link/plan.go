@@ -22,12 +22,7 @@ type plan struct {
 	del    []netip.Prefix
 }
 
-// inSync reports whether p changes nothing.
-func (p plan) inSync() bool {
-	return !p.create && !p.setUp && len(p.add) == 0 && len(p.del) == 0
-}
-
-// describe renders p as the human list that Ensure returns and Check reports, in the order Ensure applies it.
+// describe renders p as the human list that Ensure returns, in the order Ensure applies it.
 func (p plan) describe(name, kind string) []string {
 	var out []string
 	if p.create {

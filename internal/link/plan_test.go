@@ -47,13 +47,14 @@ func TestDiffGolden(t *testing.T) {
 	for _, c := range cases {
 		fmt.Fprintf(&b, "## %s\n", c.name)
 		p, err := diff(spec, c.obs)
+		lines := p.describe(spec.Name, KindDummy)
 		switch {
 		case err != nil:
 			fmt.Fprintf(&b, "error: %v\n", err)
-		case p.inSync():
+		case len(lines) == 0:
 			b.WriteString("in sync\n")
 		default:
-			for _, line := range p.describe(spec.Name, KindDummy) {
+			for _, line := range lines {
 				b.WriteString(line + "\n")
 			}
 		}

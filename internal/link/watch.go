@@ -5,11 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"time"
 
 	"github.com/vishvananda/netlink"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/nlwatch"
 )
 
 // Trigger reasons passed to Watch's trigger function; the supervisor counts passes by them.
@@ -18,61 +19,37 @@ const (
 	ReasonLinkDown    = "link down"
 	ReasonLinkRenamed = "link renamed"
 	ReasonAddrRemoved = "address removed"
-	// ReasonOverrun means events may have been lost (socket overrun, ENOBUFS): do a full pass.
-	ReasonOverrun = "overrun"
 )
 
 // watchConfig holds Watch's knobs; tests shrink the receive buffer to force an overrun.
 type watchConfig struct {
-	rcvbuf       int           // socket receive buffer, bytes (SO_RCVBUFFORCE: we run with CAP_NET_ADMIN)
-	retryBackoff time.Duration // wait before resubscribing after a failed subscription
+	rcvbuf  int // socket receive buffer, bytes (SO_RCVBUFFORCE: we run with CAP_NET_ADMIN)
+	backoff nlwatch.Backoff
 }
 
-// Watch's defaults. 1 MiB of receive buffer holds thousands of notifications, so a burst (a CNI creating
+// defaultRcvbuf is Watch's receive buffer: 1 MiB holds thousands of notifications, so a burst (a CNI creating
 // hundreds of veths) does not overrun us; the default rmem (~200 KiB) can.
-const (
-	defaultRcvbuf       = 1 << 20
-	defaultRetryBackoff = 100 * time.Millisecond
-)
+const defaultRcvbuf = 1 << 20
 
 // Watch subscribes to link and address notifications and calls trigger when the link named name is deleted,
 // renamed or set down, or when one of its addresses is removed. When a subscription fails or overruns (events
-// may have been lost), it subscribes again and then calls trigger(ReasonOverrun). It returns nil when ctx is
-// done, and an error only when the first subscription fails. Events caused by our own repairs (creating the
-// link, removing a stray address) trigger at most one more pass, which finds the kernel in sync and writes
-// nothing, so they cannot loop.
+// may have been lost), it subscribes again and then calls trigger([nlwatch.ReasonOverrun]), with
+// internal/nlwatch's policy. It returns nil when ctx is done, and an error only when the first subscription
+// fails. Events caused by our own repairs (creating the link, removing a stray address) trigger at most one
+// more pass, which finds the kernel in sync and writes nothing, so they cannot loop.
 func Watch(ctx context.Context, log *zap.Logger, name string, trigger func(reason string)) error {
-	cfg := watchConfig{rcvbuf: defaultRcvbuf, retryBackoff: defaultRetryBackoff}
+	cfg := watchConfig{rcvbuf: defaultRcvbuf, backoff: nlwatch.DefaultBackoff}
 	return watch(ctx, log.Named("link"), name, trigger, cfg)
 }
 
 func watch(ctx context.Context, log *zap.Logger, name string, trigger func(string), cfg watchConfig) error {
-	first := true
-	for {
-		live := false
-		err := watchOnce(ctx, log, name, trigger, cfg, func() {
-			live = true
-			if !first {
-				trigger(ReasonOverrun)
-			}
-		})
-		switch {
-		case ctx.Err() != nil:
-			return nil
-		case !live && first:
-			return fmt.Errorf("watch link %q: %w", name, err)
-		case !live:
-			log.Warn("link event subscription failed, retrying", zap.String("link", name), zap.Error(err))
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(cfg.retryBackoff):
-			}
-		default:
-			first = false
-			log.Warn("link event subscription lost, resubscribing", zap.String("link", name), zap.Error(err))
-		}
+	err := nlwatch.Run(ctx, log.With(zap.String("link", name)), cfg.backoff, trigger, func(ctx context.Context, up func()) error {
+		return watchOnce(ctx, log, name, trigger, cfg, up)
+	})
+	if err != nil {
+		return fmt.Errorf("watch link %q: %w", name, err)
 	}
+	return nil
 }
 
 // errLost says a subscription's reader stopped (the library closes its channel after a receive error).
@@ -111,11 +88,9 @@ func watchOnce(ctx context.Context, log *zap.Logger, name string, trigger func(s
 		}
 	})
 	// Look the link up only once subscribed, so a change between the lookup and the subscription is not missed.
-	index := 0
-	if l, err := netlink.LinkByName(name); err == nil {
-		index = l.Attrs().Index
-	} else if !isNotFound(err) {
-		return fmt.Errorf("look up link %q: %w", name, err)
+	index, err := linkIndex(name)
+	if err != nil {
+		return err
 	}
 	live()
 	for {
@@ -158,4 +133,22 @@ func linkEvent(u netlink.LinkUpdate, name string, index *int) string {
 		return ReasonLinkRenamed
 	}
 	return ""
+}
+
+// linkIndex returns the ifindex of the link named name, 0 when there is none, on a handle with the Manager's
+// request deadline.
+func linkIndex(name string) (int, error) {
+	h, err := openHandle()
+	if err != nil {
+		return 0, err
+	}
+	defer h.Close()
+	l, err := h.LinkByName(name)
+	switch {
+	case isNotFound(err):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("look up link %q: %w", name, err)
+	}
+	return l.Attrs().Index, nil
 }

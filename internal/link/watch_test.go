@@ -10,6 +10,8 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 	"github.com/vishvananda/netlink"
 	"go.uber.org/zap/zaptest"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/nlwatch"
 )
 
 // triggerLatency bounds how long a tamper may take to reach trigger. It includes forking `ip`; the measured
@@ -120,7 +122,7 @@ func TestKernelWatchTriggers(t *testing.T) {
 	if _, err := m.Ensure(s); err != nil {
 		t.Fatalf("Ensure: %v", err)
 	}
-	events := startWatch(t, watchConfig{rcvbuf: defaultRcvbuf, retryBackoff: defaultRetryBackoff}, nil)
+	events := startWatch(t, watchConfig{rcvbuf: defaultRcvbuf, backoff: nlwatch.DefaultBackoff}, nil)
 	ready(t, m, events)
 	tampers := []struct {
 		name   string
@@ -186,7 +188,7 @@ func TestKernelWatchOverrun(t *testing.T) {
 	}
 	stuck, release := make(chan struct{}), make(chan struct{})
 	blocked := false
-	events := startWatch(t, watchConfig{rcvbuf: 1, retryBackoff: 10 * time.Millisecond}, func(r string) {
+	events := startWatch(t, watchConfig{rcvbuf: 1, backoff: nlwatch.Backoff{Min: 10 * time.Millisecond, Max: 10 * time.Millisecond}}, func(r string) {
 		if r == ReasonAddrRemoved && !blocked {
 			blocked = true
 			close(stuck)
@@ -198,7 +200,7 @@ func TestKernelWatchOverrun(t *testing.T) {
 	flood(t, 300)
 	close(release)
 	start := time.Now()
-	waitFor(t, events, ReasonOverrun, start)
+	waitFor(t, events, nlwatch.ReasonOverrun, start)
 	drain(events, 100*time.Millisecond)
 	// The new subscription works.
 	start = time.Now()

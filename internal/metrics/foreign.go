@@ -29,20 +29,16 @@ type ForeignState struct {
 // NewForeign creates the foreign-drop gauges and registers them with reg.
 func NewForeign(reg prometheus.Registerer) (*Foreign, error) {
 	f := &Foreign{
-		DropRules: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "nodelocaldns", Name: "foreign_drop_rules",
-			Help: "Drop and reject rules that may match DNS traffic, per base chain of another table hooked on prerouting, input or output; a drop there wins over our accept rules.",
-		}, []string{"chain"}),
-		LegacyTables: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "nodelocaldns", Name: "iptables_legacy_table",
-			Help: "1 for each iptables-legacy table in use in the node's network namespace; its rules see DNS traffic too and are invisible to nftables.",
-		}, []string{"table"}),
+		DropRules: gaugeVec("foreign_drop_rules",
+			"Drop and reject rules that may match DNS traffic, per base chain of another table hooked on prerouting, input or output; a drop there wins over our accept rules.",
+			"chain"),
+		LegacyTables: gaugeVec("iptables_legacy_table",
+			"1 for each iptables-legacy table in use in the node's network namespace; its rules see DNS traffic too and are invisible to nftables.",
+			"table"),
 		lastRules: map[string]bool{}, legacy: map[string]bool{},
 	}
-	for _, c := range []prometheus.Collector{f.DropRules, f.LegacyTables} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+	if err := register(reg, f.DropRules, f.LegacyTables); err != nil {
+		return nil, err
 	}
 	return f, nil
 }
@@ -51,28 +47,32 @@ func NewForeign(reg prometheus.Registerer) (*Foreign, error) {
 func (f *Foreign) Set(s ForeignState) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	now := map[string]bool{}
+	rules := map[string]float64{}
 	for chain, n := range s.DropRules {
 		if n > 0 {
-			f.DropRules.WithLabelValues(chain).Set(float64(n))
-			now[chain] = true
+			rules[chain] = float64(n)
 		}
 	}
-	for chain := range f.lastRules {
-		if !now[chain] {
-			f.DropRules.DeleteLabelValues(chain)
-		}
-	}
-	f.lastRules = now
-	legacy := map[string]bool{}
+	f.lastRules = setSeries(f.DropRules, f.lastRules, rules)
+	legacy := map[string]float64{}
 	for _, t := range s.LegacyTables {
-		f.LegacyTables.WithLabelValues(t).Set(1)
-		legacy[t] = true
+		legacy[t] = 1
 	}
-	for t := range f.legacy {
-		if !legacy[t] {
-			f.LegacyTables.DeleteLabelValues(t)
+	f.legacy = setSeries(f.LegacyTables, f.legacy, legacy)
+}
+
+// setSeries sets one series of g per label value in now and deletes those of last that now lacks; it returns
+// the label values it set, the next call's last.
+func setSeries(g *prometheus.GaugeVec, last map[string]bool, now map[string]float64) map[string]bool {
+	set := make(map[string]bool, len(now))
+	for label, v := range now {
+		g.WithLabelValues(label).Set(v)
+		set[label] = true
+	}
+	for label := range last {
+		if !set[label] {
+			g.DeleteLabelValues(label)
 		}
 	}
-	f.legacy = legacy
+	return set
 }

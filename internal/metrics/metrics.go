@@ -50,60 +50,39 @@ func New(reg prometheus.Registerer, counters func() ([]RuleCounter, error)) (*Me
 			Namespace: "coredns", Subsystem: "nodecache", Name: "setup_errors_total",
 			Help: "The number of errors during periodic network setup for node-cache",
 		}, []string{"errortype"}),
-		Passes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "nodelocaldns", Name: "reconcile_passes_total",
-			Help: "Reconcile passes by what triggered them and their result (in_sync, repaired, error).",
-		}, []string{"trigger", "result"}),
-		PassDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: "nodelocaldns", Name: "reconcile_duration_seconds",
-			Help:    "Duration of reconcile passes.",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
-		}),
-		Repairs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "nodelocaldns", Name: "repairs_total",
-			Help: "Objects found drifted from the desired state and repaired, by kind (nftables drift kinds, interface).",
-		}, []string{"object"}),
-		Reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "nodelocaldns", Name: "corefile_reloads_total",
-			Help: "In-process CoreDNS reloads after a ConfigMap change or SIGUSR1, by result (reloaded, unchanged, error, loop: refused for a forwarding loop).",
-		}, []string{"result"}),
-		ReloadDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: "nodelocaldns", Name: "corefile_reload_duration_seconds",
-			Help:    "Duration from a detected change to the reloaded configuration serving.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
-		}),
-		ForeignDropChain: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "nodelocaldns", Name: "foreign_drop_policy",
-			Help: "1 for each base chain of another table hooked on prerouting, input or output with policy drop; our accept rules cannot override it.",
-		}, []string{"chain"}),
-		Ready: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "nodelocaldns", Name: "ready",
-			Help: "1 when CoreDNS serves and the nftables table and interface are in place.",
-		}),
-		Instances: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "nodelocaldns", Name: "instances",
-			Help: "Live nodelocaldns instances on the node (owned instance tables), this one included, at the last look.",
-		}),
-		FailOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "nodelocaldns", Name: "fail_open",
-			Help: "1 when queries on this path go to kube-dns while no instance listens: prerouting (pods) is gated on a live listener unless the kernel lacks nft_socket; output (host-network clients) cannot be gated and fails open only when the instance's table goes.",
-		}, []string{"path"}),
-		UnboundLocalIP: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "nodelocaldns", Name: "unbound_local_ip",
-			Help: "1 for a local IP no DNS listener is bound to (the Corefile listens on the wildcard address): queries to it are not intercepted.",
-		}, []string{"ip"}),
+		Passes: counterVec("reconcile_passes_total",
+			"Reconcile passes by what triggered them and their result (in_sync, repaired, error).", "trigger", "result"),
+		PassDuration: histogram("reconcile_duration_seconds", "Duration of reconcile passes.",
+			prometheus.ExponentialBuckets(0.0001, 2, 16)),
+		Repairs: counterVec("repairs_total",
+			"Changes a reconcile pass made to bring the node back to the desired state, by object: interface (link created or set up, addresses added or removed) or fallback (the link-local fallback table written: created, changed by someone else, or following the live instances' addresses). Our instance table is owned: nothing else can change it.",
+			"object"),
+		Reloads: counterVec("corefile_reloads_total",
+			"In-process CoreDNS reloads after a ConfigMap change or SIGUSR1, by result (reloaded, unchanged, error, loop: refused for a forwarding loop).",
+			"result"),
+		ReloadDuration: histogram("corefile_reload_duration_seconds",
+			"Duration from a detected change to the reloaded configuration serving.", prometheus.ExponentialBuckets(0.0005, 2, 14)),
+		ForeignDropChain: gaugeVec("foreign_drop_policy",
+			"1 for each base chain of another table hooked on prerouting, input or output with policy drop; our accept rules cannot override it.",
+			"chain"),
+		Ready: gauge("ready", "1 when CoreDNS serves and the nftables table and interface are in place."),
+		Instances: gauge("instances",
+			"Live nodelocaldns instances on the node (owned instance tables), this one included, at the last look."),
+		FailOpen: gaugeVec("fail_open",
+			"1 when queries on this path go to kube-dns while no instance listens: prerouting (pods) is gated on a live listener unless the kernel lacks nft_socket; output (host-network clients) cannot be gated and fails open only when the instance's table goes; link-local: the fallback table covers every local IP (queries to it go to the -upstreamsvc ClusterIP, from pods and host-network clients).",
+			"path"),
+		UnboundLocalIP: gaugeVec("unbound_local_ip",
+			"1 for a local IP no DNS listener is bound to (the Corefile listens on the wildcard address): queries to it are not intercepted.",
+			"ip"),
 		Damped: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "nodelocaldns", Name: "reconcile_damped_total",
+			Namespace: namespace, Name: "reconcile_damped_total",
 			Help: "Reconcile passes delayed because another writer kept undoing our repairs (each damped pass once).",
 		}),
-		LivenessFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "nodelocaldns", Name: "liveness_failures_total",
-			Help: "/health answers that failed, by reason: reconcile or reload (a pass running too long), dns (our listener did not answer).",
-		}, []string{"reason"}),
-		ConfigPolling: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "nodelocaldns", Name: "config_watch_polling",
-			Help: "1 when inotify is unavailable (its limits exhausted) and the ConfigMap directories are re-read periodically instead.",
-		}),
+		LivenessFailures: counterVec("liveness_failures_total",
+			"/health answers that failed, by reason: reconcile or reload (a pass running too long), dns (our listener did not answer).",
+			"reason"),
+		ConfigPolling: gauge("config_watch_polling",
+			"1 when inotify is unavailable (its limits exhausted) and the ConfigMap directories are re-read periodically instead."),
 	}
 	for _, t := range []string{ErrIptables, ErrIptablesLock, ErrInterfaceAdd, ErrInterfaceCheck, ErrConfigmap, ErrNftables} {
 		m.SetupErrors.WithLabelValues(t)
@@ -112,10 +91,8 @@ func New(reg prometheus.Registerer, counters func() ([]RuleCounter, error)) (*Me
 	m.RuleCounters = &RuleCounterCollector{}
 	m.RuleCounters.SetSource(counters)
 	cs = append(cs, m.RuleCounters)
-	for _, c := range cs {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+	if err := register(reg, cs...); err != nil {
+		return nil, err
 	}
 	var err error
 	if m.Foreign, err = NewForeign(reg); err != nil {
@@ -130,4 +107,33 @@ func (m *Metrics) ConfigPollingGauge() prometheus.Gauge {
 		return nil
 	}
 	return m.ConfigPolling
+}
+
+// namespace prefixes everything nodelocaldns adds; node-cache's own series keep their names.
+const namespace = "nodelocaldns"
+
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help}, labels)
+}
+
+func gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help}, labels)
+}
+
+func gauge(name, help string) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help})
+}
+
+func histogram(name, help string, buckets []float64) prometheus.Histogram {
+	return prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: name, Help: help, Buckets: buckets})
+}
+
+// register registers every collector with reg, stopping at the first error.
+func register(reg prometheus.Registerer, cs ...prometheus.Collector) error {
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
 }

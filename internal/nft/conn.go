@@ -15,6 +15,7 @@ import (
 // the one message google/nftables v0.3.0 cannot send: a table with flags. A kernel-like fake stands in for it
 // in unit tests.
 type nftOps interface {
+	AddTable(*nftables.Table) *nftables.Table
 	DelTable(*nftables.Table)
 	AddSet(*nftables.Set, []nftables.SetElement) error
 	DelSet(*nftables.Set)
@@ -25,6 +26,7 @@ type nftOps interface {
 	Flush() error
 	ListTablesOfFamily(nftables.TableFamily) ([]*nftables.Table, error)
 	ListChains() ([]*nftables.Chain, error)
+	ListChain(*nftables.Table, string) (*nftables.Chain, error)
 	GetSets(*nftables.Table) ([]*nftables.Set, error)
 	GetSetElements(*nftables.Set) ([]nftables.SetElement, error)
 	GetRules(*nftables.Table, *nftables.Chain) ([]*nftables.Rule, error)
@@ -123,13 +125,13 @@ func (c *Conn) Apply(r *Ruleset) error {
 	c.lock()
 	defer c.mu.Unlock()
 	start := time.Now()
-	if ce := c.log.Check(zap.DebugLevel, "applying nftables table"); ce != nil {
-		ce.Write(zap.String("ruleset", r.String())) // printed only when someone reads it
-	}
 	if c.table == "" {
 		if err := c.create(); err != nil {
 			return err
 		}
+	}
+	if ce := c.log.Check(zap.DebugLevel, "applying nftables table"); ce != nil {
+		ce.Write(zap.String("ruleset", r.Text(c.table))) // printed only when someone reads it
 	}
 	t := tableNamed(c.table)
 	if err := c.queueClear(t); err != nil {

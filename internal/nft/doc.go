@@ -7,10 +7,11 @@
 // addresses each needs on the shared interface, their chains that it serves.
 //
 // The desired table is a pure value: [Build] turns a [Spec] (listen IPs, DNS port, health port) into a
-// [Ruleset], which prints as nft syntax ([Ruleset.String]) and is programmed by [Conn.Apply] in one netlink
+// [Ruleset], which prints as nft syntax ([Ruleset.Text]) and is programmed by [Conn.Apply] in one netlink
 // batch (remove the contents, add the new ones, one commit), so packets see the old table or the new one, never
-// a gap. [Registration] is the first step of an instance: the sets without chains. [Conn.Check] reads the table
-// back; [Conn.Teardown] deletes it in one call over the owning socket.
+// a gap. [Registration] is the first step of an instance: the sets without chains. Nothing reads the table
+// back to compare: it is owned, so nobody else can change it. [Conn.Teardown] deletes it in one call over the
+// owning socket.
 //
 // Hooks and priorities, and why they coexist with kube-proxy and iptables-nft:
 //

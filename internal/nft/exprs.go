@@ -1,9 +1,6 @@
 package nft
 
 import (
-	"fmt"
-	"strings"
-
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
@@ -45,9 +42,12 @@ func (r Rule) exprs() []expr.Any {
 	if r.Dir == DirFrom {
 		portOff = sportOffset
 	}
-	var verdict expr.Any = &expr.Notrack{}
-	if r.Verdict == VerdictAccept {
-		verdict = &expr.Verdict{Kind: expr.VerdictAccept}
+	verdict := []expr.Any{&expr.Notrack{}}
+	switch r.Verdict {
+	case VerdictAccept:
+		verdict = []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}}
+	case VerdictMarkTaken:
+		verdict = setMarkField(markTaken).exprs
 	}
 	out := []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
@@ -67,56 +67,13 @@ func (r Rule) exprs() []expr.Any {
 		}
 		out = append(out, &expr.Socket{Key: key, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{0}})
 	}
-	return append(out, &expr.Counter{}, verdict)
+	return append(append(out, &expr.Counter{}), verdict...)
 }
 
 // userData is the rule's comment in the TLV format nft reads.
 func (r Rule) userData() []byte { return userdata.AppendString(nil, userdata.TypeComment, r.Comment) }
 
-// ruleKey is a normalised form of a rule for comparison with what the kernel returns: each expression printed
-// with the fields that identify it, leaving out what the kernel does not echo or fills in itself (set IDs,
-// counter values, handles, positions), plus the comment.
-func ruleKey(exprs []expr.Any, udata []byte) string {
-	parts := make([]string, 0, len(exprs)+1)
-	for _, e := range exprs {
-		if _, ok := e.(*expr.Socket); ok {
-			// google/nftables v0.3.0 does not decode "socket" in rule dumps (exprsFromMsg drops it), so
-			// it is left out on both sides; the golden listings (nft's own decoding) show the gate.
-			continue
-		}
-		parts = append(parts, exprKey(e))
-	}
-	comment, _ := userdata.GetString(udata, userdata.TypeComment)
-	parts = append(parts, fmt.Sprintf("comment %q", comment))
-	return strings.Join(parts, "; ")
-}
-
-func exprKey(e expr.Any) string {
-	switch e := e.(type) {
-	case *expr.Meta:
-		return fmt.Sprintf("meta key=%d sreg=%v reg=%d", e.Key, e.SourceRegister, e.Register)
-	case *expr.Cmp:
-		return fmt.Sprintf("cmp op=%d reg=%d data=%x", e.Op, e.Register, e.Data)
-	case *expr.Payload:
-		return fmt.Sprintf("payload op=%d base=%d off=%d len=%d dreg=%d sreg=%d csum=%d/%d/%d",
-			e.OperationType, e.Base, e.Offset, e.Len, e.DestRegister, e.SourceRegister, e.CsumType, e.CsumOffset, e.CsumFlags)
-	case *expr.Lookup:
-		return fmt.Sprintf("lookup set=%s sreg=%d dreg=%d/%v invert=%v", e.SetName, e.SourceRegister, e.DestRegister, e.IsDestRegSet, e.Invert)
-	case *expr.Counter:
-		return "counter"
-	case *expr.Notrack:
-		return "notrack"
-	case *expr.Verdict:
-		return fmt.Sprintf("verdict kind=%d chain=%q", e.Kind, e.Chain)
-	}
-	// Anything else cannot be ours; print it fully so that two foreign rules still compare sensibly.
-	return fmt.Sprintf("%T%+v", e, e)
-}
-
-// nftTable, nftSet and nftChain are the google/nftables objects for our names. nftTable is the first
-// instance's table (metrics read its counters); tableNamed any instance's.
-func nftTable() *nftables.Table { return tableNamed(TableName) }
-
+// tableNamed, nftSet and nftChain are the google/nftables objects for an instance's table and our names.
 func tableNamed(name string) *nftables.Table {
 	return &nftables.Table{Name: name, Family: nftables.TableFamilyINet}
 }
@@ -138,9 +95,10 @@ func nftChain(t *nftables.Table, c Chain) *nftables.Chain {
 		return &nftables.Chain{Name: c.Name, Table: t}
 	}
 	hook := map[Hook]*nftables.ChainHook{
-		HookPrerouting: nftables.ChainHookPrerouting,
-		HookInput:      nftables.ChainHookInput,
-		HookOutput:     nftables.ChainHookOutput,
+		HookPrerouting:  nftables.ChainHookPrerouting,
+		HookInput:       nftables.ChainHookInput,
+		HookOutput:      nftables.ChainHookOutput,
+		HookPostrouting: nftables.ChainHookPostrouting,
 	}[c.Hook]
 	accept := nftables.ChainPolicyAccept
 	return &nftables.Chain{

@@ -109,6 +109,30 @@ func (k *fakeKernel) DelChain(c *nftables.Chain) {
 	})
 }
 
+func (k *fakeKernel) ListChain(t *nftables.Table, name string) (*nftables.Chain, error) {
+	ft := k.table(t)
+	if ft == nil {
+		return nil, enoent("table " + t.Name)
+	}
+	for _, c := range ft.chains {
+		if c.Name == name {
+			return c, nil
+		}
+	}
+	return nil, enoent("chain " + name)
+}
+
+// AddTable adds an unowned table, or keeps the one there is (no NLM_F_EXCL).
+func (k *fakeKernel) AddTable(t *nftables.Table) *nftables.Table {
+	k.queue = append(k.queue, func(k *fakeKernel) error {
+		if k.table(t) == nil {
+			k.addTable(t.Name, false)
+		}
+		return nil
+	})
+	return t
+}
+
 func (k *fakeKernel) DelTable(t *nftables.Table) {
 	k.queue = append(k.queue, func(k *fakeKernel) error {
 		ft := k.table(t)

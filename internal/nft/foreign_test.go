@@ -86,15 +86,15 @@ func TestTableCountersReadsOnlyTheNamedTable(t *testing.T) {
 	}
 	testenv.NftApply(t, "add table inet nodelocaldns-5\nadd chain inet nodelocaldns-5 filter-input\n"+
 		"add rule inet nodelocaldns-5 filter-input counter accept comment \"other instance\"\n")
-	got, err := c.TableCounters("nodelocaldns-5", ourChains...)
+	got, err := c.TableCounters("nodelocaldns-5", OurChains()...)
 	if err != nil || len(got) != 1 || got[0].Comment != "other instance" || got[0].Chain != ChainFilterInput {
 		t.Errorf("TableCounters(nodelocaldns-5) = %+v, %v; want its one counter", got, err)
 	}
-	if got, err := c.TableCounters("absent", ourChains...); err != nil || len(got) != 0 {
+	if got, err := c.TableCounters("absent", OurChains()...); err != nil || len(got) != 0 {
 		t.Errorf("TableCounters(absent) = %+v, %v; want none, no error", got, err)
 	}
-	if got, err := c.Counters(); err != nil || len(got) != 24 {
-		t.Errorf("Counters = %d counters, %v; want 24", len(got), err)
+	if got, err := c.TableCounters(c.Table(), OurChains()...); err != nil || len(got) != 24 {
+		t.Errorf("TableCounters(ours) = %d counters, %v; want 24", len(got), err)
 	}
 }
 

@@ -12,7 +12,7 @@ import (
 // `nft flush ruleset` and friends below only ever touch that namespace.
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
-// freshConn flushes the namespace's ruleset and opens a Conn that tears our table down after the test.
+// freshConn flushes the namespace's ruleset and opens a Conn that tears our tables down after the test.
 func freshConn(t *testing.T) *Conn {
 	t.Helper()
 	testenv.RequireRoot(t)
@@ -24,6 +24,9 @@ func freshConn(t *testing.T) *Conn {
 	t.Cleanup(func() {
 		if err := c.Teardown(); err != nil {
 			t.Errorf("Teardown: %v", err)
+		}
+		if _, err := c.DeleteFallback(); err != nil { // not owned: it would outlive the test
+			t.Errorf("DeleteFallback: %v", err)
 		}
 		_ = c.Close()
 	})

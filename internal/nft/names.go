@@ -23,14 +23,34 @@ const (
 	ChainRawOutput     = "raw-output"
 	ChainFilterInput   = "filter-input"
 	ChainFilterOutput  = "filter-output"
+	// ChainMarkOutput and ChainMarkPrerouting mark the queries to the local IPs an instance takes, so that the
+	// link-local fallback (fallback.go) leaves them alone (see [VerdictMarkTaken]): host-network clients' from
+	// registration on, pods' while the instance serves and a listener is bound. Every other chain, and
+	// ChainMarkPrerouting, says the instance serves.
+	ChainMarkOutput     = "mark-output"
+	ChainMarkPrerouting = "mark-prerouting"
 	// ChainServing is the one (regular, hookless) chain of an instance that does not program interception
 	// (-setupiptables=false): its presence says "serving", as the base chains do for everyone else.
 	ChainServing = "serving"
+
+	// FallbackTableName is the link-local fallback's table (fallback.go): not owned, shared by every instance,
+	// outliving them all; `-teardown` deletes it.
+	FallbackTableName = "nodelocaldns-fallback"
+
+	// The fallback's chains, named by whose packets they take (pods' or host-network clients') and what they do.
+	ChainPodPrerouting  = "pod-prerouting"
+	ChainPodMark        = "pod-mark"
+	ChainPodReply       = "pod-reply"
+	ChainHostOutput     = "host-output"
+	ChainHostMark       = "host-mark"
+	ChainHostMasquerade = "host-masquerade"
+	ChainHostReply      = "host-reply"
 
 	// Comment prefixes: node-cache's own words, so greps and dashboards written for it still find our rules.
 	// Each rule's comment adds what it matches, which makes chain+comment unique (the key of [RuleCounter]).
 	CommentSkipConntrack = "NodeLocal DNS Cache: skip conntrack"
 	CommentAllowDNS      = "NodeLocal DNS Cache: allow DNS traffic"
+	CommentTaken         = "nodelocaldns: taken by this instance"
 
 	// What each rule is for, appended to the prefix.
 	purposeQueries     = "queries"
@@ -42,8 +62,15 @@ const (
 
 // Chain priorities (nft's named priorities for the inet family).
 const (
-	priorityRaw    = -300 // before conntrack (-200), so notrack takes effect
+	priorityRaw = -300 // before conntrack (-200), so notrack takes effect
+	// priorityMark is before the fallback's rewrite (-301), which leaves what an instance marked alone.
+	priorityMark   = -302
+	priorityMangle = -150 // after conntrack: the connection exists, its mark can be set
 	priorityFilter = 0
+	prioritySrcNAT = 100
+	// priorityHostRewrite is between our instances' raw-output (-300), whose notrack it must see, and
+	// conntrack (-200), which must see the rewritten address.
+	priorityHostRewrite = -250
 )
 
 // maxInstances bounds the names tried; more than two instances on a node only happen in a rollout gone wrong.

@@ -2,7 +2,6 @@ package nft
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -23,14 +22,10 @@ var familyNames = map[nftables.TableFamily]string{
 	nftables.TableFamilyINet: "inet",
 }
 
-// ourChains are the chains [Build] creates, read by [Conn.Counters].
-var ourChains = []string{ChainRawPrerouting, ChainRawOutput, ChainFilterInput, ChainFilterOutput}
-
 // OurChains are the chains [Build] creates, for [Conn.TableCounters].
-func OurChains() []string { return slices.Clone(ourChains) }
-
-// Counters reads the packet and byte counters of our rules in inet [TableName]. See [Conn.TableCounters].
-func (c *Conn) Counters() ([]RuleCounter, error) { return c.TableCounters(TableName, ourChains...) }
+func OurChains() []string {
+	return []string{ChainRawPrerouting, ChainRawOutput, ChainFilterInput, ChainFilterOutput}
+}
 
 // TableCounters reads the counters of the rules of the named chains of inet table, one rule dump per chain
 // filtered by the kernel on table and chain: a scrape never lists other tables or chains. A table or chain

@@ -6,7 +6,7 @@ import (
 )
 
 // Ruleset is the desired content of table inet nodelocaldns: a plain value, built by [Build], printed by
-// [Ruleset.String], programmed by [Conn.Apply]. Sets and chains are listed in the order nft lists them.
+// [Ruleset.Text], programmed by [Conn.Apply]. Sets and chains are listed in the order nft lists them.
 type Ruleset struct {
 	Sets   []Set
 	Chains []Chain
@@ -35,6 +35,8 @@ const (
 	HookPrerouting Hook = "prerouting"
 	HookInput      Hook = "input"
 	HookOutput     Hook = "output"
+	// HookPostrouting is used only by the fallback table.
+	HookPostrouting Hook = "postrouting"
 )
 
 // Rule matches one transport protocol to or from the local IPs of one family on one port, counts, and
@@ -101,6 +103,9 @@ type Verdict string
 const (
 	VerdictNotrack Verdict = "notrack" // not a terminal verdict: later rules still run
 	VerdictAccept  Verdict = "accept"
+	// VerdictMarkTaken sets the mark field (fallback.go) to "an instance takes this query": the fallback
+	// leaves it to the local listener. Not a terminal verdict either.
+	VerdictMarkTaken Verdict = "mark taken"
 )
 
 // Build computes the desired table from s. It is pure and deterministic: IPs are deduplicated and sorted, and
@@ -117,7 +122,13 @@ func Build(s Spec) *Ruleset {
 			queries[i].Gate = map[Proto]Gate{ProtoTCP: GateTransparent, ProtoUDP: GateWildcard}[queries[i].Proto]
 		}
 	}
+	taken := perFamily(rule(DirTo, s.DNSPort, VerdictMarkTaken, CommentTaken, purposeQueries, ProtoTCP, ProtoUDP))
+	for i := range taken {
+		taken[i].Gate = queries[i].Gate // the same listener gate as the notrack below
+	}
 	r.Chains = []Chain{
+		{Name: ChainMarkPrerouting, Hook: HookPrerouting, Priority: priorityMark, Rules: taken},
+		r.Chains[0], // mark-output, from Registration
 		{Name: ChainRawPrerouting, Hook: HookPrerouting, Priority: priorityRaw, Rules: queries},
 		// node-cache numbers these 5-12: replies first, then host-network clients, then the liveness probe.
 		{Name: ChainRawOutput, Hook: HookOutput, Priority: priorityRaw, Rules: perFamily(
@@ -137,7 +148,7 @@ func Build(s Spec) *Ruleset {
 }
 
 // Registration is the table an instance creates first: its sets (which addresses it needs on the shared
-// interface) and no chain, so it steers nothing yet ("registered, starting").
+// interface) and only the alive-output chain, which marks and steers nothing yet ("registered, starting").
 func Registration(s Spec) *Ruleset {
 	var v4, v6 []netip.Addr
 	for _, ip := range s.LocalIPs {
@@ -147,10 +158,20 @@ func Registration(s Spec) *Ruleset {
 			v6 = append(v6, ip)
 		}
 	}
-	return &Ruleset{Sets: []Set{
+	r := &Ruleset{Sets: []Set{
 		{Name: SetLocal4, Elements: sortedUnique(v4)},
 		{Name: SetLocal6, IPv6: true, Elements: sortedUnique(v6)},
 	}}
+	if !s.NoInterception {
+		// From registration on, the fallback (fallback.go) leaves host-network clients' queries to the local
+		// listener: its output rewrite cannot be gated on a listener, so it is gated on this mark, which only a
+		// live instance's table sets (and which goes with the table). Without it the agent's own queries to
+		// a local IP (the `loop` directive's probes) would go to kube-dns until it serves.
+		r.Chains = []Chain{{Name: ChainMarkOutput, Hook: HookOutput, Priority: priorityRaw, Rules: perFamily(
+			rule(DirTo, s.DNSPort, VerdictMarkTaken, CommentTaken, purposeHostQueries, ProtoTCP, ProtoUDP),
+		)}}
+	}
+	return r
 }
 
 // group is a set of rules that differ only in family and protocol.

@@ -6,14 +6,16 @@ import (
 	"strings"
 )
 
-// String prints the table in nft syntax: loadable with `nft -f`, and byte for byte what
-// `nft -s list table inet nodelocaldns` prints for it (-s: counters without their values). The layout,
-// including how nft wraps set elements, follows nft's own printer (src/expression.c, calculate_delim).
-func (r *Ruleset) String() string {
+// Text prints r as table inet table in nft syntax: loadable with `nft -f`, and byte for byte what
+// `nft -s list table inet <table>` prints for it (-s: counters without their values). The table is a
+// parameter because a Ruleset does not know which instance name the kernel will give it ([TableName] for the
+// first instance, `nodelocaldns-1` for a second). The layout, including how nft wraps set elements, follows
+// nft's own printer (src/expression.c, calculate_delim).
+func (r *Ruleset) Text(table string) string {
 	var b strings.Builder
 	// nft prints the owner flag, and after it the owning process as a comment on the first line
 	// ("{ # progname nodelocaldns}"), which depends on who lists: comparisons strip that comment.
-	fmt.Fprintf(&b, "table inet %s {\n\tflags owner\n", TableName)
+	fmt.Fprintf(&b, "table inet %s {\n\tflags owner\n", table)
 	sep := "\n"
 	for _, s := range r.Sets {
 		b.WriteString(sep)
@@ -25,7 +27,7 @@ func (r *Ruleset) String() string {
 		sep = "\n"
 		fmt.Fprintf(&b, "\tchain %s {\n", c.Name)
 		if c.Hook != "" {
-			fmt.Fprintf(&b, "\t\ttype filter hook %s priority %s; policy accept;\n", c.Hook, priorityName(c.Priority))
+			fmt.Fprintf(&b, "\t\ttype filter hook %s priority %s; policy accept;\n", c.Hook, priorityName(c.Hook, c.Priority))
 		}
 		for _, rule := range c.Rules {
 			fmt.Fprintf(&b, "\t\t%s\n", rule)
@@ -79,16 +81,34 @@ func (r Rule) String() string {
 	if r.Gate != GateNone {
 		gate = " socket " + string(r.Gate) + " 0"
 	}
-	return fmt.Sprintf("%s %s @%s %s %s %d%s counter %s comment %q", l3, addr, set, r.Proto, port, r.Port, gate, r.Verdict, r.Comment)
+	verdict := string(r.Verdict)
+	if r.Verdict == VerdictMarkTaken {
+		verdict = setMarkField(markTaken).text
+	}
+	return fmt.Sprintf("%s %s @%s %s %s %d%s counter %s comment %q", l3, addr, set, r.Proto, port, r.Port, gate, verdict, r.Comment)
 }
 
-// priorityName is nft's name for the standard priorities of the inet family.
-func priorityName(p int32) string {
-	switch p {
-	case priorityRaw:
-		return "raw"
-	case priorityFilter:
-		return "filter"
+// priorityName is how nft lists a priority of the inet family: by the standard name within 10 of it
+// ("raw - 1"), else as a number. srcnat is a name only on postrouting (nft's std_prio_table).
+func priorityName(h Hook, p int32) string {
+	names := []namedPriority{{"raw", priorityRaw}, {"mangle", priorityMangle}, {"filter", priorityFilter}}
+	if h == HookPostrouting {
+		names = append(names, namedPriority{"srcnat", prioritySrcNAT})
+	}
+	for _, n := range names {
+		switch d := p - n.prio; {
+		case d == 0:
+			return n.name
+		case d > 0 && d <= 10:
+			return n.name + " + " + strconv.Itoa(int(d))
+		case d < 0 && d >= -10:
+			return n.name + " - " + strconv.Itoa(int(-d))
+		}
 	}
 	return strconv.Itoa(int(p))
+}
+
+type namedPriority struct {
+	name string
+	prio int32
 }

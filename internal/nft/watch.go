@@ -14,11 +14,9 @@ import (
 	"github.com/mdlayher/netlink"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
-)
 
-// ReasonOverrun is the trigger reason after events may have been lost (socket overrun, ENOBUFS, a failed
-// socket): the caller cannot know what changed and must do a full pass.
-const ReasonOverrun = "overrun"
+	"github.com/nodelocaldns/nodelocaldns/internal/nlwatch"
+)
 
 // WatchOption configures [Watch].
 type WatchOption func(*watchOptions)
@@ -27,7 +25,6 @@ type watchOptions struct {
 	own        []*Conn
 	tables     []string
 	readBuffer int
-	retryMax   time.Duration
 	subscribed func()
 }
 
@@ -59,7 +56,7 @@ func OnSubscribed(f func()) WatchOption { return func(o *watchOptions) { o.subsc
 //
 // Transactions committed by this process (see [IgnoreConn]) are not triggers, so our own Apply never causes
 // a storm. When events may have been lost (ENOBUFS, socket error) it resubscribes and calls
-// trigger([ReasonOverrun]). trigger runs on Watch's goroutine and must not block (a channel of one with a
+// trigger([nlwatch.ReasonOverrun]), with internal/nlwatch's policy. trigger runs on Watch's goroutine and must not block (a channel of one with a
 // non-blocking send is the intended use). Watch returns nil when ctx is done, or an error if it cannot
 // subscribe at all at start.
 //
@@ -67,28 +64,21 @@ func OnSubscribed(f func()) WatchOption { return func(o *watchOptions) { o.subsc
 // (whose filters are broken in v0.3.0 and which parses every foreign rule) or mdlayher's Receive (which peeks,
 // then allocates a buffer and a message per notification).
 func Watch(ctx context.Context, log *zap.Logger, trigger func(reason string), opts ...WatchOption) error {
-	o := watchOptions{tables: []string{TableName}, readBuffer: 4 << 20, retryMax: 30 * time.Second}
+	o := watchOptions{tables: []string{TableName}, readBuffer: 4 << 20}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	log = log.Named("nft-watch")
 	w := &watcher{log: log, trigger: trigger, own: o.own, buf: make([]byte, 64<<10),
 		state: watchState{ours: o.tables}}
-	nl, err := w.subscribe(o)
-	if err != nil {
-		return fmt.Errorf("subscribe to nftables events: %w", err)
-	}
-	for {
-		err := w.receive(ctx, nl)
-		if ctx.Err() != nil {
-			return nil
+	return nlwatch.Run(ctx, log, nlwatch.DefaultBackoff, trigger, func(ctx context.Context, up func()) error {
+		nl, err := w.subscribe(o)
+		if err != nil {
+			return fmt.Errorf("subscribe to nftables events: %w", err)
 		}
-		log.Warn("nftables events may have been lost, resubscribing", zap.Error(err))
-		if nl = w.resubscribe(ctx, o); nl == nil {
-			return nil
-		}
-		trigger(ReasonOverrun)
-	}
+		up()
+		return w.receive(ctx, nl)
+	})
 }
 
 type watcher struct {
@@ -165,9 +155,12 @@ func attachFilter(nl *netlink.Conn, tables []string) (int, error) {
 	}
 }
 
-// listBaseChains dumps the chains once (no rules) and keeps the base chains of tables other than ours.
+// listBaseChains dumps the chains once (no rules) and keeps the base chains of tables other than ours. The dump
+// runs on a socket of its own, with the same deadline as every request on ours (requestTimeout).
 func listBaseChains(ours []string) (map[chainKey]chainHook, error) {
-	c, err := nftables.New()
+	c, err := nftables.New(nftables.WithSockOptions(func(nc *netlink.Conn) error {
+		return nc.SetDeadline(time.Now().Add(requestTimeout))
+	}))
 	if err != nil {
 		return nil, fmt.Errorf("open nftables reader: %w", err)
 	}
@@ -190,22 +183,6 @@ func listBaseChains(ours []string) (map[chainKey]chainHook, error) {
 		out[chainKey{family: uint8(ch.Table.Family), table: ch.Table.Name, chain: ch.Name}] = h
 	}
 	return out, nil
-}
-
-// resubscribe retries with backoff until it succeeds (the new socket) or ctx is done (nil).
-func (w *watcher) resubscribe(ctx context.Context, o watchOptions) *netlink.Conn {
-	for wait := 100 * time.Millisecond; ; wait = min(2*wait, o.retryMax) {
-		nl, err := w.subscribe(o)
-		if err == nil {
-			return nl
-		}
-		w.log.Warn("resubscribe to nftables events", zap.Error(err), zap.Duration("retry_in", wait))
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(wait):
-		}
-	}
 }
 
 // receive reads datagrams until the socket fails or ctx is done, collecting the relevant changes of each

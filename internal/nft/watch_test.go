@@ -12,6 +12,8 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 	"go.uber.org/zap/zaptest"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/nlwatch"
 )
 
 // startWatch runs Watch until the test ends and returns the channel of trigger reasons.
@@ -149,7 +151,7 @@ func TestWatchResubscribesAfterOverrun(t *testing.T) {
 	for {
 		select {
 		case r := <-reasons:
-			if r == ReasonOverrun {
+			if r == nlwatch.ReasonOverrun {
 				// And it keeps watching on the new socket.
 				testenv.Run(t, "nft", "delete", "table", "ip", "t0")
 				for r := range reasons {

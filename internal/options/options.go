@@ -39,12 +39,14 @@ type Options struct {
 	SetupNftables  bool          // -setupiptables / -setupnftables: program the nftables table
 	SyncInterval   time.Duration // -syncinterval: the safety-net reconcile period
 	SkipTeardown   bool          // -skipteardown
+	// LinkLocalFallback (-linklocal-fallback) keeps the fallback table, which sends queries to the local IPs to
+	// the -upstreamsvc ClusterIP while no instance listens on them.
+	LinkLocalFallback bool
 
 	BaseCorefile     string // -basecorefile: the template from the node-local-dns ConfigMap
 	Corefile         string // -conf, else -corefile: where the rendered Corefile is written for operators to read
 	KubeDNSConfigDir string // -kubednscm: the kube-dns ConfigMap directory ("" = /etc/kube-dns when it exists)
 	UpstreamSvc      string // -upstreamsvc: Service whose ClusterIP fills __PILLAR__CLUSTER__DNS__
-	ReloadWithSignal bool   // -reloadwithsignal: SIGUSR1 also triggers an in-process reload
 
 	DNSPort    uint16 // -dns.port / -p
 	HealthPort uint16 // -health-port
@@ -53,7 +55,6 @@ type Options struct {
 	PrometheusListenAddress string // -prometheus-listen-address: fills __PROMETHEUS__ENDPOINT__
 
 	PIDFile  string // -pidfile: written once CoreDNS listens (node-cache compatibility)
-	Quiet    bool   // -quiet: no start-up banner
 	LogLevel string // -log-level: debug, info, warn or error
 }
 
@@ -78,6 +79,8 @@ type raw struct {
 	localIP, dnsPort, healthPort, conf, corefile, logLevel string
 	syncInterval                                           seconds
 	version, plugins, printRules, teardown                 bool
+	// Parsed for node-cache's manifests and never read (see CompatibilityOnly).
+	reloadWithSignal, quiet bool
 }
 
 // Parse parses args (without the program name). Errors are one line naming the flag and the bad value; usage is
@@ -99,7 +102,7 @@ func Parse(args []string, usage io.Writer) (*Options, error) {
 	// node-cache declares this as a time.Duration and multiplies it by time.Second, so only its default works.
 	// We take both forms: a bare number is seconds ("60"), anything else a Go duration ("60s", "1m").
 	fs.Var(&r.syncInterval, "syncinterval", "period of the safety-net reconcile pass: seconds (60) or a duration (1m)")
-	fs.BoolVar(&o.SkipTeardown, "skipteardown", false, "leave the table and the interface in place on exit")
+	fs.BoolVar(&o.SkipTeardown, "skipteardown", false, "leave the interface in place on exit (the table goes with the process: the kernel deletes it with our socket)")
 	fs.StringVar(&o.MetricsListenAddress, "metrics-listen-address", DefaultMetricsListenAddress, "address of the agent's /metrics server")
 	fs.StringVar(&o.PrometheusListenAddress, "prometheus-listen-address", DefaultPrometheusListenAddress, "substituted for __PROMETHEUS__ENDPOINT__ in the Corefile")
 	fs.StringVar(&o.BaseCorefile, "basecorefile", DefaultBaseCorefile, "Corefile template (node-local-dns ConfigMap); its directory is watched")
@@ -108,7 +111,7 @@ func Parse(args []string, usage io.Writer) (*Options, error) {
 	fs.StringVar(&o.KubeDNSConfigDir, "kubednscm", "", "kube-dns ConfigMap directory (default /etc/kube-dns when it exists)")
 	fs.StringVar(&o.UpstreamSvc, "upstreamsvc", DefaultUpstreamSvc, "Service whose ClusterIP (from its env var) fills __PILLAR__CLUSTER__DNS__")
 	fs.StringVar(&r.healthPort, "health-port", DefaultHealthPort, "port of the Corefile's health plugin; gets conntrack bypass rules")
-	fs.BoolVar(&o.ReloadWithSignal, "reloadwithsignal", false, "also reload in-process on SIGUSR1 (reloads are event-driven anyway)")
+	fs.BoolVar(&r.reloadWithSignal, "reloadwithsignal", false, "also reload in-process on SIGUSR1 (reloads are event-driven anyway)")
 	// CoreDNS's own flags that node-cache relies on.
 	fs.StringVar(&r.conf, "conf", "", "path the rendered Corefile is written to (CoreDNS -conf)")
 	fs.StringVar(&r.dnsPort, "dns.port", DefaultDNSPort, "DNS port (CoreDNS -dns.port)")
@@ -116,10 +119,11 @@ func Parse(args []string, usage io.Writer) (*Options, error) {
 	fs.StringVar(&o.PIDFile, "pidfile", "", "write the process id here once DNS is served")
 	fs.BoolVar(&r.plugins, "plugins", false, "list the compiled-in plugins and exit")
 	fs.BoolVar(&r.version, "version", false, "print the version and exit")
-	fs.BoolVar(&o.Quiet, "quiet", false, "no start-up banner")
+	fs.BoolVar(&r.quiet, "quiet", false, "no start-up banner")
 	// Ours.
 	fs.BoolVar(&r.printRules, "print-rules", false, "print the nftables ruleset for these flags and exit; touches nothing")
-	fs.BoolVar(&r.teardown, "teardown", false, "remove the table and interface an earlier run left behind and exit")
+	fs.BoolVar(&r.teardown, "teardown", false, "remove the interface and the link-local fallback an earlier run left behind (unless an instance is still running) and exit")
+	fs.BoolVar(&o.LinkLocalFallback, "linklocal-fallback", true, "while no instance listens, send queries to the local IPs to the -upstreamsvc ClusterIP (an nftables table that outlives the agent; -teardown removes it); false also removes one an earlier run left")
 	fs.StringVar(&r.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 
 	markCompatibility(fs)

@@ -76,6 +76,14 @@ func (k *kernel) dropLister() dropLister {
 	return k.conn
 }
 
+// fallbackTable is the nftables socket as the fallback keeper sees it: nil when there is none.
+func (k *kernel) fallbackTable() fallbackTable {
+	if k.conn == nil {
+		return nil
+	}
+	return k.conn
+}
+
 // ruleCounters reads our table's rule counters for a scrape.
 func (k *kernel) ruleCounters() ([]metrics.RuleCounter, error) {
 	rcs, err := k.conn.TableCounters(k.conn.Table(), nft.OurChains()...)

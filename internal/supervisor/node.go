@@ -58,6 +58,10 @@ type node struct {
 	links  linkManager // nil: -setupinterface=false
 	ifname string
 	spec   nft.Spec
+	// quiesce, when set, is how the last instance out lets queries already steered to it be answered before
+	// the interface goes: it must also make sure nothing of ours listens on the addresses afterwards (the
+	// link-local fallback sends queries to kube-dns only while no socket is bound to them). nil: wait drain.
+	quiesce func(drain time.Duration)
 
 	state  atomic.Int32
 	gated  atomic.Bool
@@ -88,26 +92,39 @@ func (n *node) register() error {
 	return nil
 }
 
-// ensureLink makes the interface carry the union of the addresses every live instance needs: ours are added,
-// and an address is removed only when no instance table holds it (an older instance whose spec lacks an
-// address a newer one added never removes it).
+// ensureLink makes the interface carry the union of the addresses every live instance needs (see carry).
 func (n *node) ensureLink() ([]string, error) {
 	if n.links == nil {
 		return nil, nil
 	}
-	ips := n.spec.LocalIPs
-	if n.reg != nil {
-		ins, err := n.reg.Instances()
-		if err != nil {
-			return nil, err
-		}
-		n.count(ins)
-		ips = union(ins)
-		if n.current() == stateServing || n.current() == stateRegistering {
-			ips = union(ins, nft.Instance{IPs: n.spec.LocalIPs}) // ours even if our table were unreadable
-		}
+	ips, err := n.addresses()
+	if err != nil {
+		return nil, err
 	}
-	if len(ips) == 0 {
+	return n.carry(ips)
+}
+
+// addresses is the union of the addresses every live instance needs, ours included while we register or
+// serve (even if our table were unreadable), and it counts the instances.
+func (n *node) addresses() ([]netip.Addr, error) {
+	if n.reg == nil {
+		return union(nil, nft.Instance{IPs: n.spec.LocalIPs}), nil
+	}
+	ins, err := n.reg.Instances()
+	if err != nil {
+		return nil, err
+	}
+	n.count(ins)
+	if n.current() == stateServing || n.current() == stateRegistering {
+		return union(ins, nft.Instance{IPs: n.spec.LocalIPs}), nil
+	}
+	return union(ins), nil
+}
+
+// carry makes the interface carry ips: ours are added, and an address is removed only when no instance table
+// holds it (an older instance whose spec lacks an address a newer one added never removes it).
+func (n *node) carry(ips []netip.Addr) ([]string, error) {
+	if n.links == nil || len(ips) == 0 {
 		return nil, nil
 	}
 	return n.links.Ensure(link.Spec{Name: n.ifname, IPs: ips})
@@ -256,7 +273,11 @@ func (n *node) leave(keepLink bool, drain time.Duration) (othersRemain bool, err
 		return false, errors.Join(errs...)
 	}
 	// Queries already steered to us are answered from the addresses they were sent to: give them a moment.
-	time.Sleep(drain)
+	if n.quiesce != nil {
+		n.quiesce(drain)
+	} else {
+		time.Sleep(drain)
+	}
 	if ins, err := n.reg.Instances(); err == nil && len(ins) > 0 {
 		n.log.Info("an instance registered while we drained; leaving the interface to it")
 		return true, errors.Join(errs...)

@@ -63,7 +63,7 @@ func (r *fakeReg) Apply(rs *nft.Ruleset) error {
 		t.ips = append(t.ips, s.Elements...)
 	}
 	for _, c := range rs.Chains {
-		t.serving = true
+		t.serving = t.serving || c.Name != nft.ChainMarkOutput // as Conn.Instances: the alive mark alone is no serving
 		for _, rule := range c.Rules {
 			if rule.Gate != nft.GateNone {
 				if r.refuseGate {
@@ -353,7 +353,8 @@ func TestTeardownReportsTheInterfaceItCouldNotRemove(t *testing.T) {
 	td := func() *node {
 		return &node{log: zaptest.NewLogger(t), reg: &fakeReg{k: k}, links: &fakeLinks{k: k}, ifname: "nodelocaldns"}
 	}
-	err := teardown(td())
+	fb := &fakeFallbackTable{listing: "table inet nodelocaldns-fallback {}"}
+	err := teardown(td(), fb)
 	if !errors.Is(err, unix.EPERM) || !strings.Contains(err.Error(), `interface "nodelocaldns" left in place`) {
 		t.Fatalf("teardown with a failing removal = %v; want an error naming the interface left in place", err)
 	}
@@ -361,8 +362,20 @@ func TestTeardownReportsTheInterfaceItCouldNotRemove(t *testing.T) {
 		t.Fatal("the fake removed the interface it refused to remove")
 	}
 	k.removeErr = nil
-	if err := teardown(td()); err != nil || k.link {
-		t.Fatalf("teardown = %v with link %v; want the interface removed", err, k.link)
+	if err := teardown(td(), fb); err != nil || k.link || fb.listing != "" {
+		t.Fatalf("teardown = %v with link %v and fallback %q; want both removed", err, k.link, fb.listing)
+	}
+}
+
+// -teardown beside a live instance keeps the fallback as it keeps the interface: the instance needs both.
+func TestTeardownKeepsTheFallbackForLiveInstances(t *testing.T) {
+	k := newFakeKernel()
+	live, _ := newInstance(t, k, "169.254.20.10")
+	start(t, live)
+	fb := &fakeFallbackTable{listing: "table inet nodelocaldns-fallback {}"}
+	td := &node{log: zaptest.NewLogger(t), reg: &fakeReg{k: k}, links: &fakeLinks{k: k}, ifname: "nodelocaldns"}
+	if err := teardown(td, fb); err != nil || fb.listing == "" || !k.link {
+		t.Fatalf("teardown beside a live instance = %v, fallback %q, link %v; want both kept", err, fb.listing, k.link)
 	}
 }
 

@@ -27,37 +27,34 @@ const (
 // reconciler keeps the interface carrying what the live instances need, and the foreign-drop report fresh:
 // one pass per batch of triggers (runner.go), each recomputing everything.
 type reconciler struct {
-	log     *zap.Logger
-	m       *metrics.Metrics
-	ifname  string
-	node    *node
-	foreign *foreignReport
-	runner  *runner
+	log      *zap.Logger
+	m        *metrics.Metrics
+	ifname   string
+	node     *node
+	fallback *fallback
+	foreign  *foreignReport
+	runner   *runner
 	// lastPass is the result of the last pass; /ready reads it.
 	lastPass atomicErr
 }
 
-func newReconciler(log *zap.Logger, m *metrics.Metrics, ifname string, syncInterval time.Duration, n *node, foreign *foreignReport) *reconciler {
-	r := &reconciler{log: log, m: m, ifname: ifname, node: n, foreign: foreign}
+func newReconciler(log *zap.Logger, m *metrics.Metrics, ifname string, syncInterval time.Duration, n *node, fb *fallback, foreign *foreignReport) *reconciler {
+	r := &reconciler{log: log, m: m, ifname: ifname, node: n, fallback: fb, foreign: foreign}
 	r.runner = newRunner(runnerConfig{minInterval: minPassInterval, maxInterval: syncInterval, damp: newDamping(log, m)}, r.pass)
 	return r
 }
 
-// pass makes the interface carry what the live instances need (node.ensureLink) and looks for foreign drop
-// policies. Our table needs no pass: it is owned, nobody else can change it. Other instances' tables coming
-// and going change the union, so their notifications trigger passes too.
+// pass makes the interface carry what the live instances need, keeps the link-local fallback covering the
+// same addresses, and looks for foreign drop policies. Our table needs no pass: it is owned, nobody else can
+// change it; the fallback table is not (anybody may flush it), so its changes trigger passes. Other
+// instances' tables coming and going change the union, so their notifications trigger passes too.
 func (r *reconciler) pass(_ context.Context, reasons []string) (changed bool, err error) {
 	start := time.Now()
 	var repaired []string
 	var errs []error
-	changes, err := r.node.ensureLink()
-	if err != nil {
-		setupError(r.m, metrics.ErrInterfaceAdd)
-		errs = append(errs, fmt.Errorf("ensure interface %q: %w", r.ifname, err))
-	}
-	if len(changes) > 0 {
-		r.repair("interface", len(changes))
-		repaired = append(repaired, changes...)
+	repaired, errs = r.ensure(repaired, errs)
+	if lookAtForeignTables(reasons) {
+		r.foreign.check()
 	}
 	if lookAtForeignTables(reasons) {
 		r.foreign.check()
@@ -76,6 +73,34 @@ func (r *reconciler) pass(_ context.Context, reasons []string) (changed bool, er
 		r.log.Debug("in sync", zap.Strings("triggers", reasons), zap.Duration("elapsed", time.Since(start)))
 	}
 	return len(repaired) > 0, err
+}
+
+// ensure does the pass's repairs: the interface, then the fallback table, both for the union of the live
+// instances' addresses (one look at the instance tables for both).
+func (r *reconciler) ensure(repaired []string, errs []error) ([]string, []error) {
+	ips, err := r.node.addresses()
+	if err != nil {
+		return repaired, append(errs, fmt.Errorf("list instance tables: %w", err))
+	}
+	changes, err := r.node.carry(ips)
+	if err != nil {
+		setupError(r.m, metrics.ErrInterfaceAdd)
+		errs = append(errs, fmt.Errorf("ensure interface %q: %w", r.ifname, err))
+	}
+	if len(changes) > 0 {
+		r.repair("interface", len(changes))
+		repaired = append(repaired, changes...)
+	}
+	change, err := r.fallback.ensure(ips)
+	if err != nil {
+		setupError(r.m, metrics.ErrNftables)
+		errs = append(errs, err)
+	}
+	if change != "" {
+		r.repair("fallback", 1)
+		repaired = append(repaired, change)
+	}
+	return repaired, errs
 }
 
 // atomicErr holds an error, nil included.
@@ -100,12 +125,12 @@ func (r *reconciler) start(ctx context.Context, wg *sync.WaitGroup, k *kernel) {
 }
 
 func (r *reconciler) startWatchers(ctx context.Context, wg *sync.WaitGroup, k *kernel) {
-	// Our table cannot be tampered with; the nftables watch only tells us of other tables changing (other
-	// instances registering or leaving, foreign drop policies).
+	// Our table cannot be tampered with; the nftables watch tells us of other tables changing (other
+	// instances registering or leaving, foreign drop policies) and of any change to the fallback table.
 	if k.conn != nil {
 		wg.Go(func() {
 			err := nft.Watch(ctx, r.log, func(reason string) { r.runner.trigger("nft:" + reason) },
-				nft.IgnoreConn(k.conn), nft.WatchTables(k.conn.Table()))
+				nft.IgnoreConn(k.conn), nft.WatchTables(k.conn.Table(), nft.FallbackTableName))
 			if err != nil && ctx.Err() == nil {
 				r.log.Error("nftables watch stopped; relying on the periodic pass", zap.Error(err))
 			}

@@ -52,6 +52,20 @@ func (s *Supervisor) passQueries() {
 	time.Sleep(drainDelay)
 }
 
+// quiesceForFallback is the last instance out's drain while the link-local fallback is in place: new UDP
+// queries leave our listeners (detach.go) and, finding no socket bound to the addresses, are sent to kube-dns
+// by the fallback; those already queued are answered; then the interface can go. Without it, queries sent
+// after the interface went would still find our sockets bound to the gone addresses, pass the fallback's gate
+// and be lost until CoreDNS stops.
+func (s *Supervisor) quiesceForFallback(drain time.Duration) {
+	n, err := detachListeners(s.opts.LocalIPs, s.opts.DNSPort)
+	if err != nil {
+		s.log.Warn("detach dns listeners; queries queued on them when they close are lost", zap.Error(err))
+	}
+	s.log.Info("detached dns listeners; the link-local fallback sends new queries to kube-dns", zap.Int("listeners", n))
+	time.Sleep(drain)
+}
+
 // bounded runs each step of shutdown in order until the deadline; a step still running then is abandoned
 // (the process exits, and the kernel removes our table with our netlink socket anyway).
 type bounded struct {

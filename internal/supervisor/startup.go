@@ -13,6 +13,7 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/configwatch"
 	"github.com/nodelocaldns/nodelocaldns/internal/dnsserver"
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
+	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 )
 
 // The phases of start-up, in the order Run calls them. Each logs its duration.
@@ -50,18 +51,37 @@ func (s *Supervisor) openKernel() error {
 	s.kernel = k
 	s.node = &node{log: s.log, m: s.m, reg: k.registry(), links: k.linkManager(), ifname: s.opts.InterfaceName, spec: s.spec}
 	foreign := newForeignReport(s.log, s.m, k.dropLister())
-	s.reconcile = newReconciler(s.log, s.m, s.opts.InterfaceName, s.opts.SyncInterval, s.node, foreign)
+	p := s.config.params
+	fb := newFallback(s.log, s.m, k.fallbackTable(), s.opts, p.ClusterDNSEnv, p.ClusterDNS)
+	s.reconcile = newReconciler(s.log, s.m, s.opts.InterfaceName, s.opts.SyncInterval, s.node, fb, foreign)
+	if fb.disabled == "" {
+		s.node.quiesce = s.quiesceForFallback
+	}
 	return nil
 }
 
-// register creates our table (sets only) and makes the interface carry every live instance's addresses.
+// register creates our table (sets only), puts the link-local fallback in place for every live instance's
+// addresses (from now until CoreDNS listens, queries to them go to kube-dns), and makes the interface carry
+// those addresses.
 func (s *Supervisor) register() error {
 	t := time.Now()
 	if err := s.node.register(); err != nil {
 		setupError(s.m, metrics.ErrNftables)
 		return err
 	}
-	changes, err := s.node.ensureLink()
+	ips, err := s.node.addresses()
+	if err != nil {
+		setupError(s.m, metrics.ErrNftables)
+		return fmt.Errorf("list instance tables: %w", err)
+	}
+	if change, err := s.reconcile.fallback.ensure(ips); err != nil {
+		// Not fatal: DNS is served without it; each pass tries again.
+		setupError(s.m, metrics.ErrNftables)
+		s.log.Warn("link-local fallback not in place", zap.Error(err))
+	} else if change != "" {
+		s.log.Info("link-local fallback in place", zap.String("table", "inet "+nft.FallbackTableName), zap.String("change", change))
+	}
+	changes, err := s.node.carry(ips)
 	if err != nil {
 		setupError(s.m, metrics.ErrInterfaceAdd)
 		return fmt.Errorf("ensure interface %q: %w", s.opts.InterfaceName, err)
@@ -76,7 +96,7 @@ func (s *Supervisor) register() error {
 // startCoreDNS starts CoreDNS from cf and waits for the `loop` directive's first probes.
 func (s *Supervisor) startCoreDNS(cf []byte) error {
 	t := time.Now()
-	dns, err := dnsserver.New(s.log.Named("dns"))
+	dns, err := dnsserver.New(s.log.Named("dns"), s.dnsOpts)
 	if err != nil {
 		return err
 	}

@@ -29,6 +29,7 @@ import (
 
 	"github.com/nodelocaldns/nodelocaldns/internal/corefile"
 	"github.com/nodelocaldns/nodelocaldns/internal/dnsserver"
+	"github.com/nodelocaldns/nodelocaldns/internal/fastpath"
 	"github.com/nodelocaldns/nodelocaldns/internal/link"
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
@@ -76,6 +77,7 @@ type Supervisor struct {
 	node      *node             // the instance state machine (node.go); set by the kernel phase
 	reconcile *reconciler       // the interface and the foreign report (reconcile.go); set by the kernel phase
 	dns       *dnsserver.Server // set by the coredns phase
+	dnsOpts   dnsserver.Options // how CoreDNS is embedded (the fast path)
 	reload    *reloader         // ConfigMap changes and SIGUSR1 (reload.go); set by the coredns phase
 }
 
@@ -93,8 +95,9 @@ func New(cfg Config) (*Supervisor, error) {
 	s.config = &renderer{log: cfg.Log, m: cfg.Metrics, base: o.BaseCorefile, out: o.Corefile, kubeDNSDir: kubeDNSDir,
 		params: corefile.Params{
 			LocalIPs: o.LocalIPs, DNSPort: o.DNSPort, ClusterDNS: cfg.Getenv(env), ClusterDNSEnv: env,
-			PrometheusEndpoint: o.PrometheusListenAddress,
+			PrometheusEndpoint: o.PrometheusListenAddress, Directives: dnsserver.Directives(),
 		}}
+	s.dnsOpts = dnsserver.Options{FastPath: fastpath.Enabled(cfg.Getenv)}
 	s.spec = nft.Spec{LocalIPs: o.LocalIPs, DNSPort: o.DNSPort, HealthPort: o.HealthPort, NoInterception: !o.SetupNftables}
 	if err := s.spec.Validate(); err != nil {
 		return nil, err

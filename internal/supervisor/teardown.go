@@ -12,7 +12,8 @@ import (
 
 // Teardown is `-teardown`: what node.leave does for a stopping instance, for a node with no instance of ours
 // running in this process. It deletes tables left by earlier versions and removes the interface unless a live
-// instance's table says the interface is still needed.
+// instance's table says the interface is still needed; with no instance left it also deletes the link-local
+// fallback, which nothing else removes (an uninstall runs this on every node).
 func Teardown(o *options.Options, log *zap.Logger) error {
 	c, err := nft.Open(nft.WithLogger(log))
 	if err != nil {
@@ -24,17 +25,26 @@ func Teardown(o *options.Options, log *zap.Logger) error {
 		return fmt.Errorf("open link manager: %w", err)
 	}
 	defer lm.Close()
-	return teardown(&node{log: log, reg: c, links: lm, ifname: o.InterfaceName, spec: nft.Spec{LocalIPs: o.LocalIPs}})
+	return teardown(&node{log: log, reg: c, links: lm, ifname: o.InterfaceName, spec: nft.Spec{LocalIPs: o.LocalIPs}}, c)
 }
 
-// teardown leaves the node for a process that never joined it. Its error names what it could not remove.
-func teardown(n *node) error {
+// teardown leaves the node for a process that never joined it, then deletes the fallback table if nobody is
+// left to need it. Its error names what it could not remove.
+func teardown(n *node, fb fallbackTable) error {
 	othersRemain, err := n.leave(false, 0)
 	if err != nil {
 		return fmt.Errorf("teardown incomplete: %w", err)
 	}
 	if othersRemain {
-		n.log.Info("live instances remain; the interface stays", zap.String("interface", n.ifname))
+		n.log.Info("live instances remain; the interface and the link-local fallback stay", zap.String("interface", n.ifname))
+		return nil
+	}
+	had, err := fb.DeleteFallback()
+	if err != nil {
+		return fmt.Errorf("teardown incomplete: table inet %s left in place: %w", nft.FallbackTableName, err)
+	}
+	if had {
+		n.log.Info("deleted the link-local fallback", zap.String("table", "inet "+nft.FallbackTableName))
 	}
 	return nil
 }

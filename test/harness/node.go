@@ -17,10 +17,17 @@ import (
 //
 // Both kube-dns addresses answer every A query with their own fixed address, so an answer says whether the agent
 // (through kube-dns-upstream) or kube-dns itself (through the DNAT) served it.
+//
+// kube-dns-upstream also has a ClusterIP, UpstreamClusterIP, for agents given it as their upstream (the link-local
+// fallback rewrites queries to it). kube-proxy's DNAT of it differs by who asks, so that answers still say who
+// served: from the node's own address (the agent's forwards, routed towards kube-dns) it reaches the upstream
+// server, as in a cluster; from a pod, or from a host-network client whose query to a local IP the fallback
+// rewrote (its source is still that local IP at the output DNAT), it reaches kube-dns's own server.
 const (
-	LocalIP      = "169.254.20.10"
-	ClusterIP    = "10.96.0.10"
-	UpstreamAddr = "198.51.100.3"
+	LocalIP           = "169.254.20.10"
+	ClusterIP         = "10.96.0.10"
+	UpstreamAddr      = "198.51.100.3"
+	UpstreamClusterIP = "10.96.0.11"
 
 	AnswerKubeDNS = "203.0.113.1" // kube-dns reached through the DNAT: the agent is not in the path
 	AnswerAgent   = "203.0.113.2" // kube-dns-upstream: the agent served (or forwarded) it
@@ -33,14 +40,18 @@ var kubeProxyRuleset = fmt.Sprintf(`table ip kube-proxy {
 		type nat hook prerouting priority -100; policy accept;
 		ip daddr %[1]s udp dport 53 dnat to %[2]s:53
 		ip daddr %[1]s tcp dport 53 dnat to %[2]s:53
+		ip daddr %[3]s udp dport 53 dnat to %[2]s:53
+		ip daddr %[3]s tcp dport 53 dnat to %[2]s:53
 	}
 	chain output {
 		type nat hook output priority -100; policy accept;
 		ip daddr %[1]s udp dport 53 dnat to %[2]s:53
 		ip daddr %[1]s tcp dport 53 dnat to %[2]s:53
+		ip saddr %[5]s ip daddr %[3]s meta l4proto { tcp, udp } th dport 53 dnat to %[4]s:53
+		ip daddr %[3]s meta l4proto { tcp, udp } th dport 53 dnat to %[2]s:53
 	}
 }
-`, ClusterIP, testenv.KubeDNSAddr)
+`, ClusterIP, testenv.KubeDNSAddr, UpstreamClusterIP, UpstreamAddr, testenv.KubeDNSHost)
 
 // Node is the fixture around the agents: the pod network, kube-proxy's DNAT, the two kube-dns servers.
 type Node struct {
@@ -48,6 +59,10 @@ type Node struct {
 	Upstream *Upstream // kube-dns-upstream, the agent's forward target
 	Direct   *Upstream // kube-dns behind the ClusterIP's DNAT
 }
+
+// ApplyKubeProxy puts kube-proxy's DNAT (back) in place, as kube-proxy does on its next sync after something
+// flushed it.
+func ApplyKubeProxy(t testing.TB) { testenv.NftApply(t, kubeProxyRuleset) }
 
 // NewNode builds the node; everything goes when the test ends.
 func NewNode(t testing.TB) *Node {
@@ -58,7 +73,9 @@ func NewNode(t testing.TB) *Node {
 		n.Direct = StartUpstream(t, testenv.KubeDNSAddr+":53", AnswerKubeDNS)
 		n.Upstream = StartUpstream(t, UpstreamAddr+":53", AnswerAgent)
 	})
-	testenv.NftApply(t, kubeProxyRuleset)
+	// Every node routes the Service range; here towards kube-dns (the DNAT decides where a query really goes).
+	testenv.Run(t, "ip", "route", "replace", "10.96.0.0/16", "via", testenv.KubeDNSAddr)
+	ApplyKubeProxy(t)
 	t.Cleanup(func() { _ = exec.Command("nft", "delete", "table", "ip", "kube-proxy").Run() })
 	return n
 }

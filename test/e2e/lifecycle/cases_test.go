@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -67,9 +68,34 @@ func (m *matrix) surgeAddsAnAddress() {
 	}
 	m.phase("surge adding an IP: new instance alone", expectation{zero: []string{harness.ClusterIP, harness.LocalIP, newIP}})
 	time.Sleep(serveFor)
-	m.phase("surge adding an IP: new instance SIGTERM", expectation{zero: []string{harness.ClusterIP}})
+	// The last instance out keeps the fallback as it was: the added address too.
+	m.phase("surge adding an IP: new instance SIGTERM", expectation{zero: []string{harness.ClusterIP, newIP}})
 	m.stop(next)
 	requireNothingLeft(t)
+}
+
+// flushThenCrash: `nft flush ruleset` while an instance serves takes the fallback table with everything not
+// owned (kube-proxy puts its own back on its next sync; here at once). The instance puts the fallback back on
+// the flush's notification, so a crash right after still fails open on the link-local address.
+func (m *matrix) flushThenCrash() {
+	t := m.t
+	a := m.start("start, then nft flush ruleset", true)
+	m.requireSameTable()
+	m.serve()
+	m.phase("nft flush ruleset while serving", expectation{zero: []string{harness.ClusterIP}})
+	testenv.Run(t, "nft", "flush", "ruleset")
+	harness.ApplyKubeProxy(t)
+	took := testenv.Eventually(t, 5*time.Second, "the fallback table is back after nft flush ruleset", func() bool {
+		return strings.Contains(testenv.Run(t, "nft", "list", "tables"), "table inet "+fallbackTable)
+	})
+	m.load.note(fmt.Sprintf("nft flush ruleset while serving: the fallback table was back within %v", took.Round(time.Millisecond)))
+	if ourTables(t) != 1 {
+		t.Fatalf("nft flush ruleset removed an owned instance table")
+	}
+	time.Sleep(serveFor)
+	m.phase("SIGKILL after the flush, 1 s without an agent", expectation{zero: []string{harness.ClusterIP}})
+	m.kill(a)
+	time.Sleep(serveFor)
 }
 
 // unprivilegedChangesNothing: a process without CAP_NET_ADMIN (uid 65534) holds the old lease name, tries to
@@ -103,4 +129,36 @@ time.sleep(120)`)
 	m.phase("SIGTERM with the squatter still there", expectation{zero: []string{harness.ClusterIP}})
 	m.stop(a)
 	requireNothingLeft(t)
+}
+
+// teardown is `nodelocaldns -teardown` on a node no instance runs on, after -skipteardown kept the interface:
+// the interface and the link-local fallback go, and no rule anywhere names one of our addresses.
+func (m *matrix) teardown() {
+	t := m.t
+	if !strings.Contains(testenv.Run(t, "nft", "list", "tables"), "table inet "+fallbackTable) {
+		t.Fatalf("no fallback table before -teardown: the last instance out must keep it")
+	}
+	out, err := exec.Command(harness.Binary(t), "-teardown", "-localip", harness.LocalIP+","+harness.ClusterIP).CombinedOutput()
+	if err != nil {
+		t.Fatalf("-teardown: %v\n%s", err, out)
+	}
+	if linkExists(t) {
+		t.Errorf("-teardown left interface %s", ifname)
+	}
+	// kube-proxy's stand-in names our addresses on purpose; every other table must not.
+	for _, line := range strings.Split(testenv.Run(t, "nft", "list", "tables"), "\n") {
+		table := strings.Fields(strings.TrimPrefix(strings.TrimSpace(line), "table "))
+		if len(table) != 2 || table[0]+" "+table[1] == "ip kube-proxy" {
+			continue
+		}
+		listing := testenv.Run(t, "nft", "list", "table", table[0], table[1])
+		for _, ip := range []string{harness.LocalIP, harness.ClusterIP, newIP} {
+			if strings.Contains(listing, ip) {
+				t.Errorf("-teardown left a rule naming %s:\n%s", ip, listing)
+			}
+		}
+		if strings.Contains(table[1], "nodelocaldns") {
+			t.Errorf("-teardown left table %s %s", table[0], table[1])
+		}
+	}
 }

@@ -20,11 +20,13 @@ func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 // interface ifname holding harness.LocalIP and harness.ClusterIP), with a pod and kube-dns hanging off it by
 // veth; the pod sends the load to both addresses.
 const (
-	newIP     = "169.254.20.11" // the address a surge rollout adds to -localip
-	ifname    = "nodelocaldns"
-	table     = "inet nodelocaldns"
-	readyURL  = "http://" + harness.LocalIP + ":8080/ready"
-	healthURL = "http://" + harness.LocalIP + ":8080/health"
+	newIP  = "169.254.20.11" // the address a surge rollout adds to -localip
+	ifname = "nodelocaldns"
+	table  = "inet nodelocaldns"
+	// fallbackTable is the link-local fallback's table: not an instance's, and it outlives them all.
+	fallbackTable = "nodelocaldns-fallback"
+	readyURL      = "http://" + harness.LocalIP + ":8080/ready"
+	healthURL     = "http://" + harness.LocalIP + ":8080/health"
 )
 
 // node is the fixture around the agents.
@@ -62,7 +64,7 @@ func (n *node) startCorefile(localips, corefile string, extra ...string) *harnes
 	return harness.Start(n.t, harness.Config{
 		Args:         args,
 		BaseCorefile: corefile,
-		Env:          []string{"KUBE_DNS_UPSTREAM_SERVICE_HOST=" + harness.UpstreamAddr},
+		Env:          []string{"KUBE_DNS_UPSTREAM_SERVICE_HOST=" + harness.UpstreamClusterIP},
 		Stderr:       stderr,
 	})
 }
@@ -74,7 +76,7 @@ func instanceTables(t *testing.T) []string {
 	var out []string
 	for _, line := range strings.Split(testenv.Run(t, "nft", "list", "tables"), "\n") {
 		name, ok := strings.CutPrefix(strings.TrimSpace(line), "table inet ")
-		if ok && (name == "nodelocaldns" || strings.HasPrefix(name, "nodelocaldns-")) {
+		if ok && (name == "nodelocaldns" || strings.HasPrefix(name, "nodelocaldns-")) && name != fallbackTable {
 			out = append(out, name)
 		}
 	}

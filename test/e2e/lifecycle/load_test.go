@@ -180,16 +180,21 @@ func query(conn *net.UDPConn, name string) (string, error) {
 		if err := r.Unpack(buf[:n]); err != nil || r.Id != m.Id {
 			continue
 		}
-		if r.Rcode != dns.RcodeSuccess {
-			return "", fmt.Errorf("rcode %s", dns.RcodeToString[r.Rcode])
-		}
-		for _, rr := range r.Answer {
-			if a, ok := rr.(*dns.A); ok {
-				return a.A.String(), nil
-			}
-		}
-		return "", errors.New("no A record")
+		return answerOf(r)
 	}
+}
+
+// answerOf is the first A record of a successful answer.
+func answerOf(r *dns.Msg) (string, error) {
+	if r.Rcode != dns.RcodeSuccess {
+		return "", fmt.Errorf("rcode %s", dns.RcodeToString[r.Rcode])
+	}
+	for _, rr := range r.Answer {
+		if a, ok := rr.(*dns.A); ok {
+			return a.A.String(), nil
+		}
+	}
+	return "", errors.New("no A record")
 }
 
 // schedulingSlack is how long past queryTimeout a reader may wake up and still find an answer that the kernel

@@ -3,9 +3,12 @@ package lifecycle
 import (
 	"fmt"
 	"net"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/miekg/dns"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 	"github.com/nodelocaldns/nodelocaldns/test/harness"
@@ -44,11 +47,19 @@ type matrix struct {
 	load   *load
 	expect []expectation
 	ref    string // our table's listing after the first start: every later start must produce the same
+	// fallback are the targets the link-local fallback covers at the time: every phase expects them not to
+	// fail, whether an instance listens or not.
+	fallback []string
 }
 
 func (m *matrix) phase(name string, e expectation) {
 	m.load.begin(name)
 	e.phase = m.load.current()
+	for _, ip := range m.fallback {
+		if !slices.Contains(e.zero, ip) {
+			e.zero = append(e.zero, ip)
+		}
+	}
 	m.expect = append(m.expect, e)
 }
 
@@ -65,6 +76,9 @@ func TestLifecycleMatrix(t *testing.T) {
 
 	a := m.start("start", true)
 	m.ref = requireOneCopy(t)
+	// From the first registration on, the link-local fallback sends queries to the link-local address to
+	// kube-dns whenever no instance listens: every later phase must not fail one.
+	m.fallback = []string{harness.LocalIP}
 	m.serve()
 
 	m.phase("SIGTERM, no successor", expectation{zero: []string{harness.ClusterIP}})
@@ -90,10 +104,14 @@ func TestLifecycleMatrix(t *testing.T) {
 	m.phase("SIGKILL, no restart for 5 s (crash loop)", expectation{zero: []string{harness.ClusterIP}})
 	m.kill(c)
 	crashed := hostQueries(crashGap - inflightSlack)
-	m.load.note(fmt.Sprintf("host-network client (the node's namespace) to the ClusterIP, one query at a time: while serving %s; "+
-		"during the 5 s after SIGKILL %s", hostSummary(serving), hostSummary(crashed)))
-	if serving.viaAgent != serving.sent || crashed.viaKubeDNS != crashed.sent {
-		t.Errorf("host-network queries: serving %s, after SIGKILL %s; want all by the agent, then all by kube-dns", hostSummary(serving), hostSummary(crashed))
+	for _, target := range hostTargets {
+		s, c := serving[target], crashed[target]
+		m.load.note(fmt.Sprintf("host-network client (the node's namespace) to the %s, one query at a time: while serving %s; "+
+			"during the 5 s after SIGKILL %s", target, hostSummary(s), hostSummary(c)))
+		if s.viaAgent != s.sent || c.viaKubeDNS != c.sent {
+			t.Errorf("host-network queries to the %s: serving %s, after SIGKILL %s; want all by the agent, then all by kube-dns",
+				target, hostSummary(s), hostSummary(c))
+		}
 	}
 	c = m.start("restart after 5 s, until ready", true)
 	m.requireSameTable()
@@ -128,6 +146,7 @@ func TestLifecycleMatrix(t *testing.T) {
 	m.loopFailsStartUp()
 	m.surgeAddsAnAddress()
 	m.unprivilegedChangesNothing()
+	m.flushThenCrash()
 
 	f := m.start("start, then SIGHUP", true)
 	m.requireSameTable()
@@ -150,7 +169,9 @@ func TestLifecycleMatrix(t *testing.T) {
 		t.Fatalf("-skipteardown: %d instance tables (want 0), link %v (want it kept)", ourTables(t), linkExists(t))
 	}
 	time.Sleep(serveFor)
-	testenv.Run(t, "ip", "link", "del", ifname)
+	m.fallback = nil // from here on nothing falls back
+	m.phase("-teardown, no agent", expectation{zero: []string{harness.ClusterIP}})
+	m.teardown()
 
 	m.settleAndCheck()
 }
@@ -272,21 +293,49 @@ func hostSummary(c counts) string {
 	return fmt.Sprintf("%d sent, %d by the agent, %d by kube-dns, %d failed", c.sent, c.viaAgent, c.viaKubeDNS, c.failed)
 }
 
-// hostQueries sends one query at a time to the ClusterIP from the node's own namespace (a host-network client)
-// for d and counts who answered.
-func hostQueries(d time.Duration) counts {
-	c := counts{reasons: map[string]int{}}
-	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-		conn, err := net.DialUDP("udp", nil, &net.UDPAddr{IP: net.ParseIP(harness.ClusterIP), Port: 53})
-		if err != nil {
-			c.tally("", fmt.Errorf("dial: %w", err))
-			continue
-		}
-		answer, err := query(conn, "host.default.svc.cluster.local.")
-		conn.Close()
-		c.tally(answer, err)
+// hostTargets are what a host-network client asks, one query at a time: the ClusterIP over UDP, the link-local
+// address over UDP and TCP.
+var hostTargets = []string{"clusterip/udp", "link-local/udp", "link-local/tcp"}
+
+// hostQueries asks every hostTarget in turn from the node's own namespace (a host-network client) for d and
+// counts who answered each.
+func hostQueries(d time.Duration) map[string]counts {
+	out := map[string]counts{}
+	for _, target := range hostTargets {
+		out[target] = counts{reasons: map[string]int{}}
 	}
-	return c
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		for _, target := range hostTargets {
+			c := out[target]
+			c.tally(hostQuery(target))
+			out[target] = c
+		}
+	}
+	return out
+}
+
+func hostQuery(target string) (string, error) {
+	const name = "host.default.svc.cluster.local."
+	switch target {
+	case "link-local/tcp":
+		m := new(dns.Msg)
+		m.SetQuestion(name, dns.TypeA)
+		r, _, err := (&dns.Client{Net: "tcp", Timeout: queryTimeout}).Exchange(m, net.JoinHostPort(harness.LocalIP, "53"))
+		if err != nil {
+			return "", err
+		}
+		return answerOf(r)
+	}
+	ip := harness.ClusterIP
+	if target == "link-local/udp" {
+		ip = harness.LocalIP
+	}
+	conn, err := net.DialUDP("udp", nil, &net.UDPAddr{IP: net.ParseIP(ip), Port: 53})
+	if err != nil {
+		return "", fmt.Errorf("dial: %w", err)
+	}
+	defer conn.Close()
+	return query(conn, name)
 }
 
 func keys(m map[int]bool) []int {

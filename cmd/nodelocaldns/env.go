@@ -1,0 +1,24 @@
+package main
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/fastpath"
+)
+
+// envKnobs are the environment variables the agent reads, as `-h` lists them after the flags. Each is read once
+// at start, where it is defined; this is only their usage text.
+var envKnobs = []struct{ name, usage string }{
+	{fastpath.Env, "off: CoreDNS answers every query itself, without the cache-hit fast path (default on)"},
+	{tuningEnv, "off: leave the Go runtime's GC and memory-limit settings at Go's defaults (default on)"},
+	{stacksEnv, "on: run the goroutine stack tuner; worth it with " + fastpath.Env + "=off (default off)"},
+	{"<UPSTREAMSVC>_SERVICE_HOST", "the ClusterIP of the -upstreamsvc Service (KUBE_DNS_SERVICE_HOST for kube-dns), set by the kubelet; fills __PILLAR__CLUSTER__DNS__"},
+}
+
+func writeEnvUsage(w io.Writer) {
+	fmt.Fprintln(w, "\nEnvironment:")
+	for _, k := range envKnobs {
+		fmt.Fprintf(w, "  %s\n    \t%s\n", k.name, k.usage)
+	}
+}

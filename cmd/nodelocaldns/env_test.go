@@ -1,0 +1,20 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestHelpListsTheEnvironment(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"-h"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("-h exited %d", code)
+	}
+	usage := stderr.String()
+	for _, want := range []string{"-localip", "Environment:", "NODELOCALDNS_FASTPATH", "NODELOCALDNS_TUNING", "NODELOCALDNS_STACKS", "_SERVICE_HOST"} {
+		if !strings.Contains(usage, want) {
+			t.Errorf("-h does not mention %s:\n%s", want, usage)
+		}
+	}
+}

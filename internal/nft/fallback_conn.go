@@ -1,0 +1,106 @@
+package nft
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/google/nftables"
+	"go.uber.org/zap"
+)
+
+// ApplyFallback makes table inet [FallbackTableName] hold exactly f, in one transaction whatever is there:
+// add the table (a no-op when it exists), delete it, add it again with f's chains and rules. Packets see the
+// old table or the new one, never none. The table is not owned: it stays when c's socket closes.
+func (c *Conn) ApplyFallback(f *Fallback) error {
+	c.lock()
+	defer c.mu.Unlock()
+	start := time.Now()
+	if ce := c.log.Check(zap.DebugLevel, "applying nftables fallback table"); ce != nil {
+		ce.Write(zap.String("ruleset", f.String()))
+	}
+	t := tableNamed(FallbackTableName)
+	c.ops.AddTable(t)
+	c.ops.DelTable(t)
+	c.ops.AddTable(t)
+	rules := 0
+	for _, fc := range f.Chains {
+		ch := c.ops.AddChain(fallbackChain(t, fc))
+		for _, r := range fc.Rules {
+			c.ops.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: r.exprs()})
+			rules++
+		}
+	}
+	if err := c.ops.Flush(); err != nil {
+		c.ops.Discard()
+		return fmt.Errorf("apply table inet %s: %w", FallbackTableName, err)
+	}
+	c.log.Info("applied nftables fallback table", zap.String("table", "inet "+FallbackTableName),
+		zap.Int("chains", len(f.Chains)), zap.Int("rules", rules), zap.Duration("elapsed", time.Since(start)))
+	return nil
+}
+
+// FallbackInSync reports whether the kernel's table inet [FallbackTableName] holds exactly f: the same
+// chains (type, hook, priority) and, chain by chain, the same rules expression by expression (counter
+// values and handles aside). It asks for those chains and their rules only, whatever else the node holds.
+func (c *Conn) FallbackInSync(f *Fallback) (bool, error) {
+	c.lock()
+	defer c.mu.Unlock()
+	t := tableNamed(FallbackTableName)
+	for _, fc := range f.Chains {
+		have, err := c.ops.ListChain(t, fc.Name)
+		if IsNotExist(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("get chain %s %s: %w", FallbackTableName, fc.Name, err)
+		}
+		if !sameBaseChain(have, fallbackChain(t, fc)) {
+			return false, nil
+		}
+		rules, err := c.ops.GetRules(t, have)
+		if IsNotExist(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("list rules of chain %s %s: %w", FallbackTableName, fc.Name, err)
+		}
+		if len(rules) != len(fc.Rules) {
+			return false, nil
+		}
+		for j, r := range rules {
+			if exprsKey(r.Exprs) != exprsKey(fc.Rules[j].exprs()) {
+				return false, nil
+			}
+		}
+	}
+	return true, nil
+}
+
+// DeleteFallback deletes table inet [FallbackTableName]; an absent table is not an error. It reports whether
+// there was one.
+func (c *Conn) DeleteFallback() (bool, error) {
+	c.lock()
+	defer c.mu.Unlock()
+	c.ops.DelTable(tableNamed(FallbackTableName))
+	err := c.ops.Flush()
+	switch {
+	case IsNotExist(err):
+		return false, nil
+	case err != nil:
+		c.ops.Discard()
+		return false, fmt.Errorf("delete table inet %s: %w", FallbackTableName, err)
+	}
+	c.log.Info("deleted nftables fallback table", zap.String("table", "inet "+FallbackTableName))
+	return true, nil
+}
+
+func fallbackChain(t *nftables.Table, fc FallbackChain) *nftables.Chain {
+	ch := nftChain(t, Chain{Name: fc.Name, Hook: fc.Hook, Priority: fc.Priority})
+	ch.Type = nftables.ChainType(fc.Type)
+	return ch
+}
+
+func sameBaseChain(a, b *nftables.Chain) bool {
+	return a.Type == b.Type && a.Hooknum != nil && b.Hooknum != nil && *a.Hooknum == *b.Hooknum &&
+		a.Priority != nil && b.Priority != nil && *a.Priority == *b.Priority
+}

@@ -1,0 +1,55 @@
+// Package volume reads a ConfigMap volume directory as its readers see it. The kubelet writes such a volume as
+// ..<timestamp>/ directories, a ..data symlink to the current one, and one symlink per key (key -> ..data/key),
+// and swaps ..data in one rename on every change, so a reader that goes through the key symlinks sees one
+// version of the ConfigMap or the next.
+package volume
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Read returns the keys of the volume in dir and their contents: the top-level names that do not start with
+// '.', read through their symlinks (so the ..data and ..<timestamp> entries are never walked). A missing
+// directory reads as an empty volume, and a key symlink left dangling for a moment (the kubelet drops a key
+// after swapping ..data) as an absent key; directories are skipped.
+func Read(dir string) (map[string][]byte, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read config directory: %w", err)
+	}
+	keys := map[string][]byte{}
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasPrefix(name, ".") {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		st, err := os.Stat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("stat config key: %w", err)
+		}
+		if st.IsDir() {
+			continue
+		}
+		data, err := os.ReadFile(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read config key: %w", err)
+		}
+		keys[name] = data
+	}
+	return keys, nil
+}
