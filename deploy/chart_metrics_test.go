@@ -11,8 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	// The plugins the agent compiles in register CoreDNS's metrics with the default registry, as in the agent.
-	_ "github.com/nodelocaldns/nodelocaldns/internal/dnsserver"
+	// The plugins the agent compiles in register CoreDNS's metrics with the default registry, as in the agent
+	// (chart_values_test.go imports the package for its directive list).
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 )
 

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	agentcorefile "github.com/nodelocaldns/nodelocaldns/internal/corefile"
+	"github.com/nodelocaldns/nodelocaldns/internal/dnsserver"
 	"github.com/nodelocaldns/nodelocaldns/internal/options"
 )
 
@@ -58,6 +59,7 @@ func view(t *testing.T, values []string, sets ...string) *releaseView {
 	out, err := agentcorefile.Render([]byte(v.template), agentcorefile.KubeDNS{}, agentcorefile.Params{
 		LocalIPs: v.opts.LocalIPs, DNSPort: v.opts.DNSPort, ClusterDNS: "10.96.0.11",
 		ClusterDNSEnv: agentcorefile.ServiceHostEnv(v.opts.UpstreamSvc), PrometheusEndpoint: v.opts.PrometheusListenAddress,
+		Directives: dnsserver.Directives(), // the compiled-in plugins', as the agent validates with
 	})
 	if err != nil {
 		t.Fatalf("the agent refuses the chart's Corefile: %v\n%s", err, v.template)
