@@ -1,7 +1,8 @@
 #!/bin/sh
 # Lifecycle smoke test of the real binary inside the kernel VM (run by kernel/init.sh), the only place where the
 # production `dummy` link kind exists: start, serve, surge handover to a second instance, SIGKILL and restart,
-# teardown. Its assertions are on what a user observes (DNS answers; an interface and a table whose names start
+# teardown; then the IPVS overlay's flags in front of kube-proxy's IPVS mode, where a SIGKILL leaves the
+# link-local address to the fallback (the VM is also the only place with ip_vs). Its assertions are on what a user observes (DNS answers; an interface and a table whose names start
 # with "nodelocaldns"), not on how the handover is done, so they hold across changes to that mechanism.
 # busybox sh; dig, ip and nft are the real tools. Prints "lifecycle: ok" or "lifecycle: FAIL ..." lines.
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin # iproute2's ip before busybox's
@@ -105,6 +106,75 @@ wait_exit "$pid1" 60 || fail "teardown: still running 60 s after SIGTERM"
 has_link && fail "teardown: interface left behind: $(ip -o link show | grep nodelocaldns)"
 has_table && fail "teardown: table left behind: $(nft list tables | grep nodelocaldns)"
 [ -z "$(answer)" ] || fail "teardown: still answered"
+
+step "ipvs: the IPVS overlay's flags, kube-dns behind an IPVS service; after SIGKILL the link-local fallback answers"
+# kube-proxy's IPVS mode, as deploy/overlays/ipvs expects it: the agent listens on the link-local address only,
+# kube-ipvs0 (a dummy) holds the ClusterIPs, and an IPVS virtual service with NAT forwarding (conntrack on)
+# takes kube-dns-upstream's ClusterIP to kube-dns. kube-dns is our own binary in a namespace of its own, serving
+# a fixed answer; a pod namespace sends the queries a pod would.
+upstream=10.96.0.11
+ip netns add kdns
+ip netns add pod
+ip link add kdns0 type veth peer name eth0 netns kdns
+ip link add pod0 type veth peer name eth0 netns pod
+ip addr add 198.51.100.1/24 dev kdns0
+ip link set kdns0 up
+ip addr add 192.0.2.1/24 dev pod0
+ip link set pod0 up
+for ns in kdns pod; do
+	ip -n "$ns" link set lo up
+	ip -n "$ns" link set eth0 up
+done
+ip -n kdns addr add 198.51.100.2/24 dev eth0
+ip -n kdns route add default via 198.51.100.1
+ip -n pod addr add 192.0.2.2/24 dev eth0
+ip -n pod route add default via 192.0.2.1
+echo 1 >/proc/sys/net/ipv4/ip_forward
+echo 1 >/proc/sys/net/ipv4/vs/conntrack
+ip link add kube-ipvs0 type dummy
+ip addr add "$upstream/32" dev kube-ipvs0
+for proto in -u -t; do
+	ipvsadm -A "$proto" "$upstream:53" -s rr
+	ipvsadm -a "$proto" "$upstream:53" -r 198.51.100.2:53 -m
+done
+mkdir -p "$work/kdns"
+printf '.:53 {\n    bind 198.51.100.2\n    hosts {\n        192.0.2.99 smoke.test\n    }\n}\n' >"$work/kdns/Corefile.base"
+ip netns exec kdns "$bin" -localip 198.51.100.2 -setupinterface=false -setupiptables=false \
+	-basecorefile "$work/kdns/Corefile.base" -kubednscm "$work/kube-dns" -conf "$work/kdns/Corefile" \
+	-metrics-listen-address 127.0.0.1:9399 >"$work/kdns.log" 2>&1 &
+kdns=$!
+# first_a SERVER [DIG OPTIONS]: the A record of smoke.test, asked of SERVER from here.
+first_a() { s=$1; shift; dig +short +tries=1 +timeout=2 @"$s" smoke.test A "$@" 2>/dev/null | grep -x '[0-9.]*'; }
+pod_answer() { ip netns exec pod dig +short +tries=1 +timeout=2 @"$ip4" smoke.test A "$@" 2>/dev/null | grep -x '[0-9.]*'; }
+# until SECONDS WANT COMMAND...: until COMMAND prints WANT.
+until_answer() {
+	i=0 secs=$1 want=$2
+	shift 2
+	while [ "$i" -lt "$secs" ]; do
+		[ "$("$@")" = "$want" ] && return 0
+		sleep 1
+		i=$((i + 1))
+	done
+	return 1
+}
+until_answer 120 192.0.2.99 first_a "$upstream" ||
+	fail "ipvs: kube-dns not answered through IPVS within 120 s: $(tail -5 "$work/kdns.log")"
+KUBE_DNS_UPSTREAM_SERVICE_HOST=$upstream "$bin" -localip "$ip4" -upstreamsvc kube-dns-upstream \
+	-basecorefile "$work/coredns/Corefile.base" -kubednscm "$work/kube-dns" -conf "$work/Corefile3" \
+	-metrics-listen-address 127.0.0.1:9353 -log-level info >"$work/agent3.log" 2>&1 &
+pid3=$!
+until_answer 120 192.0.2.53 pod_answer || fail "ipvs: the pod's query not answered by the agent within 120 s"
+nft list tables | grep -q 'inet nodelocaldns-fallback' || fail "ipvs: no fallback table: $(grep -i fallback "$work/agent3.log")"
+kill -KILL "$pid3"
+wait_exit "$pid3" 10 || fail "ipvs: instance still running after SIGKILL"
+for proto in +notcp +tcp; do
+	[ "$(pod_answer "$proto")" = 192.0.2.99 ] || fail "ipvs: after SIGKILL the pod's query ($proto) was not answered by kube-dns"
+	[ "$(first_a "$ip4" "$proto")" = 192.0.2.99 ] || fail "ipvs: after SIGKILL the node's query ($proto) was not answered by kube-dns"
+done
+echo "lifecycle: ipvs: after SIGKILL, queries to $ip4 from the pod and from the node (UDP and TCP) were answered by kube-dns through IPVS"
+"$bin" -teardown -localip "$ip4" >"$work/teardown.log" 2>&1 || fail "ipvs: -teardown failed: $(cat "$work/teardown.log")"
+nft list tables | grep -q nodelocaldns && fail "ipvs: -teardown left $(nft list tables | grep nodelocaldns)"
+kill -TERM "$kdns"
 
 [ "$failed" -eq 0 ] && echo "lifecycle: ok" && exit 0
 dump

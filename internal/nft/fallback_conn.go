@@ -76,6 +76,28 @@ func (c *Conn) FallbackInSync(f *Fallback) (bool, error) {
 	return true, nil
 }
 
+// StopFallback empties the fallback's rewrite chains (pod-prerouting, host-output) in one transaction: no new
+// query is redirected, while the replies of those already redirected are still given their address back. Call
+// it, let the queries in flight be answered, then [Conn.DeleteFallback]. It reports whether there was a table.
+func (c *Conn) StopFallback() (bool, error) {
+	c.lock()
+	defer c.mu.Unlock()
+	t := tableNamed(FallbackTableName)
+	for _, name := range []string{ChainPodPrerouting, ChainHostOutput} {
+		c.ops.FlushChain(&nftables.Chain{Name: name, Table: t})
+	}
+	err := c.ops.Flush()
+	switch {
+	case IsNotExist(err):
+		c.ops.Discard()
+		return false, nil
+	case err != nil:
+		c.ops.Discard()
+		return false, fmt.Errorf("stop table inet %s: %w", FallbackTableName, err)
+	}
+	return true, nil
+}
+
 // DeleteFallback deletes table inet [FallbackTableName]; an absent table is not an error. It reports whether
 // there was one.
 func (c *Conn) DeleteFallback() (bool, error) {

@@ -105,10 +105,20 @@ func TestFallbackOutlivesConn(t *testing.T) {
 	if out := testenv.Run(t, "nft", "list", "tables"); !strings.Contains(out, "table inet "+FallbackTableName) {
 		t.Fatalf("fallback table gone with the socket that applied it:\n%s", out)
 	}
+	// Stopping keeps the reply rewrites for the queries in flight, and redirects no new one.
+	if had, err := c.StopFallback(); !had || err != nil {
+		t.Fatalf("StopFallback = %v, %v; want true, nil", had, err)
+	}
+	if l := listFallback(t); strings.Contains(l, "daddr set") || !strings.Contains(l, "saddr set") {
+		t.Errorf("a stopped fallback must keep its reply rewrites only:\n%s", l)
+	}
 	for _, want := range []bool{true, false} {
 		if had, err := c.DeleteFallback(); had != want || err != nil {
 			t.Errorf("DeleteFallback = %v, %v; want %v, nil", had, err, want)
 		}
+	}
+	if had, err := c.StopFallback(); had || err != nil {
+		t.Errorf("StopFallback without a table = %v, %v; want false, nil", had, err)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -24,6 +25,7 @@ import (
 type fallbackTable interface {
 	ApplyFallback(*nft.Fallback) error
 	FallbackInSync(*nft.Fallback) (bool, error)
+	StopFallback() (bool, error)
 	DeleteFallback() (bool, error)
 }
 
@@ -86,7 +88,7 @@ func (f *fallback) ensure(ips []netip.Addr) (string, error) {
 		if !f.remove {
 			return "", nil
 		}
-		had, err := f.table.DeleteFallback()
+		had, err := removeFallback(f.table, drainDelay)
 		if err != nil {
 			return "", fmt.Errorf("delete the link-local fallback: %w", err)
 		}
@@ -117,4 +119,16 @@ func (f *fallback) ensure(ips []netip.Addr) (string, error) {
 		return "", nil
 	}
 	return fmt.Sprintf("fallback table for %v via %s", want.Covered, f.upstream), nil
+}
+
+// removeFallback takes the fallback table away without losing the queries it redirected last: first no new
+// query is redirected, then those in flight get drain to be answered (their replies still need their address
+// back), then the table goes. It reports whether there was one.
+func removeFallback(t fallbackTable, drain time.Duration) (bool, error) {
+	had, err := t.StopFallback()
+	if err != nil || !had {
+		return had, err
+	}
+	time.Sleep(drain)
+	return t.DeleteFallback()
 }

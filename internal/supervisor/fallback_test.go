@@ -19,6 +19,7 @@ import (
 type fakeFallbackTable struct {
 	listing string
 	writes  int
+	stopped bool // StopFallback ran: the next DeleteFallback must follow
 }
 
 func (k *fakeFallbackTable) ApplyFallback(f *nft.Fallback) error {
@@ -29,6 +30,15 @@ func (k *fakeFallbackTable) ApplyFallback(f *nft.Fallback) error {
 
 func (k *fakeFallbackTable) FallbackInSync(f *nft.Fallback) (bool, error) {
 	return k.listing == f.String(), nil
+}
+
+// StopFallback empties the rewrite chains: the fake keeps a stopped table's listing, marked.
+func (k *fakeFallbackTable) StopFallback() (bool, error) {
+	if k.listing == "" {
+		return false, nil
+	}
+	k.stopped = true
+	return true, nil
 }
 
 func (k *fakeFallbackTable) DeleteFallback() (bool, error) {

@@ -39,7 +39,7 @@ func teardown(n *node, fb fallbackTable) error {
 		n.log.Info("live instances remain; the interface and the link-local fallback stay", zap.String("interface", n.ifname))
 		return nil
 	}
-	had, err := fb.DeleteFallback()
+	had, err := removeFallback(fb, drainDelay)
 	if err != nil {
 		return fmt.Errorf("teardown incomplete: table inet %s left in place: %w", nft.FallbackTableName, err)
 	}

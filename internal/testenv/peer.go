@@ -62,6 +62,11 @@ func AddPeer(t testing.TB, role, hostAddr, addr string) *Peer {
 		}
 	}
 	Run(t, "ip", "link", "add", p.HostIf, "type", "veth", "peer", "name", "eth0", "netns", p.Name)
+	// Deleting our end takes the pair at once. Deleting the namespace alone would leave it to the kernel's
+	// asynchronous namespace cleanup, which on a busy machine ran into the next test: its new peer of the same
+	// role got the same /24 on a second link, and replies went out the old one (found after the lifecycle
+	// matrix, whose next test's first query timed out).
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", p.HostIf).Run() })
 	Run(t, "ip", "addr", "add", hostAddr+"/24", "dev", p.HostIf)
 	Run(t, "ip", "link", "set", p.HostIf, "up")
 	p.Exec(t, "ip", "link", "set", "lo", "up")

@@ -38,12 +38,21 @@ KUBE_PROXY_CONNTRACK_MAX_PER_CORE=0
 # ConfigMap cases short. The suite reports the kubelet's propagation delay apart from ours.
 KUBELET_SYNC_FREQUENCY=10s
 
-# Addresses inside the node's namespace (nothing is routed out of it).
+# Addresses inside the nodes' namespaces (nothing is routed out of them). node-1 runs the control plane, the
+# client pods and the agent under test; node-2 runs kube-dns, so queries that fall through to kube-dns cross
+# nodes as in any real cluster. The two eth0s are the ends of one veth pair; each node routes the other's pod CIDR
+# to the other's node IP.
 NODE_NAME=node-1
 NODE_IP=10.250.0.10
-STUB_UPSTREAM_IP=10.250.0.53   # small DNS servers on the node (dnsq serve): the node's resolv.conf upstream,
+STUB_UPSTREAM_IP=10.250.0.53   # small DNS servers on node-1 (dnsq serve): its resolv.conf upstream,
 STUB_DOMAIN_IP=10.250.0.54     # and the server a stub domain in the kube-dns ConfigMap names
 POD_CIDR=10.244.0.0/24
+NODE2_NAME=node-2
+NODE2_IP=10.250.0.11
+# node-2's resolv.conf upstream, which kube-dns (dnsPolicy Default) forwards to. It answers another address than
+# node-1's, so an answer says whether kube-dns on node-2 or the agent on node-1 resolved it.
+STUB2_UPSTREAM_IP=10.250.0.55
+POD2_CIDR=10.244.1.0/24
 SERVICE_CIDR=10.96.0.0/16
 KUBERNETES_SVC_IP=10.96.0.1
 KUBE_DNS_IP=10.96.0.10

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The test node's certificates and kubeconfigs (openssl only): a CA, the API server's serving certificate, one
-# client certificate per component, the service-account key pair. Valid two days; made fresh for every run.
-# Usage: pki.sh DIR NODE_NAME NODE_IP KUBERNETES_SVC_IP
+# client certificate per component and one per node's kubelet (the Node authorizer wants system:node:<name>),
+# the service-account key pair. Valid two days; made fresh for every run.
+# Usage: pki.sh DIR APISERVER_IP KUBERNETES_SVC_IP NODE_NAME...     (writes kubelet-<NODE_NAME>.kubeconfig each)
 set -euo pipefail
-dir=$1 node=$2 ip=$3 svc=$4
+dir=$1 ip=$2 svc=$3
+shift 3
+nodes=("$@")
 mkdir -p "$dir" && cd "$dir"
 openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 -subj "/CN=nodelocaldns-test-ca" 2>/dev/null
 sign() { # NAME SUBJECT EXTENSIONS
@@ -20,12 +23,15 @@ keyUsage=digitalSignature,keyEncipherment"
 sign admin "/O=system:masters/CN=kubernetes-admin" "$client"
 sign kcm "/CN=system:kube-controller-manager" "$client"
 sign scheduler "/CN=system:kube-scheduler" "$client"
-sign kubelet "/O=system:nodes/CN=system:node:$node" "$client"
+for node in "${nodes[@]}"; do
+	sign "kubelet-$node" "/O=system:nodes/CN=system:node:$node" "$client"
+done
 sign proxy "/CN=system:kube-proxy" "$client"
 sign apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" "$client"
 openssl genrsa -out sa.key 2048 2>/dev/null
 openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
-for n in admin kcm scheduler kubelet proxy; do
+kubelets=("${nodes[@]/#/kubelet-}")
+for n in admin kcm scheduler proxy "${kubelets[@]}"; do
 	cat >"$n.kubeconfig" <<KC
 apiVersion: v1
 kind: Config

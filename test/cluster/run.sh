@@ -71,6 +71,6 @@ cleanup() {
 trap cleanup EXIT
 rc=0
 "$out/bin/driver" -repo "$repo" -state "$state" -k8s-bin "$k8s_bin" -deb-root "$deb_root" -images "$out/images" \
-	-dnsq "$out/bin/dnsq" -modes "${CLUSTER_MODES:-nftables,iptables}" || rc=$?
+	-dnsq "$out/bin/dnsq" -agent "$out/nodelocaldns" -modes "${CLUSTER_MODES:-nftables,iptables}" || rc=$?
 phase "suite"
 exit $rc

@@ -42,8 +42,8 @@ func kustomizeDir(repo, name string) string {
 }
 
 // render is `kubectl kustomize DIR | sed …` as the overlay's comment says.
-func render(ctx context.Context, n *node, name string) (string, error) {
-	out, err := n.kubectl(ctx, "kustomize", kustomizeDir(n.cfg.repo, name))
+func render(ctx context.Context, c *cluster, name string) (string, error) {
+	out, err := c.kubectl(ctx, "kustomize", kustomizeDir(c.cfg.repo, name))
 	if err != nil {
 		return "", err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 )
 
@@ -38,15 +39,19 @@ func parseAnswer(out string) answer {
 }
 
 // query asks from inside a pod (kubectl exec … dnsq q).
-func query(ctx context.Context, n *node, pod, server string, tcp bool, qtype, name string) (answer, error) {
+// sport, when not 0, is the source port of its first try (dnsq q -sport: the tries use sport, sport+1, sport+2).
+func query(ctx context.Context, c *cluster, pod, server string, tcp bool, qtype, name string, sport int) (answer, error) {
 	args := []string{"/dnsq", "q", "-type", qtype}
+	if sport != 0 {
+		args = append(args, "-sport", fmt.Sprint(sport))
+	}
 	if server != "" {
 		args = append(args, "-server", server)
 	}
 	if tcp {
 		args = append(args, "-tcp")
 	}
-	out, err := n.exec(ctx, "default", pod, append(args, name)...)
+	out, err := c.exec(ctx, "default", pod, append(args, name)...)
 	if err != nil {
 		return answer{}, err
 	}
@@ -72,16 +77,29 @@ func want(a answer, rtype, data string) error {
 
 // dnsCases: a pod resolves through the cache by the ClusterIP and the local IP, over UDP and TCP, with no
 // conntrack entry for those flows; so does a hostNetwork pod; and the cases of Kubernetes' DNS conformance test.
-func dnsCases(ctx context.Context, n *node, r *results, prefix string) {
+func dnsCases(ctx context.Context, c *cluster, r *results, prefix string) {
 	kname := "kubernetes.default.svc." + clusterDomain
-	for _, ip := range []string{kubeDNSIP, localDNSIP} {
-		flushConntrackDNS(ctx, n, ip)
+	// The conntrack check must see only the flows of the queries below, made once the cache intercepts. So first
+	// wait for that state (the standard DaemonSet has no readiness probe: it is Ready, and answers /health,
+	// before the agent has put its table in), then delete every DNS entry to those addresses, made before it
+	// while queries rightly went to kube-dns through kube-proxy, and only then query and look. And look only at
+	// these queries' flows, by their source ports: the agent's own queries to its address before its table is
+	// in (CoreDNS's loop probes, one per server block, and /health's probe) are tracked, rightly, and a
+	// host-network client's flow to the local IP has the same addresses.
+	intercepting := waitIntercepting(ctx, c.local)
+	if intercepting == nil {
+		for _, ip := range []string{kubeDNSIP, localDNSIP} {
+			flushConntrackDNS(ctx, c.local, ip)
+		}
 	}
+	sports := map[string][]int{} // by server: the source ports of its queries' tries
 	for _, pod := range []string{"dns-client", "dns-client-hostnet"} {
 		for _, ip := range []string{kubeDNSIP, localDNSIP} {
 			for _, tcp := range []bool{false, true} {
 				proto := map[bool]string{false: "udp", true: "tcp"}[tcp]
-				a, err := query(ctx, n, pod, ip, tcp, "A", kname)
+				sport := c.sourcePorts(3)
+				sports[ip] = append(sports[ip], sport, sport+1, sport+2)
+				a, err := query(ctx, c, pod, ip, tcp, "A", kname, sport)
 				if err == nil {
 					err = want(a, "A", kubernetesIP)
 				}
@@ -90,33 +108,58 @@ func dnsCases(ctx context.Context, n *node, r *results, prefix string) {
 		}
 	}
 	for _, ip := range []string{kubeDNSIP, localDNSIP} {
-		c, err := conntrackDNS(ctx, n, ip)
-		if err == nil && c != 0 {
-			out, _ := n.sh(ctx, "conntrack", "-L", "--orig-dst", ip)
-			err = fmt.Errorf("%d conntrack entries for DNS to %s:\n%s", c, ip, out)
+		err := intercepting
+		if err == nil {
+			var all []string
+			all, err = conntrackDNS(ctx, c.local, ip)
+			ours, others := fromPorts(all, sports[ip])
+			if err == nil && len(ours) != 0 {
+				err = fmt.Errorf("%d conntrack entries for the queries to %s, sent once the cache intercepted:\n%s",
+					len(ours), ip, strings.Join(ours, "\n"))
+			}
+			if len(others) > 0 {
+				fmt.Printf("     note: %d other DNS flows to %s tracked (not this check's queries):\n       %s\n",
+					len(others), ip, strings.Join(others, "\n       "))
+			}
 		}
 		r.check(fmt.Sprintf("%sno conntrack entry for DNS to %s", prefix, ip), "", err)
 	}
 	// The resolv.conf the kubelet wrote, used as an application would (search list, ndots).
 	for _, pod := range []string{"dns-client", "dns-client-hostnet"} {
-		out, err := n.exec(ctx, "default", pod, "/dnsq", "lookup", "kubernetes.default")
+		out, err := c.exec(ctx, "default", pod, "/dnsq", "lookup", "kubernetes.default")
 		if err == nil && strings.TrimSpace(out) != kubernetesIP {
 			err = fmt.Errorf("kubernetes.default resolved to %q, want %s", out, kubernetesIP)
 		}
 		r.check(prefix+pod+" resolves kubernetes.default through its resolv.conf", "", err)
 	}
-	conformance(ctx, n, r, prefix)
+	conformance(ctx, c, r, prefix)
+}
+
+// waitIntercepting waits until the agent on the node intercepts: its /ready says 200 (CoreDNS serves, its table
+// and interface are in place) and its own table is there.
+func waitIntercepting(ctx context.Context, n *node) error {
+	if err := waitHTTP(ctx, n, "/ready"); err != nil {
+		return fmt.Errorf("waiting for the cache to intercept: %w", err)
+	}
+	t, err := ourTables(ctx, n)
+	if err != nil {
+		return err
+	}
+	if len(slices.DeleteFunc(t, func(s string) bool { return s == fallbackTable })) == 0 {
+		return fmt.Errorf("%s: /ready says 200 but no table of the agent's is there: %v", n.name, t)
+	}
+	return nil
 }
 
 // conformance mirrors test/e2e/network/dns.go: the cluster's names, a Service's A, SRV and PTR records, a headless
 // Service and a pod's A record, an ExternalName Service; plus a name outside the cluster and a missing one.
-func conformance(ctx context.Context, n *node, r *results, prefix string) {
-	webIP, err := n.kubectl(ctx, "get", "svc", "web", "-o", "jsonpath={.spec.clusterIP}")
+func conformance(ctx context.Context, c *cluster, r *results, prefix string) {
+	webIP, err := c.kubectl(ctx, "get", "svc", "web", "-o", "jsonpath={.spec.clusterIP}")
 	if err != nil {
 		r.fail(prefix+"conformance", err)
 		return
 	}
-	podIP, err := n.kubectl(ctx, "get", "pod", "dns-client", "-o", "jsonpath={.status.podIP}")
+	podIP, err := c.kubectl(ctx, "get", "pod", "dns-client", "-o", "jsonpath={.status.podIP}")
 	if err != nil {
 		r.fail(prefix+"conformance", err)
 		return
@@ -133,14 +176,14 @@ func conformance(ctx context.Context, n *node, r *results, prefix string) {
 		{"ExternalName CNAME", "A", "ext.default.svc." + d, "CNAME", "target.ext.example."},
 		{"name outside the cluster", "A", "www.example.org", "A", upstreamA},
 	}
-	for _, c := range cases {
-		a, err := query(ctx, n, "dns-client", kubeDNSIP, false, c.qtype, c.qname)
+	for _, tc := range cases {
+		a, err := query(ctx, c, "dns-client", kubeDNSIP, false, tc.qtype, tc.qname, 0)
 		if err == nil {
-			err = want(a, c.rtype, c.data)
+			err = want(a, tc.rtype, tc.data)
 		}
-		r.check(prefix+"dns "+c.name, "", err)
+		r.check(prefix+"dns "+tc.name, "", err)
 	}
-	a, err := query(ctx, n, "dns-client", kubeDNSIP, false, "A", "no-such-service.default.svc."+d)
+	a, err := query(ctx, c, "dns-client", kubeDNSIP, false, "A", "no-such-service.default.svc."+d, 0)
 	if err == nil && a.rcode != "NXDOMAIN" {
 		err = fmt.Errorf("got %s, want NXDOMAIN", a)
 	}

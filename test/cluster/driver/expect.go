@@ -22,7 +22,7 @@ const (
 	ourLinkPrefix  = "nodelocaldns"
 )
 
-// The addresses of the test node (test/cluster/machine.sh sets the same).
+// The addresses of the test cluster (test/cluster/machine.sh sets the same).
 const (
 	kubeDNSIP     = "10.96.0.10"
 	localDNSIP    = "169.254.20.10"
@@ -30,7 +30,8 @@ const (
 	kubeDNS6IP    = "fd00:10:96::a"
 	kubernetesIP  = "10.96.0.1"
 	clusterDomain = "cluster.local"
-	upstreamA     = "192.0.2.53" // what the node's upstream stub answers (node.sh: stub-upstream)
+	upstreamA     = "192.0.2.53" // what node-1's upstream stub answers (node.sh: stub-upstream)
+	upstream2A    = "192.0.2.55" // what node-2's answers: kube-dns (on node-2) resolved the name
 	stubDomainA   = "192.0.2.54" // what the stub-domain server answers (node.sh: stub-domain)
 	stubDomainIP  = "10.250.0.54"
 )

@@ -4,26 +4,34 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os/exec"
+	"sort"
 	"strings"
 	"time"
 )
 
-// loadResult is one JSON line of `dnsq load`.
-// What SIGKILL may cost the ClusterIP with fail-open: the queries in flight at the kill, all within one instant.
+// What a kill or a shutdown may cost an address that fails open: the queries in flight at that moment, all sent
+// within one instant. A query the agent had already received when it died is lost whatever the rules (a resolver
+// retries it); the load sends 100/s, so that is a handful. Anything more, or losses spread over time (rules left
+// steering an address to a dead listener, or nothing answering it), is a failure.
 const (
 	inFlightWindow = 250 * time.Millisecond
 	inFlightMax    = 10
 )
 
+// loadResult is one JSON line of `dnsq load`: one server over one protocol.
 type loadResult struct {
-	Server  string `json:"server"`
-	Sent    int    `json:"sent"`
-	OK      int    `json:"ok"`
-	Failed  int    `json:"failed"`
-	Bad     int    `json:"bad"`
-	FirstMs int64  `json:"firstMs"`
-	LastMs  int64  `json:"lastMs"`
+	Server  string         `json:"server"`
+	Proto   string         `json:"proto"`
+	Sent    int            `json:"sent"`
+	OK      int            `json:"ok"`
+	Failed  int            `json:"failed"`
+	Bad     int            `json:"bad"`
+	FirstMs int64          `json:"firstMs"`
+	LastMs  int64          `json:"lastMs"`
+	Answers map[string]int `json:"answers"` // good answers by address
 }
 
 func (l loadResult) String() string {
@@ -31,28 +39,88 @@ func (l loadResult) String() string {
 	if l.Failed+l.Bad > 0 && l.FirstMs >= 0 {
 		s += fmt.Sprintf(" (losses from %.1f s to %.1f s after start)", float64(l.FirstMs)/1000, float64(l.LastMs)/1000)
 	}
+	if len(l.Answers) > 1 || l.Answers[upstream2A] > 0 {
+		var by []string
+		for a, n := range l.Answers {
+			by = append(by, fmt.Sprintf("%s %d", answerer(a), n))
+		}
+		sort.Strings(by)
+		s += "; answered by " + strings.Join(by, ", ")
+	}
 	return s
 }
 
-// Load shape for the lifecycle cases: per server, a steady rate from the client pod, each query from a fresh
+// answerer names who resolved a name outside the cluster from the address in the answer.
+func answerer(a string) string {
+	switch a {
+	case upstreamA:
+		return "node-1's agent"
+	case upstream2A:
+		return "kube-dns on node-2"
+	}
+	return a
+}
+
+// inFlightOnly: no wrong answer, and any loss is at most the queries in flight at one instant.
+func (l loadResult) inFlightOnly() bool {
+	return l.Bad == 0 && l.Failed <= inFlightMax && (l.Failed == 0 || l.LastMs-l.FirstMs <= inFlightWindow.Milliseconds())
+}
+
+// Load shape for the lifecycle cases: per server, a steady rate from a client pod, each query from a fresh
 // socket and given loadTimeout to answer (a stub resolver's first retry comes later than that).
 const (
-	loadRate    = 100
-	loadTimeout = 2 * time.Second
-	loadLead    = 3 * time.Second // steady load before the action
+	loadRate     = 100
+	hostLoadRate = 50 // per protocol: the host-network client asks over UDP and TCP
+	loadTimeout  = 2 * time.Second
+	loadLead     = 3 * time.Second // steady load before the action
 )
 
-// underLoad runs `dnsq load` in the client pod against the ClusterIP and the local IP for d, does action after
-// loadLead, and returns the per-server results. The action must finish (recovery included) well within d.
-func underLoad(ctx context.Context, n *node, d time.Duration, action func() error) (map[string]loadResult, time.Duration, error) {
-	cmd := n.kubectlCmd(ctx, "exec", "dns-client", "--", "/dnsq", "load",
-		"-server", kubeDNSIP+","+localDNSIP, "-name", "kubernetes.default.svc."+clusterDomain,
-		"-rate", fmt.Sprint(loadRate), "-timeout", loadTimeout.String(), "-duration", d.String())
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
+// A load is one `dnsq load` from one client pod.
+type load struct {
+	pod, name string
+	servers   []string
+	protos    string // "udp", "tcp" or "udp,tcp": a load of its own each
+	rate      int
+}
+
+// podLoad: a client pod asks the ClusterIP and the local IP for a cluster name, over UDP.
+func podLoad(pod string) load {
+	return load{pod: pod, name: "kubernetes.default.svc." + clusterDomain, servers: []string{kubeDNSIP, localDNSIP},
+		protos: "udp", rate: loadRate}
+}
+
+// hostLoad: the host-network client on node-1 asks the local IP, over UDP and TCP, for a name outside the
+// cluster. Node-1's upstream answers upstreamA and node-2's upstream2A, so each answer says whether the agent on
+// node-1 or kube-dns on node-2 resolved it.
+var hostLoad = load{pod: "dns-client-hostnet", name: "www.example.org", servers: []string{localDNSIP},
+	protos: "udp,tcp", rate: hostLoadRate}
+
+// loadKey names one result of a load: "pod → server/proto".
+func loadKey(pod, server, proto string) string { return pod + " → " + server + "/" + proto }
+
+func (l load) cmd(ctx context.Context, c *cluster, d time.Duration) *exec.Cmd {
+	return c.kubectlCmd(ctx, "exec", l.pod, "--", "/dnsq", "load", "-server", strings.Join(l.servers, ","),
+		"-name", l.name, "-proto", l.protos, "-rate", fmt.Sprint(l.rate), "-timeout", loadTimeout.String(),
+		"-duration", d.String())
+}
+
+// underLoad runs the loads for d, does action after loadLead, and returns the results by loadKey. The action must
+// finish (recovery included) well within d.
+func underLoad(ctx context.Context, c *cluster, d time.Duration, loads []load, action func() error) (map[string]loadResult, time.Duration, error) {
+	type running struct {
+		l         load
+		cmd       *exec.Cmd
+		out, errb bytes.Buffer
+	}
+	var rs []*running
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		return nil, 0, err
+	for _, l := range loads {
+		r := &running{l: l, cmd: l.cmd(ctx, c, d)}
+		r.cmd.Stdout, r.cmd.Stderr = &r.out, &r.errb
+		if err := r.cmd.Start(); err != nil {
+			return nil, 0, err
+		}
+		rs = append(rs, r)
 	}
 	time.Sleep(loadLead)
 	actStart := time.Now()
@@ -61,107 +129,173 @@ func underLoad(ctx context.Context, n *node, d time.Duration, action func() erro
 	if time.Since(start) > d-2*time.Second && actErr == nil {
 		actErr = fmt.Errorf("the action and recovery took %v, too close to the end of the %v load", took, d)
 	}
-	if err := cmd.Wait(); err != nil {
-		return nil, took, fmt.Errorf("load: %v: %s", err, errb.String())
-	}
 	res := map[string]loadResult{}
-	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
-		var lr loadResult
-		if err := json.Unmarshal([]byte(l), &lr); err != nil {
-			return nil, took, fmt.Errorf("load output %q: %w", l, err)
+	var loadErr error
+	for _, r := range rs {
+		if err := r.cmd.Wait(); err != nil {
+			loadErr = fmt.Errorf("load from %s: %v: %s", r.l.pod, err, r.errb.String())
+			continue
 		}
-		res[strings.TrimSuffix(lr.Server, ":53")] = lr
+		for _, line := range strings.Split(strings.TrimSpace(r.out.String()), "\n") {
+			var lr loadResult
+			if err := json.Unmarshal([]byte(line), &lr); err != nil {
+				return nil, took, fmt.Errorf("load output %q: %w", line, err)
+			}
+			res[loadKey(r.l.pod, strings.TrimSuffix(lr.Server, ":53"), lr.Proto)] = lr
+		}
+	}
+	if loadErr != nil {
+		return nil, took, loadErr
 	}
 	return res, took, actErr
 }
 
-// lifecycleCases: a rollout restart loses no query; a pod delete and a SIGKILL through the runtime are measured.
-func lifecycleCases(ctx context.Context, n *node, r *results) {
-	// Rollout restart: the base's surge rollout keeps a ready cache throughout.
-	res, took, err := underLoad(ctx, n, 45*time.Second, func() error {
-		if _, err := n.kubectl(ctx, "-n", "kube-system", "rollout", "restart", "ds/node-local-dns"); err != nil {
+// lifecycleCases: a rollout across both nodes loses no query; a pod delete and a SIGKILL through the runtime on
+// node-1 lose at most the queries in flight on the ClusterIP and, with the fallback, on the local IP.
+func lifecycleCases(ctx context.Context, c *cluster, r *results) {
+	rolloutCase(ctx, c, r)
+
+	// Pod delete: the agent's graceful shutdown, then the DaemonSet's new pod.
+	loads := []load{podLoad("dns-client"), hostLoad}
+	before, err := currentAgent(ctx, c, c.local)
+	var res map[string]loadResult
+	var took time.Duration
+	if err == nil {
+		res, took, err = underLoad(ctx, c, 25*time.Second, loads, func() error {
+			if _, err := c.kubectl(ctx, "-n", "kube-system", "delete", "pod", before.pod, "--wait=false"); err != nil {
+				return err
+			}
+			return poll(ctx, 30*time.Second, 200*time.Millisecond, func() (bool, error) {
+				a, err := currentAgent(ctx, c, c.local)
+				return err == nil && a.pod != before.pod, err
+			})
+		})
+	}
+	if r.check("pod delete under load: a new pod serves", "figures below", err) {
+		reportLoad(r, "pod delete", res, took)
+		l := res[loadKey("dns-client", kubeDNSIP, "udp")]
+		r.check("pod delete: ClusterIP loses no query but those in flight", fmt.Sprint(l), inFlight("ClusterIP after a pod delete", l))
+		fallbackCase(c, r, "pod delete: "+localDNSIP+" loses no query but those in flight (pod, host network UDP and TCP)",
+			func() error { return localInFlight("a pod delete", res) })
+	}
+
+	// SIGKILL of the container through the runtime: no shutdown at all; the kubelet restarts the container.
+	before, err = currentAgent(ctx, c, c.local)
+	if err == nil {
+		res, took, err = underLoad(ctx, c, 25*time.Second, loads, func() error {
+			if _, err := c.local.ctr(ctx, "tasks", "kill", "-s", "SIGKILL", before.containerID); err != nil {
+				return err
+			}
+			return poll(ctx, 30*time.Second, 200*time.Millisecond, func() (bool, error) {
+				a, err := currentAgent(ctx, c, c.local)
+				return err == nil && a.restarts > before.restarts, err
+			})
+		})
+	}
+	if !r.check("SIGKILL under load: the restarted container serves", "figures below", err) {
+		return
+	}
+	reportLoad(r, "SIGKILL (ctr tasks kill)", res, took)
+	l := res[loadKey("dns-client", kubeDNSIP, "udp")]
+	if failOpenExpected() {
+		r.check("SIGKILL: ClusterIP fails open to kube-dns (no loss but the queries in flight)", fmt.Sprint(l), inFlight("ClusterIP after SIGKILL", l))
+	} else {
+		fmt.Printf("     note: ClusterIP loss after SIGKILL not asserted (expectFailOpenOnSIGKILL is off): %s\n", l)
+	}
+	fallbackCase(c, r, "SIGKILL: "+localDNSIP+" loses no query but those in flight (pod, host network UDP and TCP)",
+		func() error { return localInFlight("SIGKILL", res) })
+	fallbackCase(c, r, "SIGKILL: host-network queries to "+localDNSIP+" answered by kube-dns on node-2 (UDP and TCP)",
+		func() error { return answeredByKubeDNS(res) })
+}
+
+// rolloutCase: `kubectl rollout restart` replaces the agent on both nodes, one at a time (the base's surge
+// rollout), while a client on each node asks both addresses: no query may be lost on either.
+func rolloutCase(ctx context.Context, c *cluster, r *results) {
+	loads := []load{podLoad("dns-client"), podLoad("dns-client-2")}
+	res, took, err := underLoad(ctx, c, 45*time.Second, loads, func() error {
+		if _, err := c.kubectl(ctx, "-n", "kube-system", "rollout", "restart", "ds/node-local-dns"); err != nil {
 			return err
 		}
-		_, err := n.kubectl(ctx, "-n", "kube-system", "rollout", "status", "ds/node-local-dns", "--timeout=35s")
+		_, err := c.kubectl(ctx, "-n", "kube-system", "rollout", "status", "ds/node-local-dns", "--timeout=38s")
 		return err
 	})
 	if err != nil {
 		// Say why (a surge pod the scheduler cannot place shows here), then put the old template back so the
 		// cases after this one start from a serving DaemonSet.
-		pods, _ := n.kubectl(ctx, "-n", "kube-system", "get", "pods", "-l", "k8s-app=node-local-dns", "-o", "wide")
-		events, _ := n.kubectl(ctx, "-n", "kube-system", "get", "events", "--field-selector=type=Warning",
+		pods, _ := c.kubectl(ctx, "-n", "kube-system", "get", "pods", "-l", "k8s-app=node-local-dns", "-o", "wide")
+		events, _ := c.kubectl(ctx, "-n", "kube-system", "get", "events", "--field-selector=type=Warning",
 			"-o", "custom-columns=REASON:.reason,OBJECT:.involvedObject.name,MESSAGE:.message")
 		err = fmt.Errorf("%w\npods:\n%s\nwarning events:\n%s", err, pods, events)
-		n.kubectl(ctx, "-n", "kube-system", "rollout", "undo", "ds/node-local-dns")
-		if werr := waitDaemonSet(ctx, n); werr != nil {
+		c.kubectl(ctx, "-n", "kube-system", "rollout", "undo", "ds/node-local-dns")
+		if werr := waitDaemonSet(ctx, c); werr != nil {
 			err = fmt.Errorf("%w\nand after rollout undo: %v", err, werr)
 		}
 	}
 	if err == nil {
-		reportLoad(r, "rollout restart", res, took)
-		for ip, l := range res {
-			if l.Failed+l.Bad > 0 {
-				err = fmt.Errorf("rollout restart lost queries to %s: %s", ip, l)
+		reportLoad(r, "rollout restart (both nodes)", res, took)
+		for _, k := range sortedKeys(res) {
+			if l := res[k]; l.Failed+l.Bad > 0 {
+				err = fmt.Errorf("rollout restart lost queries: %s: %s", k, l)
 			}
 		}
 	}
-	r.check("rollout restart under load loses no query", "", err)
+	r.check("rollout restart across both nodes under load loses no query (clients on node-1 and node-2)", "", err)
+}
 
-	// Pod delete: the agent's graceful shutdown, then the DaemonSet's new pod.
-	before, err := currentAgent(ctx, n)
-	if err == nil {
-		res, took, err = underLoad(ctx, n, 40*time.Second, func() error {
-			if _, err := n.kubectl(ctx, "-n", "kube-system", "delete", "pod", before.pod, "--wait=false"); err != nil {
-				return err
-			}
-			return poll(ctx, 30*time.Second, 200*time.Millisecond, func() (bool, error) {
-				a, err := currentAgent(ctx, n)
-				return err == nil && a.pod != before.pod, err
-			})
-		})
+func inFlight(what string, l loadResult) error {
+	if l.Sent == 0 {
+		return fmt.Errorf("%s: no load result", what)
 	}
-	if err == nil {
-		reportLoad(r, "pod delete", res, took)
+	if !l.inFlightOnly() {
+		return fmt.Errorf("%s: lost queries beyond those in flight (at most %d within %v): %s", what, inFlightMax, inFlightWindow, l)
 	}
-	r.check("pod delete under load: a new pod serves", "figures below", err)
+	return nil
+}
 
-	// SIGKILL of the container through the runtime: no shutdown at all; the kubelet restarts the container.
-	before, err = currentAgent(ctx, n)
-	if err == nil {
-		res, took, err = underLoad(ctx, n, 40*time.Second, func() error {
-			if _, err := n.ctr(ctx, "tasks", "kill", "-s", "SIGKILL", before.containerID); err != nil {
-				return err
+// localInFlight: every load on the local IP lost at most the queries in flight.
+func localInFlight(what string, res map[string]loadResult) error {
+	var bad []string
+	for _, k := range sortedKeys(res) {
+		if strings.Contains(k, " → "+localDNSIP+"/") {
+			if err := inFlight(k+" after "+what, res[k]); err != nil {
+				bad = append(bad, err.Error())
 			}
-			return poll(ctx, 30*time.Second, 200*time.Millisecond, func() (bool, error) {
-				a, err := currentAgent(ctx, n)
-				return err == nil && a.restarts > before.restarts, err
-			})
-		})
-	}
-	if err == nil {
-		reportLoad(r, "SIGKILL (ctr tasks kill)", res, took)
-	}
-	r.check("SIGKILL under load: the restarted container serves", "figures below", err)
-	if err == nil {
-		l := res[kubeDNSIP]
-		if failOpenExpected() {
-			// A query the agent had already received when it was killed is lost whatever the rules (a resolver
-			// retries it); the load sends 100/s, so that is a handful sent within one instant. Anything more, or
-			// losses spread over time (a table left steering the ClusterIP to a dead listener), is a failure.
-			var ferr error
-			if l.Bad > 0 || l.Failed > inFlightMax || (l.Failed > 0 && l.LastMs-l.FirstMs > inFlightWindow.Milliseconds()) {
-				ferr = fmt.Errorf("ClusterIP lost queries after SIGKILL beyond those in flight at the kill: %s", l)
-			}
-			r.check("SIGKILL: ClusterIP fails open to kube-dns (no loss but the queries in flight)", fmt.Sprint(l), ferr)
-		} else {
-			fmt.Printf("     note: ClusterIP loss after SIGKILL not asserted (expectFailOpenOnSIGKILL is off): %s\n", l)
 		}
 	}
+	if len(bad) > 0 {
+		return errors.New(strings.Join(bad, "\n"))
+	}
+	return nil
+}
+
+// answeredByKubeDNS: while no agent listened on node-1, the host-network client's queries to the local IP were
+// answered, over each protocol, by kube-dns on node-2 (its upstream's address is in the answer).
+func answeredByKubeDNS(res map[string]loadResult) error {
+	var bad []string
+	for _, proto := range []string{"udp", "tcp"} {
+		k := loadKey(hostLoad.pod, localDNSIP, proto)
+		if l := res[k]; l.Answers[upstream2A] == 0 {
+			bad = append(bad, fmt.Sprintf("%s: no answer from kube-dns on node-2 (%s)", k, l))
+		}
+	}
+	if len(bad) > 0 {
+		return errors.New(strings.Join(bad, "\n"))
+	}
+	return nil
+}
+
+func sortedKeys(res map[string]loadResult) []string {
+	keys := make([]string, 0, len(res))
+	for k := range res {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 func reportLoad(r *results, what string, res map[string]loadResult, took time.Duration) {
 	r.figure(what+": action to recovered", "%.1f s", took.Seconds())
-	for _, ip := range []string{kubeDNSIP, localDNSIP} {
-		r.figure(fmt.Sprintf("%s: queries to %s", what, ip), "%s", res[ip])
+	for _, k := range sortedKeys(res) {
+		r.figure(what+": "+k, "%s", res[k])
 	}
 }

@@ -1,6 +1,7 @@
-// Command driver runs the test-cluster suite: for each kube-proxy mode it brings up one node (node.sh), applies
-// the project's manifests as a user would, runs the cases and tears the node down, also on failure or on a signal.
-// It prints one line per case, the figures it measured, and closes with `cluster: N passed, N failed`.
+// Command driver runs the test-cluster suite: for each kube-proxy mode it brings up a two-node cluster (node.sh),
+// applies the project's manifests as a user would, runs the cases and tears the cluster down, also on failure or
+// on a signal. It prints one line per case, the figures it measured, and closes with `cluster: N passed, N failed`
+// (and how many were skipped, when a case needs what the image under test lacks).
 package main
 
 import (
@@ -25,12 +26,19 @@ func run() int {
 	flag.StringVar(&cfg.debRoot, "deb-root", "", "root of the extracted Debian packages (containerd, runc, CNI plugins)")
 	flag.StringVar(&cfg.images, "images", "", "directory of image tarballs to import")
 	flag.StringVar(&cfg.dnsq, "dnsq", "", "the dnsq binary (stub upstream servers, host-side queries)")
+	flag.StringVar(&cfg.agent, "agent", "", "the agent binary in the image under test (make image)")
 	modes := flag.String("modes", "nftables,iptables", "kube-proxy modes to run the suite against")
 	flag.Parse()
-	if cfg.repo == "" || cfg.state == "" || cfg.k8sBin == "" || cfg.debRoot == "" || cfg.images == "" || cfg.dnsq == "" {
-		fmt.Fprintln(os.Stderr, "driver: -repo, -state, -k8s-bin, -deb-root, -images and -dnsq are required")
+	if cfg.repo == "" || cfg.state == "" || cfg.k8sBin == "" || cfg.debRoot == "" || cfg.images == "" || cfg.dnsq == "" || cfg.agent == "" {
+		fmt.Fprintln(os.Stderr, "driver: -repo, -state, -k8s-bin, -deb-root, -images, -dnsq and -agent are required")
 		return 2
 	}
+	fallback, err := hasFallback(cfg.agent)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "driver:", err)
+		return 2
+	}
+	fmt.Printf("link-local fallback in this build: %v (the evidence: %s)\n", fallback, fallbackEvidence)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -43,7 +51,7 @@ func run() int {
 			break
 		}
 		st := filepath.Join(cfg.state, mode)
-		r := runMode(ctx, cfg, mode, st)
+		r := runMode(ctx, cfg, mode, st, fallback)
 		all.merge(r)
 	}
 	fmt.Println()
@@ -51,35 +59,43 @@ func run() int {
 	if ctx.Err() != nil {
 		fmt.Println("interrupted")
 	}
-	fmt.Printf("cluster: %d passed, %d failed\n", all.passed, all.failed)
+	if all.skipped > 0 {
+		fmt.Printf("cluster: %d passed, %d failed, %d skipped\n", all.passed, all.failed, all.skipped)
+	} else {
+		fmt.Printf("cluster: %d passed, %d failed\n", all.passed, all.failed)
+	}
 	if all.failed > 0 || ctx.Err() != nil {
 		return 1
 	}
 	return 0
 }
 
-// runMode brings a node up in one kube-proxy mode, runs the suite and always tears the node down.
-func runMode(ctx context.Context, cfg config, mode, state string) *results {
+// runMode brings the cluster up in one kube-proxy mode, runs the suite and always tears the cluster down.
+func runMode(ctx context.Context, cfg config, mode, state string, fallback bool) *results {
 	r := &results{mode: mode}
 	fmt.Printf("== kube-proxy mode %s\n", mode)
 	if err := os.RemoveAll(state); err != nil {
-		r.fail("node up", err)
+		r.fail("cluster up", err)
 		return r
 	}
-	n := &node{cfg: cfg, state: state, mode: mode}
+	c := newCluster(cfg, mode, state)
+	c.fallback = fallback
+	modeStart := time.Now()
 	defer func() {
 		start := time.Now()
-		if err := n.down(); err != nil {
-			fmt.Printf("   warning: node down: %v\n", err)
+		if err := c.down(); err != nil {
+			fmt.Printf("   warning: cluster down: %v\n", err)
 		}
-		r.figure("node teardown", "%.1f s", time.Since(start).Seconds())
+		r.figure("cluster teardown", "%.1f s", time.Since(start).Seconds())
+		r.figure("whole mode (cluster up to torn down)", "%.0f s", time.Since(modeStart).Seconds())
 	}()
 	start := time.Now()
-	if err := n.up(ctx); err != nil {
-		r.fail("node up", fmt.Errorf("%w (logs in %s/logs)", err, state))
+	if err := c.up(ctx); err != nil {
+		r.fail("cluster up", fmt.Errorf("%w (logs in %s/logs and %s/node-2/logs)", err, state, state))
 		return r
 	}
-	r.pass("node up", fmt.Sprintf("%.1f s: etcd, apiserver, controller-manager, scheduler, containerd, kubelet, kube-proxy %s", time.Since(start).Seconds(), mode))
-	suite(ctx, n, r)
+	r.pass("cluster up", fmt.Sprintf("%.1f s: etcd, apiserver, controller-manager, scheduler; two nodes with containerd, kubelet, kube-proxy %s", time.Since(start).Seconds(), mode))
+	r.figure("cluster up (both nodes Ready)", "%.1f s", time.Since(start).Seconds())
+	suite(ctx, c, r)
 	return r
 }

@@ -16,11 +16,26 @@ var (
 	iptCounter = regexp.MustCompile(`\[\d+:\d+\]`)
 )
 
-// snapshotKubeProxy is kube-proxy's own ruleset, counters stripped: its nftables tables in nftables mode,
-// iptables-save and ip6tables-save (iptables-nft) in iptables mode. Our table is never part of it.
-func snapshotKubeProxy(ctx context.Context, n *node) (string, error) {
+// snapshotKubeProxy is kube-proxy's own ruleset on every node, each line prefixed with the node's name.
+func snapshotKubeProxy(ctx context.Context, c *cluster) (string, error) {
 	var b strings.Builder
-	switch n.mode {
+	for _, n := range c.nodes() {
+		s, err := proxySnapshot(ctx, n, c.mode)
+		if err != nil {
+			return "", err
+		}
+		for _, l := range strings.Split(s, "\n") {
+			fmt.Fprintf(&b, "%s: %s\n", n.name, l)
+		}
+	}
+	return b.String(), nil
+}
+
+// proxySnapshot is kube-proxy's own ruleset on one node, counters stripped: its nftables tables in nftables
+// mode, iptables-save and ip6tables-save (iptables-nft) in iptables mode. Our tables are never part of it.
+func proxySnapshot(ctx context.Context, n *node, mode string) (string, error) {
+	var b strings.Builder
+	switch mode {
 	case "nftables":
 		tables, err := n.sh(ctx, "nft", "list", "tables")
 		if err != nil {
@@ -38,7 +53,7 @@ func snapshotKubeProxy(ctx context.Context, n *node) (string, error) {
 			b.WriteString(nftCounter.ReplaceAllString(out, "counter"))
 		}
 		if b.Len() == 0 {
-			return "", fmt.Errorf("kube-proxy has no nftables table")
+			return "", fmt.Errorf("%s: kube-proxy has no nftables table", n.name)
 		}
 	default:
 		// Sorted: when a Service comes back with a new ClusterIP, kube-proxy writes the same rules in another
@@ -63,10 +78,10 @@ func snapshotKubeProxy(ctx context.Context, n *node) (string, error) {
 
 // settledKubeProxy waits until two snapshots a few seconds apart agree (kube-proxy has synced the Services our
 // manifests added) and returns it.
-func settledKubeProxy(ctx context.Context, n *node) (string, error) {
+func settledKubeProxy(ctx context.Context, c *cluster) (string, error) {
 	var last string
 	err := poll(ctx, 60*time.Second, 3*time.Second, func() (bool, error) {
-		s, err := snapshotKubeProxy(ctx, n)
+		s, err := snapshotKubeProxy(ctx, c)
 		if err != nil {
 			return false, err
 		}
@@ -111,38 +126,59 @@ func ourLinks(ctx context.Context, n *node) ([]string, error) {
 	return links, nil
 }
 
-// conntrackDNS counts conntrack entries for DNS (port 53, UDP and TCP) to dst.
-func conntrackDNS(ctx context.Context, n *node, dst string) (int, error) {
-	total := 0
+// conntrackDNS lists the conntrack entries for DNS (port 53, UDP and TCP) to dst.
+func conntrackDNS(ctx context.Context, n *node, dst string) ([]string, error) {
+	var found []string
 	for _, proto := range []string{"udp", "tcp"} {
 		out, err := n.sh(ctx, "conntrack", "-L", "-p", proto, "--orig-dst", dst, "--orig-port-dst", "53")
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
-		total += strings.Count(strings.TrimSpace(out), "\n")
-		if strings.TrimSpace(out) != "" {
-			total++
+		for _, l := range strings.Split(out, "\n") {
+			if l = strings.TrimSpace(l); l != "" {
+				found = append(found, l)
+			}
 		}
 	}
-	return total, nil
+	return found, nil
 }
 
+// fromPorts splits conntrack entries into those whose original source port is one of sports (the flows of the
+// queries sent from those ports) and the others.
+func fromPorts(entries []string, sports []int) (ours, others []string) {
+	from := map[string]bool{}
+	for _, p := range sports {
+		from[strconv.Itoa(p)] = true
+	}
+	for _, e := range entries {
+		// The first sport= is the original direction's.
+		if _, rest, ok := strings.Cut(e, " sport="); ok && from[strings.Fields(rest)[0]] {
+			ours = append(ours, e)
+		} else {
+			others = append(others, e)
+		}
+	}
+	return ours, others
+}
+
+// flushConntrackDNS deletes the conntrack entries for DNS to dst, so that a count after it sees only newer flows.
+// conntrack exits 1 when there is nothing to delete; an entry it failed to delete shows in that count anyway.
 func flushConntrackDNS(ctx context.Context, n *node, dst string) {
 	for _, proto := range []string{"udp", "tcp"} {
-		n.sh(ctx, "conntrack", "-D", "-p", proto, "--orig-dst", dst, "--orig-port-dst", "53") // none to delete is fine
+		n.sh(ctx, "conntrack", "-D", "-p", proto, "--orig-dst", dst, "--orig-port-dst", "53")
 	}
 }
 
-// agent is the running nodelocaldns pod and its container as the runtime sees it.
+// agent is the running nodelocaldns pod on one node and its container as the runtime sees it.
 type agent struct {
 	pod, uid, containerID string
 	restarts              int
 	pid                   int
 }
 
-func currentAgent(ctx context.Context, n *node) (agent, error) {
-	out, err := n.kubectl(ctx, "-n", "kube-system", "get", "pods", "-l", "k8s-app=node-local-dns",
-		"--field-selector=status.phase=Running", "-o",
+func currentAgent(ctx context.Context, c *cluster, n *node) (agent, error) {
+	out, err := c.kubectl(ctx, "-n", "kube-system", "get", "pods", "-l", "k8s-app=node-local-dns",
+		"--field-selector=status.phase=Running,spec.nodeName="+n.name, "-o",
 		`jsonpath={range .items[*]}{.metadata.name} {.metadata.uid} {.status.containerStatuses[0].containerID} {.status.containerStatuses[0].restartCount} {.status.containerStatuses[0].ready} {.metadata.deletionTimestamp}{"\n"}{end}`)
 	if err != nil {
 		return agent{}, err
@@ -158,7 +194,7 @@ func currentAgent(ctx context.Context, n *node) (agent, error) {
 		found = append(found, a)
 	}
 	if len(found) != 1 {
-		return agent{}, fmt.Errorf("want one ready agent pod, have %d: %q", len(found), out)
+		return agent{}, fmt.Errorf("want one ready agent pod on %s, have %d: %q", n.name, len(found), out)
 	}
 	a := found[0]
 	tasks, err := n.ctr(ctx, "tasks", "ls")
@@ -172,15 +208,15 @@ func currentAgent(ctx context.Context, n *node) (agent, error) {
 		}
 	}
 	if a.pid == 0 {
-		return a, fmt.Errorf("no runtime task for container %s", a.containerID)
+		return a, fmt.Errorf("no runtime task for container %s on %s", a.containerID, n.name)
 	}
 	return a, nil
 }
 
 // checkSecurityContext reads what the kernel enforces on the agent process, not what the spec asks: effective
 // and bounding capabilities exactly NET_ADMIN and NET_BIND_SERVICE, uid 0, no_new_privs, a read-only root.
-func checkSecurityContext(ctx context.Context, n *node) error {
-	a, err := currentAgent(ctx, n)
+func checkSecurityContext(ctx context.Context, c *cluster) error {
+	a, err := currentAgent(ctx, c, c.local)
 	if err != nil {
 		return err
 	}
@@ -227,23 +263,30 @@ func checkSecurityContext(ctx context.Context, n *node) error {
 	return nil
 }
 
-// checkHealth asks the agent's health listener on the local IP from the node, as the kubelet's probes do.
-func checkHealth(ctx context.Context, n *node, ready bool) error {
+// checkHealth asks the agent's health listener on the local IP from each node, as the kubelet's probes do.
+func checkHealth(ctx context.Context, c *cluster, ready bool) error {
 	paths := []string{"/health"}
 	if ready {
 		paths = append(paths, "/ready")
 	}
 	// Without a readiness probe (the standard DaemonSet) the pod is Ready when the container starts, before
 	// the agent listens: give it the time its liveness probe's initialDelaySeconds would.
-	for _, p := range paths {
-		if err := poll(ctx, 30*time.Second, 500*time.Millisecond, func() (bool, error) {
-			_, err := n.sh(ctx, "curl", "-sf", "-m", "5", "http://"+localDNSIP+":8080"+p)
-			return err == nil, err
-		}); err != nil {
-			return err
+	for _, n := range c.nodes() {
+		for _, p := range paths {
+			if err := waitHTTP(ctx, n, p); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
+}
+
+// waitHTTP polls path on the agent's health listener (the local IP, port 8080) from the node until it says 200.
+func waitHTTP(ctx context.Context, n *node, path string) error {
+	return poll(ctx, 30*time.Second, 500*time.Millisecond, func() (bool, error) {
+		_, err := n.sh(ctx, "curl", "-sf", "-m", "5", "http://"+localDNSIP+":8080"+path)
+		return err == nil, err
+	})
 }
 
 // diff shows the lines only in a or only in b.

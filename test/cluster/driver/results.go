@@ -9,6 +9,7 @@ import (
 type results struct {
 	mode           string
 	passed, failed int
+	skipped        int
 	figures        []string
 }
 
@@ -25,6 +26,12 @@ func (r *results) fail(name string, err error) {
 	fmt.Printf("FAIL %s/%s: %s\n", r.mode, name, strings.ReplaceAll(err.Error(), "\n", "\n     "))
 }
 
+// skip records a case that was not run, and why.
+func (r *results) skip(name, why string) {
+	r.skipped++
+	fmt.Printf("SKIP %s/%s: skipped: %s\n", r.mode, name, why)
+}
+
 // check records a case from its error.
 func (r *results) check(name string, detail string, err error) bool {
 	if err != nil {
@@ -37,7 +44,7 @@ func (r *results) check(name string, detail string, err error) bool {
 
 // figure records a measured value, printed as it is taken and again at the end.
 func (r *results) figure(name, format string, args ...any) {
-	line := fmt.Sprintf("%-10s %-52s %s", r.mode, name, fmt.Sprintf(format, args...))
+	line := fmt.Sprintf("%-10s %-72s %s", r.mode, name, fmt.Sprintf(format, args...))
 	r.figures = append(r.figures, line)
 	fmt.Printf("     figure: %s: %s\n", name, fmt.Sprintf(format, args...))
 }
@@ -45,6 +52,7 @@ func (r *results) figure(name, format string, args ...any) {
 func (r *results) merge(o *results) {
 	r.passed += o.passed
 	r.failed += o.failed
+	r.skipped += o.skipped
 	r.figures = append(r.figures, o.figures...)
 }
 

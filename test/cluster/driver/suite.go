@@ -6,38 +6,40 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
 
-// suite runs the cases of one mode against a node that is up. Cases that need an earlier step (the DaemonSet
+// suite runs the cases of one mode against a cluster that is up. Cases that need an earlier step (the DaemonSet
 // Ready) are counted as failed with that reason when the step failed, so a broken start cannot pass quietly.
-func suite(ctx context.Context, n *node, r *results) {
-	if !r.check("cluster DNS and clients", "", setupCluster(ctx, n)) {
+func suite(ctx context.Context, c *cluster, r *results) {
+	if !r.check("cluster DNS and clients (kube-dns on node-2, clients on node-1 and node-2)", "", setupCluster(ctx, c)) {
 		return
 	}
 	// Every overlay and the base validate against the real API server.
 	for _, o := range []string{"base", "iptables-or-nftables", "ipvs", "ipv6", "dual-stack"} {
-		r.check("dry-run=server "+o, "", dryRun(ctx, n, o))
+		r.check("dry-run=server "+o, "", dryRun(ctx, c, o))
 	}
-	before, err := snapshotKubeProxy(ctx, n)
-	if !r.check("kube-proxy tables before", fmt.Sprintf("%d lines", strings.Count(before, "\n")), err) {
+	before, err := snapshotKubeProxy(ctx, c)
+	if !r.check("kube-proxy tables before (both nodes)", fmt.Sprintf("%d lines", strings.Count(before, "\n")), err) {
 		return
 	}
 
 	// Our manifests, as a user applies them.
 	start := time.Now()
-	err = applyUserManifests(ctx, n)
-	ready := r.check("apply "+userOverlay+" and DaemonSet Ready", fmt.Sprintf("%.1f s", time.Since(start).Seconds()), err)
+	err = applyUserManifests(ctx, c)
+	ready := r.check("apply "+userOverlay+" and DaemonSet Ready on both nodes", fmt.Sprintf("%.1f s", time.Since(start).Seconds()), err)
 	if ready {
-		r.check("securityContext enforced", "", checkSecurityContext(ctx, n))
-		r.check("health and ready endpoints", "", checkHealth(ctx, n, true))
-		steady, err := settledKubeProxy(ctx, n)
+		r.figure("manifests applied to DaemonSet Ready", "%.1f s", time.Since(start).Seconds())
+		r.check("securityContext enforced", "", checkSecurityContext(ctx, c))
+		r.check("health and ready endpoints (both nodes)", "", checkHealth(ctx, c, true))
+		steady, err := settledKubeProxy(ctx, c)
 		if r.check("kube-proxy tables with the cache running", "", err) {
-			dnsCases(ctx, n, r, "")
-			configMapCases(ctx, n, r)
-			lifecycleCases(ctx, n, r)
-			after, err := snapshotKubeProxy(ctx, n)
+			dnsCases(ctx, c, r, "")
+			configMapCases(ctx, c, r)
+			lifecycleCases(ctx, c, r)
+			after, err := snapshotKubeProxy(ctx, c)
 			if err == nil && after != steady {
 				err = fmt.Errorf("kube-proxy's tables changed while only nodelocaldns ran:\n%s", diff(steady, after))
 			}
@@ -46,79 +48,115 @@ func suite(ctx context.Context, n *node, r *results) {
 	} else {
 		r.fail("cases with the cache", errors.New("not run: the DaemonSet never became Ready"))
 	}
-	r.check("delete -k "+userOverlay+" leaves nothing", "", deleteUserManifests(ctx, n, before))
+	r.check("delete -k "+userOverlay+" leaves nothing of ours"+leftNote(c), "", deleteUserManifests(ctx, c, before))
+	fallbackCase(c, r, "delete -k: the fallback table stays on both nodes", func() error { return checkFallbackStays(ctx, c) })
 
 	// The drop-in promise: the upstream-shaped DaemonSet with only the image swapped.
-	std, err := os.ReadFile(filepath.Join(n.cfg.repo, "test/cluster/manifests/standard-daemonset.yaml"))
+	std, err := os.ReadFile(filepath.Join(c.cfg.repo, "test/cluster/manifests/standard-daemonset.yaml"))
 	if err != nil {
 		r.fail("standard DaemonSet", err)
 		return
 	}
 	start = time.Now()
-	text, err := applyStandard(ctx, n, string(std))
+	text, err := applyStandard(ctx, c, string(std))
 	if r.check("standard DaemonSet (image swapped) Ready", fmt.Sprintf("%.1f s", time.Since(start).Seconds()), err) {
-		r.check("standard: health endpoint", "", checkHealth(ctx, n, false))
-		dnsCases(ctx, n, r, "standard: ")
+		r.check("standard: health endpoint", "", checkHealth(ctx, c, false))
+		dnsCases(ctx, c, r, "standard: ")
 	}
 	if text != "" {
-		r.check("standard: delete leaves nothing", "", deleteStandard(ctx, n, text, before))
+		r.check("standard: delete leaves nothing of ours"+leftNote(c), "", deleteStandard(ctx, c, text, before))
 	}
+	// Last: the one command that removes the fallback (the next mode starts on a fresh cluster anyway).
+	fallbackCase(c, r, "nodelocaldns -teardown removes the fallback table on both nodes", func() error {
+		return teardownRemovesFallback(ctx, c, before)
+	})
 }
 
-func setupCluster(ctx context.Context, n *node) error {
+// leftNote names what the "leaves nothing" cases allow to stay.
+func leftNote(c *cluster) string {
+	if left := c.leftTables(); len(left) > 0 {
+		return " but table " + strings.Join(left, ", ")
+	}
+	return ""
+}
+
+// fallbackCase runs a case that needs the link-local fallback, or records it as skipped when the build lacks it.
+func fallbackCase(c *cluster, r *results, name string, f func() error) {
+	if !c.fallback {
+		r.skip(name, noFallback)
+		return
+	}
+	r.check(name, "", f())
+}
+
+func setupCluster(ctx context.Context, c *cluster) error {
 	for _, f := range []string{"kube-dns.yaml", "clients.yaml"} {
-		if _, err := n.kubectl(ctx, "apply", "-f", filepath.Join(n.cfg.repo, "test/cluster/manifests", f)); err != nil {
+		if _, err := c.kubectl(ctx, "apply", "-f", filepath.Join(c.cfg.repo, "test/cluster/manifests", f)); err != nil {
 			return err
 		}
 	}
-	if _, err := n.kubectl(ctx, "-n", "kube-system", "rollout", "status", "deploy/coredns", "--timeout=180s"); err != nil {
+	if _, err := c.kubectl(ctx, "-n", "kube-system", "rollout", "status", "deploy/coredns", "--timeout=180s"); err != nil {
 		return fmt.Errorf("kube-dns: %w", err)
 	}
-	for _, p := range []string{"dns-client", "dns-client-hostnet"} {
-		if _, err := n.kubectl(ctx, "wait", "--for=condition=Ready", "pod/"+p, "--timeout=120s"); err != nil {
+	for _, p := range []string{"dns-client", "dns-client-hostnet", "dns-client-2"} {
+		if _, err := c.kubectl(ctx, "wait", "--for=condition=Ready", "pod/"+p, "--timeout=120s"); err != nil {
 			return err
+		}
+	}
+	// Where the scheduler put them is the premise of every cross-node case: say so if it is not.
+	out, err := c.kubectl(ctx, "get", "pods", "-A", "-o", `jsonpath={range .items[*]}{.metadata.name} {.spec.nodeName}{"\n"}{end}`)
+	if err != nil {
+		return err
+	}
+	where := map[string]string{"coredns-": c.remote.name, "dns-client ": c.local.name,
+		"dns-client-hostnet ": c.local.name, "dns-client-2 ": c.remote.name}
+	for prefix, node := range where {
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l+" ", prefix) && !strings.HasSuffix(l, " "+node) {
+				return fmt.Errorf("pod %q is not on %s", l, node)
+			}
 		}
 	}
 	return nil
 }
 
-func dryRun(ctx context.Context, n *node, overlay string) error {
-	text, err := render(ctx, n, overlay)
+func dryRun(ctx context.Context, c *cluster, overlay string) error {
+	text, err := render(ctx, c, overlay)
 	if err != nil {
 		return err
 	}
-	_, err = n.kubectlIn(ctx, text, "apply", "--dry-run=server", "-f", "-")
+	_, err = c.kubectlIn(ctx, text, "apply", "--dry-run=server", "-f", "-")
 	return err
 }
 
-func applyUserManifests(ctx context.Context, n *node) error {
-	text, err := render(ctx, n, userOverlay)
+func applyUserManifests(ctx context.Context, c *cluster) error {
+	text, err := render(ctx, c, userOverlay)
 	if err != nil {
 		return err
 	}
-	if _, err := n.kubectlIn(ctx, text, "apply", "-f", "-"); err != nil {
+	if _, err := c.kubectlIn(ctx, text, "apply", "-f", "-"); err != nil {
 		return err
 	}
-	return waitDaemonSet(ctx, n)
+	return waitDaemonSet(ctx, c)
 }
 
-func waitDaemonSet(ctx context.Context, n *node) error {
-	if _, err := n.kubectl(ctx, "-n", "kube-system", "rollout", "status", "ds/node-local-dns", "--timeout=180s"); err != nil {
-		logs, _ := n.kubectl(ctx, "-n", "kube-system", "logs", "ds/node-local-dns", "--tail=30")
+func waitDaemonSet(ctx context.Context, c *cluster) error {
+	if _, err := c.kubectl(ctx, "-n", "kube-system", "rollout", "status", "ds/node-local-dns", "--timeout=180s"); err != nil {
+		logs, _ := c.kubectl(ctx, "-n", "kube-system", "logs", "ds/node-local-dns", "--tail=30")
 		return fmt.Errorf("%w\nagent log:\n%s", err, logs)
 	}
 	return nil
 }
 
-func deleteUserManifests(ctx context.Context, n *node, before string) error {
-	if _, err := n.kubectl(ctx, "delete", "-k", kustomizeDir(n.cfg.repo, userOverlay), "--wait=true", "--timeout=120s"); err != nil {
+func deleteUserManifests(ctx context.Context, c *cluster, before string) error {
+	if _, err := c.kubectl(ctx, "delete", "-k", kustomizeDir(c.cfg.repo, userOverlay), "--wait=true", "--timeout=120s"); err != nil {
 		return err
 	}
-	return checkNothingLeft(ctx, n, before)
+	return checkNothingLeft(ctx, c, before)
 }
 
-func applyStandard(ctx context.Context, n *node, std string) (string, error) {
-	out, err := n.kubectl(ctx, "kustomize", kustomizeDir(n.cfg.repo, "base"))
+func applyStandard(ctx context.Context, c *cluster, std string) (string, error) {
+	out, err := c.kubectl(ctx, "kustomize", kustomizeDir(c.cfg.repo, "base"))
 	if err != nil {
 		return "", err
 	}
@@ -127,39 +165,44 @@ func applyStandard(ctx context.Context, n *node, std string) (string, error) {
 		return "", err
 	}
 	text = substitute(text, stdSubst)
-	if _, err := n.kubectlIn(ctx, text, "apply", "-f", "-"); err != nil {
+	if _, err := c.kubectlIn(ctx, text, "apply", "-f", "-"); err != nil {
 		return text, err
 	}
-	return text, waitDaemonSet(ctx, n)
+	return text, waitDaemonSet(ctx, c)
 }
 
-func deleteStandard(ctx context.Context, n *node, text, before string) error {
-	if _, err := n.kubectlIn(ctx, text, "delete", "-f", "-", "--wait=true", "--timeout=120s"); err != nil {
+func deleteStandard(ctx context.Context, c *cluster, text, before string) error {
+	if _, err := c.kubectlIn(ctx, text, "delete", "-f", "-", "--wait=true", "--timeout=120s"); err != nil {
 		return err
 	}
-	return checkNothingLeft(ctx, n, before)
+	return checkNothingLeft(ctx, c, before)
 }
 
-// checkNothingLeft: once the DaemonSet's pod is gone, no table of ours and no interface of ours is left, and
-// kube-proxy's tables come back to what they were before our manifests (their Service gone too).
-func checkNothingLeft(ctx context.Context, n *node, before string) error {
+// checkNothingLeft: once the DaemonSet's pods are gone, no table of ours (but the fallback's, when the build has
+// it) and no interface of ours is left on either node, and kube-proxy's tables come back to what they were before
+// our manifests (their Service gone too).
+func checkNothingLeft(ctx context.Context, c *cluster, before string) error {
 	if err := poll(ctx, 90*time.Second, time.Second, func() (bool, error) {
-		out, err := n.kubectl(ctx, "-n", "kube-system", "get", "pods", "-l", "k8s-app=node-local-dns", "-o", "name")
+		out, err := c.kubectl(ctx, "-n", "kube-system", "get", "pods", "-l", "k8s-app=node-local-dns", "-o", "name")
 		return err == nil && strings.TrimSpace(out) == "", err
 	}); err != nil {
 		return fmt.Errorf("agent pod still there: %w", err)
 	}
 	var problems []string
-	if t, err := ourTables(ctx, n); err != nil || len(t) > 0 {
-		problems = append(problems, fmt.Sprintf("tables left: %v %v", t, err))
-	}
-	if l, err := ourLinks(ctx, n); err != nil || len(l) > 0 {
-		problems = append(problems, fmt.Sprintf("interfaces left: %v %v", l, err))
+	for _, n := range c.nodes() {
+		t, err := ourTables(ctx, n)
+		t = slices.DeleteFunc(t, func(s string) bool { return slices.Contains(c.leftTables(), s) })
+		if err != nil || len(t) > 0 {
+			problems = append(problems, fmt.Sprintf("%s: tables left: %v %v", n.name, t, err))
+		}
+		if l, err := ourLinks(ctx, n); err != nil || len(l) > 0 {
+			problems = append(problems, fmt.Sprintf("%s: interfaces left: %v %v", n.name, l, err))
+		}
 	}
 	var now string
 	err := poll(ctx, 60*time.Second, time.Second, func() (bool, error) {
 		var err error
-		now, err = snapshotKubeProxy(ctx, n)
+		now, err = snapshotKubeProxy(ctx, c)
 		return err == nil && now == before, err
 	})
 	if err != nil {

@@ -12,19 +12,23 @@ import (
 	"github.com/miekg/dns"
 )
 
-// loadResult is what `dnsq load` prints for one server, as one JSON line.
+// loadResult is what `dnsq load` prints for one server and protocol, as one JSON line.
 type loadResult struct {
 	Server  string `json:"server"`
+	Proto   string `json:"proto"` // udp or tcp
 	Sent    int    `json:"sent"`
 	OK      int    `json:"ok"`
 	Failed  int    `json:"failed"`  // no answer within the timeout, or a socket error
 	Bad     int    `json:"bad"`     // an answer, but not NOERROR with an address
 	FirstMs int64  `json:"firstMs"` // first failure, milliseconds after the start (-1: none)
 	LastMs  int64  `json:"lastMs"`  // last failure
+	// Answers counts the good answers by the first A record's address: which upstream resolved a name shows in
+	// it when each upstream answers another address.
+	Answers map[string]int `json:"answers"`
 }
 
-// load sends queries at a steady rate to each server, each from a fresh socket (a new source port, as a stub
-// resolver would), and counts what is lost. The rate is kept by a ticker, not by waiting for answers, so a
+// load sends queries at a steady rate to each server over each protocol, each from a fresh socket (a new source
+// port, as a stub resolver would), and counts what is lost. The rate is kept by a ticker, not by waiting for answers, so a
 // stalled server shows as failures rather than as a slower load.
 func load(args []string) int {
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
@@ -33,9 +37,9 @@ func load(args []string) int {
 	rate := fs.Int("rate", 100, "queries per second per server")
 	duration := fs.Duration("duration", 10*time.Second, "how long to send")
 	timeout := fs.Duration("timeout", time.Second, "how long to wait for each answer")
-	tcp := fs.Bool("tcp", false, "query over TCP")
+	protos := fs.String("proto", "udp", "comma-separated protocols, each a load of its own: udp, tcp")
 	if err := fs.Parse(args); err != nil || *servers == "" || *name == "" || *rate <= 0 {
-		fmt.Fprintln(os.Stderr, "usage: dnsq load -server S[,S2] -name N [-rate R] [-duration D] [-timeout T] [-tcp]")
+		fmt.Fprintln(os.Stderr, "usage: dnsq load -server S[,S2] -name N [-rate R] [-duration D] [-timeout T] [-proto udp,tcp]")
 		return 2
 	}
 	var wg sync.WaitGroup
@@ -46,13 +50,19 @@ func load(args []string) int {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		r := &loadResult{Server: addr, FirstMs: -1, LastMs: -1}
-		results = append(results, r)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			runLoad(r, dns.Fqdn(*name), *rate, *duration, *timeout, *tcp)
-		}()
+		for _, proto := range strings.Split(*protos, ",") {
+			if proto != "udp" && proto != "tcp" {
+				fmt.Fprintf(os.Stderr, "unknown protocol %q\n", proto)
+				return 2
+			}
+			r := &loadResult{Server: addr, Proto: proto, FirstMs: -1, LastMs: -1, Answers: map[string]int{}}
+			results = append(results, r)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				runLoad(r, dns.Fqdn(*name), *rate, *duration, *timeout)
+			}()
+		}
 	}
 	wg.Wait()
 	enc := json.NewEncoder(os.Stdout)
@@ -62,11 +72,8 @@ func load(args []string) int {
 	return 0
 }
 
-func runLoad(r *loadResult, name string, rate int, duration, timeout time.Duration, tcp bool) {
-	c := &dns.Client{Timeout: timeout}
-	if tcp {
-		c.Net = "tcp"
-	}
+func runLoad(r *loadResult, name string, rate int, duration, timeout time.Duration) {
+	c := &dns.Client{Timeout: timeout, Net: r.Proto}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -99,6 +106,12 @@ func runLoad(r *loadResult, name string, rate int, duration, timeout time.Durati
 				r.Bad++
 			default:
 				r.OK++
+				for _, rr := range resp.Answer {
+					if a, ok := rr.(*dns.A); ok {
+						r.Answers[a.A.String()]++
+						break
+					}
+				}
 			}
 		}(now.Sub(start))
 	}

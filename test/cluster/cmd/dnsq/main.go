@@ -2,12 +2,13 @@
 //
 //	dnsq pause                          pod sandbox: block until SIGTERM, reap children (the pause image)
 //	dnsq sleep                          same, as the client pod's main process
-//	dnsq q [-tcp] [-type T] [-server S] NAME
+//	dnsq q [-tcp] [-type T] [-server S] [-sport P] NAME
 //	                                    one query (dig-like), prints the rcode and each answer record
 //	dnsq lookup NAME                    resolve through /etc/resolv.conf as an application would (search, ndots)
 //	dnsq cat FILE                       print a file (the images have no shell)
-//	dnsq load -server S[,S2] -name N -rate R -duration D [-tcp]
+//	dnsq load -server S[,S2] -name N -rate R -duration D [-proto udp,tcp]
 //	                                    steady load, a fresh socket per query; prints a JSON summary per server
+//	                                    and protocol
 //	dnsq serve -addr A -a IP            answer every A question with IP, over UDP and TCP (a stub upstream)
 package main
 

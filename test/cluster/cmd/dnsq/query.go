@@ -14,14 +14,16 @@ import (
 
 // query sends one question and prints "rcode=NAME" then each answer record, one per line, as miekg/dns formats
 // them (the zone-file form dig prints). Three tries, two seconds each: the result is about what answers, not
-// about how fast.
+// about how fast. -sport P sends the tries from source ports P, P+1 and P+2, so a test can find the flows of
+// this query (and only those) in the conntrack table.
 func query(args []string) int {
 	fs := flag.NewFlagSet("q", flag.ContinueOnError)
 	tcp := fs.Bool("tcp", false, "query over TCP")
 	qtype := fs.String("type", "A", "question type (A, AAAA, SRV, PTR, CNAME, TXT)")
 	server := fs.String("server", "", "server address (default: the first nameserver of /etc/resolv.conf)")
-	if err := fs.Parse(args); err != nil || fs.NArg() != 1 {
-		fmt.Fprintln(os.Stderr, "usage: dnsq q [-tcp] [-type T] [-server ADDR] NAME")
+	sport := fs.Int("sport", 0, "source port of the first try (the next tries use the next ports); 0: any")
+	if err := fs.Parse(args); err != nil || fs.NArg() != 1 || *sport < 0 || *sport > 65533 {
+		fmt.Fprintln(os.Stderr, "usage: dnsq q [-tcp] [-type T] [-server ADDR] [-sport PORT] NAME")
 		return 2
 	}
 	addr, err := serverAddr(*server)
@@ -41,7 +43,10 @@ func query(args []string) int {
 		c.Net = "tcp"
 	}
 	var r *dns.Msg
-	for try := 1; try <= 3; try++ {
+	for try := 0; try < 3; try++ {
+		if *sport != 0 {
+			c.Dialer = &net.Dialer{Timeout: c.Timeout, LocalAddr: localAddr(c.Net, *sport+try)}
+		}
 		if r, _, err = c.Exchange(m, addr); err == nil {
 			break
 		}
@@ -55,6 +60,14 @@ func query(args []string) int {
 		fmt.Println(rr.String())
 	}
 	return 0
+}
+
+// localAddr is the wildcard address with port p, for a dialer of network n ("" is UDP, as in miekg/dns).
+func localAddr(n string, p int) net.Addr {
+	if n == "tcp" {
+		return &net.TCPAddr{Port: p}
+	}
+	return &net.UDPAddr{Port: p}
 }
 
 // serverAddr returns host:53 for a bare address and the resolv.conf nameserver when none is given.
