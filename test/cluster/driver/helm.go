@@ -36,7 +36,9 @@ hooks:
     pauseImage: {repository: localhost/cluster/pause, tag: "1"}
 tests:
   image: {repository: localhost/cluster/client, tag: "1"}
-  command: [/dnsq, q, -server, %[1]s, kubernetes.default.svc.%[3]s]
+  # dnsq lookup fails unless the name resolves (dnsq q succeeds on any answer); it asks the pod's nameserver, the
+  # kube-dns ClusterIP, which the cache serves.
+  command: [/dnsq, lookup, kubernetes.default.svc.%[3]s.]
 `, localDNSIP, kubeDNSIP, clusterDomain)
 
 type helmRun struct {
