@@ -120,13 +120,15 @@ func (h *helmRun) uninstall(ctx context.Context, before string) error {
 			problems = append(problems, fmt.Sprintf("%s: tables left: %v %v", n.name, t, err))
 		}
 	}
-	out, err := h.c.kubectl(ctx, "-n", helmNamespace, "get", "jobs,ds,pods,sa,roles,rolebindings,cm,svc",
-		"-l", "app.kubernetes.io/instance="+helmRelease, "-o", "name")
-	if err != nil {
-		return err
-	}
-	if s := strings.TrimSpace(out); s != "" {
-		problems = append(problems, "objects of the release left:\n"+s)
+	// Helm deletes the hook DaemonSet without waiting for its pods (pause, grace period 1 s): they go shortly after.
+	var left string
+	if err := poll(ctx, 60*time.Second, time.Second, func() (bool, error) {
+		out, err := h.c.kubectl(ctx, "-n", helmNamespace, "get", "jobs,ds,pods,sa,roles,rolebindings,cm,svc",
+			"-l", "app.kubernetes.io/instance="+helmRelease, "-o", "name")
+		left = strings.TrimSpace(out)
+		return err == nil && left == "", err
+	}); err != nil {
+		problems = append(problems, fmt.Sprintf("objects of the release left: %v\n%s", err, left))
 	}
 	if len(problems) > 0 {
 		return errors.New(strings.Join(problems, "\n"))
