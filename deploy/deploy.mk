@@ -30,3 +30,14 @@ image:
 	$(IMAGE_GOBUILD) -o $(IMAGE_OUT)/nodelocaldns ./cmd/nodelocaldns
 	go run ./cmd/mkimage -binary $(IMAGE_OUT)/nodelocaldns -arch $(IMAGE_GOARCH) -version $(IMAGE_VERSION) \
 		-created $(IMAGE_EPOCH) -ref $(IMAGE_REF) -o $(IMAGE_TAR)
+
+# helm for the chart's tests (deploy/chart_*_test.go) and test/cluster: built from deploy/helmtool/go.mod into
+# .cache/helm, once per helm and Go version (deploy/build-helm.sh). `make test` builds it first, so CI's cold run
+# builds it once and every later run finds it.
+HELM_CACHE ?= $(CURDIR)/.cache/helm
+
+.PHONY: helm
+helm:
+	@deploy/build-helm.sh $(HELM_CACHE) >/dev/null
+
+test: helm

@@ -18,7 +18,7 @@ import (
 
 // The invariants every rendered variant must hold, one function per concern; TestVariants runs them.
 
-// checkObjects: the standard nodelocaldns.yaml's objects, no more, no fewer.
+// checkObjects: the standard nodelocaldns.yaml's objects, no more, no fewer, plus the agent's metrics Service.
 func checkObjects(t *testing.T, m *manifest) {
 	t.Helper()
 	var got []string
@@ -36,7 +36,8 @@ func checkObjects(t *testing.T, m *manifest) {
 	}
 	sort.Strings(got)
 	want := []string{"ConfigMap kube-system/node-local-dns", "DaemonSet kube-system/node-local-dns",
-		"Service kube-system/kube-dns-upstream", "Service kube-system/node-local-dns", "ServiceAccount kube-system/node-local-dns"}
+		"Service kube-system/kube-dns-upstream", "Service kube-system/node-local-dns", "Service kube-system/node-local-dns-agent",
+		"ServiceAccount kube-system/node-local-dns"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("objects = %q, want %q", got, want)
 	}
@@ -255,9 +256,9 @@ func checkProbes(t *testing.T, c *corev1.Container, port int, host string) {
 }
 
 // checkPorts: no container port is declared (with hostNetwork they would be host ports, and the scheduler would
-// refuse the surge pod of a rollout beside the running one), and the scrape annotations and the metrics Service
-// agree with the Corefile.
-func checkPorts(t *testing.T, m *manifest, c *corev1.Container, _ *options.Options, cf *corefile) {
+// refuse the surge pod of a rollout beside the running one), and the scrape annotations and the metrics Services
+// agree with the Corefile and the agent's -metrics-listen-address.
+func checkPorts(t *testing.T, m *manifest, c *corev1.Container, opts *options.Options, cf *corefile) {
 	t.Helper()
 	if len(c.Ports) != 0 {
 		t.Errorf("container ports = %+v, want none: with hostNetwork they are host ports and block the surge pod", c.Ports)
@@ -275,5 +276,17 @@ func checkPorts(t *testing.T, m *manifest, c *corev1.Container, _ *options.Optio
 	}
 	if svc.Spec.Selector["k8s-app"] != ds.Spec.Template.Labels["k8s-app"] {
 		t.Errorf("metrics Service selects %v, pods are labelled %v", svc.Spec.Selector, ds.Spec.Template.Labels)
+	}
+	// The agent's own /metrics (-metrics-listen-address) has a headless Service and annotations of its own.
+	_, agentPort, err := net.SplitHostPort(opts.MetricsListenAddress)
+	if err != nil {
+		t.Fatalf("-metrics-listen-address %q: %v", opts.MetricsListenAddress, err)
+	}
+	agent := m.services["kube-system/node-local-dns-agent"]
+	if agent == nil || agent.Spec.ClusterIP != corev1.ClusterIPNone || len(agent.Spec.Ports) != 1 ||
+		strconv.Itoa(int(agent.Spec.Ports[0].Port)) != agentPort || agent.Spec.Ports[0].TargetPort.String() != agentPort ||
+		agent.Annotations["prometheus.io/port"] != agentPort || agent.Annotations["prometheus.io/scrape"] != "true" ||
+		agent.Spec.Selector["k8s-app"] != ds.Spec.Template.Labels["k8s-app"] {
+		t.Errorf("agent metrics Service = %+v, want headless on the -metrics-listen-address port %s, annotated for scraping, selecting the pods", agent, agentPort)
 	}
 }

@@ -66,10 +66,12 @@ func suite(ctx context.Context, c *cluster, r *results) {
 	if text != "" {
 		r.check("standard: delete leaves nothing of ours"+leftNote(c), "", deleteStandard(ctx, c, text, before))
 	}
-	// Last: the one command that removes the fallback (the next mode starts on a fresh cluster anyway).
+	// The one command that removes the fallback (the next mode starts on a fresh cluster anyway).
 	fallbackCase(c, r, "nodelocaldns -teardown removes the fallback table on both nodes", func() error {
 		return teardownRemovesFallback(ctx, c, before)
 	})
+	// The Helm chart, on nodes where nothing of ours is left (helmcases.go).
+	helmCases(ctx, c, r, before)
 }
 
 // leftNote names what the "leaves nothing" cases allow to stay.
