@@ -14,7 +14,7 @@ import (
 )
 
 // The link-local fallback (internal/nft/fallback.go): a table no instance owns, which sends queries to the
-// local IPs to kube-dns-upstream while nobody listens on them, so that a crash, a pod delete or a drain is no
+// local IPs to kube-dns-upstream while no instance takes them, so that a crash, a pod delete or a drain is no
 // DNS outage for clients of the link-local address. Every instance keeps it in place for the union of the live
 // instances' addresses: they all build the same table from the same union, so two instances never fight over
 // it (each one's write is the other's no-op). Leaving keeps it: it is exactly what must stay when no instance

@@ -1,8 +1,9 @@
 // Package supervisor owns the agent's lifecycle: the ordered start-up, the event-driven reconcile of the
 // interface, ConfigMap reloads, readiness, and the deadline-bounded shutdown.
 //
-// Start-up: validate -> render the Corefile -> register our owned nftables table (sets only) -> interface
-// carries the union of every live instance's addresses -> CoreDNS listening -> our chains (serving) -> ready.
+// Start-up: validate -> render the Corefile -> register our owned nftables table (sets and mark-output) ->
+// the link-local fallback and the interface cover the union of every live instance's addresses -> CoreDNS
+// listening -> our chains (serving) -> ready.
 // The interface comes before CoreDNS because `bind` needs the listen addresses to exist; the chains come last
 // and are gated on a live listener anyway. Shutdown, for every signal that ends the process: delete our table
 // (ClusterIP traffic falls back to kube-dns through kube-proxy), then remove the interface if no other
@@ -12,7 +13,8 @@
 //
 // One job per file: supervisor.go wires the parts and startup.go holds Run's phases in order; node.go is the
 // instance state machine over kernel.go's handles; render.go makes the Corefile, reload.go reloads it;
-// reconcile.go repairs the interface on runner.go's bounded-frequency runner, damped by damping.go; foreign.go
+// reconcile.go repairs the interface and the link-local fallback (fallback.go) on runner.go's
+// bounded-frequency runner, damped by damping.go; foreign.go
 // reports other tables' drops; health.go answers /health and /ready; listeners.go checks CoreDNS bound our
 // addresses; shutdown.go stops everything by its deadline; teardown.go is `-teardown`; background.go runs the
 // metrics endpoint and the background actors; detach.go hands the listeners over.
