@@ -49,8 +49,11 @@ kill -USR1 "$(cat "$work/dnsmasq.pid")" 2>/dev/null || true
 curl -s 127.0.0.1:9253/metrics | grep -E '^coredns_cache_(hits|misses)_total' | sed 's/^/  /'
 
 say "nft list table inet nodelocaldns (programmed over netlink in one transaction)"
-nft list table inet nodelocaldns | sed 's/^/  /' | head -24
+# awk reads the whole listing: `head` would close the pipe early and fail the script under pipefail.
+nft list table inet nodelocaldns | awk 'NR <= 24 { print "  " $0 }'
 echo "  ..."
+say "nft list tables (the link-local fallback outlives the agent)"
+nft list tables | sed 's/^/  /'
 say "interface"
 ip -br addr show nodelocaldns | sed 's/^/  /'
 say "health and readiness on 169.254.20.10:8080"
