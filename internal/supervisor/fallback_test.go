@@ -19,11 +19,14 @@ import (
 type fakeFallbackTable struct {
 	listing string
 	writes  int
-	stopped bool // StopFallback ran: the next DeleteFallback must follow
+	stopped bool // StopFallback ran since the table was last written
+	// deletedLive counts deletions of a table still redirecting: the queries it redirected last lose their
+	// replies' rewrite (removeFallback must stop it first).
+	deletedLive int
 }
 
 func (k *fakeFallbackTable) ApplyFallback(f *nft.Fallback) error {
-	k.listing = f.String()
+	k.listing, k.stopped = f.String(), false
 	k.writes++
 	return nil
 }
@@ -43,6 +46,10 @@ func (k *fakeFallbackTable) StopFallback() (bool, error) {
 
 func (k *fakeFallbackTable) DeleteFallback() (bool, error) {
 	had := k.listing != ""
+	if had && !k.stopped {
+		k.deletedLive++
+	}
+	k.stopped = false
 	if had {
 		k.writes++
 	}
@@ -133,8 +140,9 @@ func TestFallbackDisabled(t *testing.T) {
 	}
 	k := &fakeFallbackTable{listing: "table inet nodelocaldns-fallback {...}"}
 	f, _ := newTestFallback(t, k, false, "10.96.0.11")
-	if changed, err := f.ensure(addrs("169.254.20.10")); err != nil || changed == "" || k.listing != "" {
-		t.Fatalf("-linklocal-fallback=false: ensure = %q, %v, table %q; want the table deleted", changed, err, k.listing)
+	if changed, err := f.ensure(addrs("169.254.20.10")); err != nil || changed == "" || k.listing != "" || k.deletedLive != 0 {
+		t.Fatalf("-linklocal-fallback=false: ensure = %q, %v, table %q, %d deleted while redirecting; want the table stopped, then deleted",
+			changed, err, k.listing, k.deletedLive)
 	}
 	k.listing = "re-created by an instance of another configuration"
 	if _, err := f.ensure(addrs("169.254.20.10")); err != nil || k.listing == "" {

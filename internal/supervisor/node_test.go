@@ -362,8 +362,9 @@ func TestTeardownReportsTheInterfaceItCouldNotRemove(t *testing.T) {
 		t.Fatal("the fake removed the interface it refused to remove")
 	}
 	k.removeErr = nil
-	if err := teardown(td(), fb); err != nil || k.link || fb.listing != "" {
-		t.Fatalf("teardown = %v with link %v and fallback %q; want both removed", err, k.link, fb.listing)
+	if err := teardown(td(), fb); err != nil || k.link || fb.listing != "" || fb.deletedLive != 0 {
+		t.Fatalf("teardown = %v with link %v, fallback %q, %d deleted while redirecting; want both removed, the fallback stopped first",
+			err, k.link, fb.listing, fb.deletedLive)
 	}
 }
 
