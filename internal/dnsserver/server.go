@@ -48,7 +48,9 @@ type Server struct {
 	ready  atomic.Pointer[func() error]
 	live   atomic.Pointer[func(context.Context) error]
 	onLoop atomic.Pointer[func(*LoopError)]
-	gen    int // configurations started so far: 1 after Start, +1 per successful Reload
+	// listening is called once Start's listeners are bound, before the loop probes go (OnListening).
+	listening func() error
+	gen       int // configurations started so far: 1 after Start, +1 per successful Reload
 
 	loopChecks []chan struct{} // the running configuration's loop probes (loop.go)
 }
@@ -56,6 +58,16 @@ type Server struct {
 // OnLoop sets what is called (once per configuration, from a DNS handler goroutine: it must not block on the
 // server) when the `loop` directive finds a forwarding loop. Without it the loop is only logged.
 func (s *Server) OnLoop(f func(*LoopError)) { s.onLoop.Store(&f) }
+
+// OnListening sets what Start calls once CoreDNS's listeners are bound and before the `loop` directive's probes
+// go: the agent makes the node's own queries to its addresses come to it there (nft.Listening), so that the
+// probes reach the server they test. An error stops the configuration just started and fails Start. Set it
+// before Start.
+func (s *Server) OnListening(f func() error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.listening = f
+}
 
 // Generation is the number of configurations started so far (1 after Start).
 func (s *Server) Generation() int {
@@ -126,6 +138,12 @@ func (s *Server) Start(corefile []byte, path string) error {
 	inst, err := caddy.Start(s.input(corefile))
 	if err != nil {
 		return fmt.Errorf("start coredns from %s: %w", path, err)
+	}
+	if s.listening != nil {
+		if err := s.listening(); err != nil {
+			inst.ShutdownCallbacks()
+			return errors.Join(err, inst.Stop())
+		}
 	}
 	s.inst, s.corefile = inst, corefile
 	s.gen++

@@ -9,7 +9,8 @@
 // The desired table is a pure value: [Build] turns a [Spec] (listen IPs, DNS port, health port) into a
 // [Ruleset], which prints as nft syntax ([Ruleset.Text]) and is programmed by [Conn.Apply] in one netlink
 // batch (remove the contents, add the new ones, one commit), so packets see the old table or the new one, never
-// a gap. [Registration] is the first step of an instance: the sets and the mark-output chain. Nothing reads
+// a gap. [Registration] is the first step of an instance: the sets only; [Listening] adds the mark-output chain once
+// its listeners are bound. Nothing reads
 // the table back to compare: it is owned, so nobody else can change it. The fallback table is not owned, so
 // [Conn.FallbackInSync] reads it back. [Conn.Teardown] deletes it in one call over the
 // owning socket.
@@ -27,8 +28,8 @@
 //	output         0 filter-output    accept   replies from the local IPs, DNS port
 //
 // Two more chains mark the queries an instance takes ([VerdictMarkTaken]), for the link-local fallback:
-// mark-prerouting (-302, gated as the notrack is) and mark-output (-300, the only chain a registering table
-// has). The fallback is a second, unowned table, `inet nodelocaldns-fallback` ([BuildFallback],
+// mark-prerouting (-302, gated as the notrack is) and mark-output (-300, the only chain a starting instance has
+// once its listeners are bound). The fallback is a second, unowned table, `inet nodelocaldns-fallback` ([BuildFallback],
 // [Conn.ApplyFallback]); it sits at -301 in prerouting and -250 in output, and sends every query to a local IP
 // that no instance took to the kube-dns-upstream ClusterIP. fallback.go draws its chains and says why.
 //

@@ -24,8 +24,8 @@ import (
 //	prerouting  -301 pod-prerouting   unless taken: mark it with the address's index, rewrite daddr to upstream
 //	prerouting  -150 pod-mark         copy the mark into the connection's ct mark, clear it on the packet
 //	postrouting  101 pod-reply        replies of marked connections from upstream: saddr back to the address
-//	output      -300 (instance tables' mark-output: every registered instance marks host-network queries
-//	                 to its addresses taken)
+//	output      -300 (instance tables' mark-output: every instance whose listeners are bound marks
+//	                 host-network queries to its addresses taken)
 //	output      -250 host-output      (type route) unless taken: the same rewrite
 //	output      -150 host-mark        as pod-mark
 //	postrouting  100 host-masquerade  (type nat) the host's source is the local address itself, which every

@@ -177,7 +177,13 @@ func TestFallbackTraffic(t *testing.T) {
 	if err := c.Apply(Registration(spec)); err != nil {
 		t.Fatalf("Apply: %v", err)
 	}
+	// Registered, CoreDNS not bound yet (a restart after SIGKILL spends its start-up here): nothing local could
+	// answer, so everyone's queries go to kube-dns.
+	expect("instance registered, not listening", kubeDNSAnswer, kubeDNSAnswer)
 	stop := startDNS(t, linkLocalIP, localAnswer)
+	if err := c.Apply(Listening(spec)); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
 	// A starting instance (registered, listening, not serving yet) gets its own and the node's queries (its
 	// `loop` probes must reach it), not the pods' (its configuration is not checked yet).
 	expect("instance registered, listening", kubeDNSAnswer, localAnswer)

@@ -101,7 +101,8 @@ func (c *Conn) Instances() ([]Instance, error) {
 	}
 	withChains := map[string]bool{}
 	for _, ch := range chains {
-		// mark-output is there from registration on; every other chain only once the instance serves.
+		// mark-output is there once the listeners are bound ([Listening]); every other chain only once the
+		// instance serves.
 		if ch.Table != nil && ch.Table.Family == nftables.TableFamilyINet && ch.Name != ChainMarkOutput {
 			withChains[ch.Table.Name] = true
 		}

@@ -111,7 +111,7 @@ const (
 // Build computes the desired table from s. It is pure and deterministic: IPs are deduplicated and sorted, and
 // the rules do not depend on the IPs at all (they match the sets). s should have passed [Spec.Validate].
 func Build(s Spec) *Ruleset {
-	r := Registration(s)
+	r := Listening(s)
 	if s.NoInterception {
 		r.Chains = []Chain{{Name: ChainServing}}
 		return r
@@ -128,7 +128,7 @@ func Build(s Spec) *Ruleset {
 	}
 	r.Chains = []Chain{
 		{Name: ChainMarkPrerouting, Hook: HookPrerouting, Priority: priorityMark, Rules: taken},
-		r.Chains[0], // mark-output, from Registration
+		r.Chains[0], // mark-output, from Listening
 		{Name: ChainRawPrerouting, Hook: HookPrerouting, Priority: priorityRaw, Rules: queries},
 		// node-cache numbers these 5-12: replies first, then host-network clients, then the liveness probe.
 		{Name: ChainRawOutput, Hook: HookOutput, Priority: priorityRaw, Rules: perFamily(
@@ -148,7 +148,7 @@ func Build(s Spec) *Ruleset {
 }
 
 // Registration is the table an instance creates first: its sets (which addresses it needs on the shared
-// interface) and only the alive-output chain, which marks and steers nothing yet ("registered, starting").
+// interface) and no chain, so it marks and steers nothing yet ("registered, starting").
 func Registration(s Spec) *Ruleset {
 	var v4, v6 []netip.Addr
 	for _, ip := range s.LocalIPs {
@@ -158,15 +158,22 @@ func Registration(s Spec) *Ruleset {
 			v6 = append(v6, ip)
 		}
 	}
-	r := &Ruleset{Sets: []Set{
+	return &Ruleset{Sets: []Set{
 		{Name: SetLocal4, Elements: sortedUnique(v4)},
 		{Name: SetLocal6, IPv6: true, Elements: sortedUnique(v6)},
 	}}
+}
+
+// Listening is the table of an instance whose listeners are bound and which does not serve yet: the
+// registration's sets and the mark-output chain. The fallback (fallback.go) leaves host-network clients'
+// queries to the local listener only while this mark is set: its output rewrite cannot be gated on a listener
+// (in output, the socket expression sees the sender's socket), so the mark stands for one, set by a live
+// instance's table (which goes with the table) and only once that instance has bound its listeners. Earlier,
+// a restarting agent's queries would be refused for as long as CoreDNS took to bind; later, its own queries to
+// a local IP (the `loop` directive's probes) would go to kube-dns until it serves.
+func Listening(s Spec) *Ruleset {
+	r := Registration(s)
 	if !s.NoInterception {
-		// From registration on, the fallback (fallback.go) leaves host-network clients' queries to the local
-		// listener: its output rewrite cannot be gated on a listener, so it is gated on this mark, which only a
-		// live instance's table sets (and which goes with the table). Without it the agent's own queries to
-		// a local IP (the `loop` directive's probes) would go to kube-dns until it serves.
 		r.Chains = []Chain{{Name: ChainMarkOutput, Hook: HookOutput, Priority: priorityRaw, Rules: perFamily(
 			rule(DirTo, s.DNSPort, VerdictMarkTaken, CommentTaken, purposeHostQueries, ProtoTCP, ProtoUDP),
 		)}}

@@ -92,6 +92,21 @@ func (n *node) register() error {
 	return nil
 }
 
+// listen adds mark-output to our table ([nft.Listening]): CoreDNS's listeners are bound, so the node's own
+// queries to our addresses come to us from now on instead of going to kube-dns.
+func (n *node) listen() error {
+	if s := n.current(); s != stateRegistering {
+		return fmt.Errorf("instance %s cannot start listening: %w", s, errTransition)
+	}
+	if n.reg == nil {
+		return nil
+	}
+	if err := n.reg.Apply(nft.Listening(n.spec)); err != nil {
+		return fmt.Errorf("mark host-network queries taken: %w", err)
+	}
+	return nil
+}
+
 // ensureLink makes the interface carry the union of the addresses every live instance needs (see carry).
 func (n *node) ensureLink() ([]string, error) {
 	if n.links == nil {

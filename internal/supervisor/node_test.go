@@ -153,13 +153,16 @@ func newInstance(t *testing.T, k *fakeKernel, ips ...string) (*node, *fakeReg) {
 		spec: nft.Spec{LocalIPs: addrs(ips...), DNSPort: 53, HealthPort: 8080}}, reg
 }
 
-// start runs an instance's start-up as the supervisor does: register, interface, (CoreDNS), serve.
+// start runs an instance's start-up as the supervisor does: register, interface, (CoreDNS), listen, serve.
 func start(t *testing.T, n *node) {
 	t.Helper()
 	if err := n.register(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := n.ensureLink(); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.listen(); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.serve(); err != nil {
@@ -331,9 +334,15 @@ func TestNodeRefusesOperationsOutOfOrder(t *testing.T) {
 	if err := a.serve(); !errors.Is(err, errTransition) || len(k.tables) != 0 {
 		t.Fatalf("serve before register = %v with %d tables; want refused, no table", err, len(k.tables))
 	}
+	if err := a.listen(); !errors.Is(err, errTransition) || len(k.tables) != 0 {
+		t.Fatalf("listen before register = %v with %d tables; want refused, no table", err, len(k.tables))
+	}
 	start(t, a)
 	if err := a.register(); !errors.Is(err, errTransition) {
 		t.Errorf("register while serving = %v, want refused", err)
+	}
+	if err := a.listen(); !errors.Is(err, errTransition) {
+		t.Errorf("listen while serving = %v, want refused", err)
 	}
 	leave(t, a, false)
 	if _, err := a.leave(false, 0); !errors.Is(err, errTransition) {

@@ -111,6 +111,7 @@ func (s *Supervisor) startCoreDNS(cf []byte) error {
 	dns.SetReadiness(h.readiness)
 	dns.SetLiveness(h.liveness)
 	dns.OnLoop(s.reload.onLoop)
+	dns.OnListening(s.node.listen)
 	if err := dns.Start(cf, s.opts.Corefile); err != nil {
 		return err
 	}

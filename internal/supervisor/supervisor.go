@@ -1,9 +1,10 @@
 // Package supervisor owns the agent's lifecycle: the ordered start-up, the event-driven reconcile of the
 // interface, ConfigMap reloads, readiness, and the deadline-bounded shutdown.
 //
-// Start-up: validate -> render the Corefile -> register our owned nftables table (sets and mark-output) ->
+// Start-up: validate -> render the Corefile -> register our owned nftables table (sets only) ->
 // the link-local fallback and the interface cover the union of every live instance's addresses -> CoreDNS
-// listening -> our chains (serving) -> ready.
+// listening -> mark-output (host-network queries come to us; the loop probes go) -> our chains (serving) ->
+// ready.
 // The interface comes before CoreDNS because `bind` needs the listen addresses to exist; the chains come last
 // and are gated on a live listener anyway. Shutdown, for every signal that ends the process: delete our table
 // (ClusterIP traffic falls back to kube-dns through kube-proxy), then remove the interface if no other
