@@ -72,7 +72,7 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 func (c *Cache) fetch(ctx context.Context, w dns.ResponseWriter, state request.Request, server string, do, cd, ad bool) (int, error) {
 	st := authenticated(state)
 	crr := &ResponseWriter{ResponseWriter: w, Cache: c, state: st, server: server, do: do, ad: ad, cd: cd,
-		wildcard: wildcardFunc(ctx)}
+		wildcard: wildcardFunc(ctx), pexcept: c.pexcept, nexcept: c.nexcept}
 	ret, err := c.next(ctx, st, crr)
 	if err != nil && ret == dns.RcodeServerFailure && ctx.Err() == nil && crr.lastResponse == nil && c.failttl > 0 {
 		crr.cacheServerFailure(st.Req)
