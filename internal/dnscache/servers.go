@@ -3,6 +3,7 @@ package dnscache
 import (
 	"maps"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -21,6 +22,7 @@ type Servers struct {
 	mu       sync.Mutex
 	expected map[string]bool              // "host:port" of every plain-DNS listener a cache's block has
 	got      map[string]*dnsserver.Server // by "host:port"
+	caches   map[string][]*Cache          // the caches of the blocks on each "host:port"
 	changed  chan struct{}                // closed and replaced on each announcement
 }
 
@@ -36,18 +38,21 @@ func ServersOf(inst *caddy.Instance) *Servers {
 
 // announce makes cfg's plain-DNS UDP servers announce themselves in the instance's Servers. A block where
 // another plugin installed a decorator keeps it (and the fast path does not serve its listener).
-func announce(c *caddy.Controller, cfg *dnsserver.Config) {
+func announce(c *caddy.Controller, cfg *dnsserver.Config, ca *Cache) {
 	if cfg.Transport != "dns" || cfg.UDPDecorateWriterFunc != nil {
 		return
 	}
 	s, _ := c.Get(serversKey{}).(*Servers)
 	if s == nil {
-		s = &Servers{expected: map[string]bool{}, got: map[string]*dnsserver.Server{}, changed: make(chan struct{})}
+		s = &Servers{expected: map[string]bool{}, got: map[string]*dnsserver.Server{}, caches: map[string][]*Cache{},
+			changed: make(chan struct{})}
 		c.Set(serversKey{}, s)
 	}
 	s.mu.Lock()
 	for _, h := range cfg.ListenHosts {
-		s.expected[net.JoinHostPort(h, cfg.Port)] = true
+		a := net.JoinHostPort(h, cfg.Port)
+		s.expected[a] = true
+		s.caches[a] = append(s.caches[a], ca)
 	}
 	s.mu.Unlock()
 	cfg.UDPDecorateWriterFunc = func(srv *dnsserver.Server) dns.DecorateWriter {
@@ -91,4 +96,11 @@ func (s *Servers) snapshot() (map[string]*dnsserver.Server, bool, chan struct{})
 		complete = complete && s.got[a] != nil
 	}
 	return maps.Clone(s.got), complete, s.changed
+}
+
+// Caches are the caches of the blocks served on addr ("host:port").
+func (s *Servers) Caches(addr string) []*Cache {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.caches[addr])
 }

@@ -30,7 +30,7 @@ func Setup(c *caddy.Controller) error {
 		}
 		return nil
 	})
-	announce(c, cfg)
+	announce(c, cfg, ca)
 	cfg.AddPlugin(func(next plugin.Handler) plugin.Handler {
 		ca.Next = next
 		return ca

@@ -26,5 +26,5 @@ func (p *Path) Stored(addr netip.AddrPort) int {
 	return -1
 }
 
-// CacheKey is the cache plugin's key for a question.
-var CacheKey = cacheKey
+// EntryBytes is the worst case of one stored answer.
+const EntryBytes = EntryWorstCaseBytes

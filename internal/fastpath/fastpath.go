@@ -21,6 +21,7 @@
 package fastpath
 
 import (
+	"errors"
 	"net/netip"
 	"runtime"
 	"strings"
@@ -66,18 +67,29 @@ func (p *Path) Sync(inst *caddy.Instance) {
 			log.Info("fast path steps aside", zap.String("reason", cl.reason))
 			continue
 		}
-		v, reason := newView(cl.srv)
+		v, reason := newView(cl)
 		if reason != "" {
 			log.Info("fast path steps aside", zap.String("reason", reason))
 			continue
 		}
-		keep[cl.addr] = true
-		if l := p.listeners[cl.addr]; l != nil {
-			l.update(v, cl.conn)
+		core, err := coreSockets(cl.addr, p.ownCookies())
+		if err == nil && len(core) == 0 {
+			err = errors.New("coredns's udp socket not found")
+		}
+		if err != nil {
+			log.Warn("fast path steps aside", zap.Error(err))
 			continue
 		}
-		l, err := openListener(log, cl.addr, cl.conn, v, socketsPerAddr())
+		keep[cl.addr] = true
+		if l := p.listeners[cl.addr]; l != nil {
+			l.update(v, core)
+			continue
+		}
+		l, err := openListener(log, cl.addr, core, v, socketsPerAddr())
 		if err != nil {
+			for _, c := range core {
+				c.Close()
+			}
 			log.Warn("fast path steps aside", zap.Error(err))
 			delete(keep, cl.addr)
 			continue
@@ -91,6 +103,17 @@ func (p *Path) Sync(inst *caddy.Instance) {
 			delete(p.listeners, addr)
 		}
 	}
+}
+
+// ownCookies are the SO_COOKIEs of the fast path's own sockets; p.mu held.
+func (p *Path) ownCookies() map[uint64]bool {
+	own := map[uint64]bool{}
+	for _, l := range p.listeners {
+		for _, c := range l.conns {
+			own[connCookie(c)] = true
+		}
+	}
+	return own
 }
 
 // Close gives every listener back to CoreDNS (unless a handover detached them) and closes the fast path's
