@@ -41,7 +41,12 @@ func startUpstream(t *testing.T) *upstream {
 	}
 	u := &upstream{addr: pc.LocalAddr().String(), seen: map[string]int{}}
 	u.ttl.Store(300)
-	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+	// TCP too, on the same port: the cache's prefetches and background refreshes ask over TCP.
+	ln, err := net.Listen("tcp", u.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	handler := dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
 		u.mu.Lock()
 		u.seen[strings.ToLower(r.Question[0].Name)]++
 		u.mu.Unlock()
@@ -50,9 +55,12 @@ func startUpstream(t *testing.T) *upstream {
 		m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: r.Question[0].Name, Rrtype: dns.TypeA,
 			Class: dns.ClassINET, Ttl: u.ttl.Load()}, A: net.IPv4(192, 0, 2, 1)})
 		w.WriteMsg(m)
-	})}
+	})
+	srv := &dns.Server{PacketConn: pc, Handler: handler}
+	tsrv := &dns.Server{Listener: ln, Handler: handler}
 	go srv.ActivateAndServe()
-	t.Cleanup(func() { srv.Shutdown() })
+	go tsrv.ActivateAndServe()
+	t.Cleanup(func() { srv.Shutdown(); tsrv.Shutdown() })
 	return u
 }
 
