@@ -9,15 +9,17 @@
 // miekg/dns server that reads from an in-memory PacketConn (miss.go) and calls CoreDNS's Server.ServeDNS exactly
 // as CoreDNS's own UDP server does: the same accept function, FORMERR handling, context and plugin chain.
 //
-// What a hit is. When CoreDNS answers a query from an item of its cache plugin, the fast path keeps the packed
-// answer, keyed by the query's bytes apart from the ID (so the name's case, the type and class, the header bits
-// RD/CD/AD, EDNS presence, buffer size, DO and options all select their own answer, as they select CoreDNS's
-// scrubbing and packing). A later identical query is answered with a copy: its ID, the TTLs lowered by the age,
-// as long as the very same item is still in the cache plugin's cache (eviction and replacement are CoreDNS's own)
-// and its TTL has not run out (never later than the cache plugin would expire it). Server blocks with prefetch,
-// serve_stale or keepttl, or with a plugin before cache that answers or counts per query (log, dnstap, acl,
-// loadbalance, rewrite, view, metadata, ...), are left to CoreDNS. The metrics CoreDNS's prometheus and cache
-// plugins record for a cache hit are recorded for each fast-path answer, with the same labels (metrics.go).
+// What a hit is. When our cache (internal/dnscache, the `cache` directive in our build) answers a query from a
+// fresh entry, it reports the entry (dnscache.WithReport) and the fast path keeps the packed answer, keyed by the
+// query's bytes apart from the ID (so the name's case, the type and class, the header bits RD/CD/AD, EDNS
+// presence, buffer size, DO and options all select their own answer, as they select CoreDNS's scrubbing and
+// packing). A later identical query is answered with a copy, its ID and the entry's TTL now, for as long as
+// dnscache.Hit.Serve says the cache would do nothing else: the same entry, fresh, not due for a prefetch.
+// Other hits (a prefetch due, a stale entry) go through CoreDNS's chain, where the cache answers and refreshes,
+// so blocks with prefetch and serve_stale are served too. Blocks with a plugin before cache that answers or
+// counts per query (log, dnstap, acl, loadbalance, rewrite, view, metadata, ...) are left to CoreDNS. The metrics
+// CoreDNS's prometheus and cache plugins record for a cache hit are recorded for each fast-path answer, with the
+// same labels (metrics.go). CoreDNS is read only through public API (core.go).
 package fastpath
 
 import (
