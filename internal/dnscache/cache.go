@@ -87,9 +87,6 @@ func (c *Cache) build() {
 	c.pcache, c.ncache = cache.New[*Entry](c.pcap), cache.New[*Entry](c.ncap)
 }
 
-// SetClock replaces the cache's clock (time.Now): tests step it instead of sleeping.
-func (c *Cache) SetClock(now func() time.Time) { c.now = now }
-
 // Name implements plugin.Handler.
 func (c *Cache) Name() string { return "cache" }
 

@@ -145,7 +145,7 @@ type scenario struct {
 	steps           []step
 }
 
-// ours is the setup under test; a test that breaks it on purpose swaps it.
+// ours is the setup under test.
 var ours caddy.SetupFunc = dnscache.Setup
 
 func runScenario(t *testing.T, sc scenario) {

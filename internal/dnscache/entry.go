@@ -21,7 +21,10 @@ const MaxMsgBytes = 8192
 // the question name, the struct and its map slot in the cache's shard) and, under serve_stale_policy
 // prefer_positive, the last-known-good answer it keeps beside it. Multiply by a block's success and denial
 // capacities for the block's worst case.
-const EntryWorstCaseBytes = 2 * (MaxMsgBytes + 255 + entryOverheadBytes)
+const EntryWorstCaseBytes = 2 * (MaxMsgBytes + maxNameBytes + entryOverheadBytes)
+
+// maxNameBytes is the longest domain name (RFC 1035 section 2.3.4), the question's copy an entry keeps.
+const maxNameBytes = 255
 
 // entryOverheadBytes over-approximates an Entry's fixed part: the struct (about 200 bytes), the wildcard
 // name's header, and the shard map's slot and bucket share (about 50 bytes).
