@@ -90,7 +90,7 @@ type side struct {
 	srv *dnsserver.Server
 }
 
-func build(t *testing.T, setup caddy.SetupFunc, directive, server string, script map[string]string) *side {
+func build(t testing.TB, setup caddy.SetupFunc, directive, server string, script map[string]string) *side {
 	t.Helper()
 	c := caddy.NewTestController("dns", directive)
 	c.ServerBlockKeys = []string{"."} // a root block: a cache without zones caches nothing
