@@ -2,10 +2,14 @@ package fastpath_test
 
 import (
 	"context"
+	"go/parser"
+	"go/token"
+	"io/fs"
 	"net"
 	"os"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -101,3 +105,36 @@ func (w *recorder) Hijack()                   {}
 const announceTimeout = 2 * time.Second
 
 func nopLogger() *zap.Logger { return zap.NewNop() }
+
+// Neither the fast path nor our cache reads another project's memory (the reflect-and-unsafe reading of
+// CoreDNS's and caddy's fields this replaced broke silently on upgrades): no reflect at all, and unsafe only in
+// a file that does not import CoreDNS or caddy (a raw syscall's buffer is not another project's memory).
+func TestNoReflectionIntoCoreDNS(t *testing.T) {
+	for _, dir := range []string{".", "../dnscache"} {
+		pkgs, err := parser.ParseDir(token.NewFileSet(), dir, func(fi fs.FileInfo) bool {
+			return !strings.HasSuffix(fi.Name(), "_test.go")
+		}, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pkgs {
+			for name, f := range p.Files {
+				unsafe, foreign := false, false
+				for _, imp := range f.Imports {
+					path := strings.Trim(imp.Path.Value, `"`)
+					switch {
+					case path == "reflect":
+						t.Errorf("%s imports reflect", name)
+					case path == "unsafe":
+						unsafe = true
+					case strings.HasPrefix(path, "github.com/coredns/"):
+						foreign = true
+					}
+				}
+				if unsafe && foreign {
+					t.Errorf("%s imports unsafe beside CoreDNS or caddy", name)
+				}
+			}
+		}
+	}
+}
