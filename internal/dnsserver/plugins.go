@@ -9,13 +9,15 @@ import (
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/dnscache"
+
 	// The compiled-in plugins: node-cache's set (kubernetes-sigs/node-local-dns), plus ready. This import list
 	// is the one place they are named; Plugins and Directives read what these packages registered. reload,
 	// health and loop are ours (reload.go, health.go, loop.go): the upstream ones misbehave when CoreDNS is
-	// embedded and reloaded in-process, and upstream's loop exits the process.
+	// embedded and reloaded in-process, and upstream's loop exits the process. cache is ours too
+	// (internal/dnscache, CoreDNS's cache with bounded entries and an API the fast path answers from).
 	_ "github.com/coredns/coredns/plugin/bind"
 	_ "github.com/coredns/coredns/plugin/bufsize"
-	_ "github.com/coredns/coredns/plugin/cache"
 	_ "github.com/coredns/coredns/plugin/debug"
 	_ "github.com/coredns/coredns/plugin/dns64"
 	_ "github.com/coredns/coredns/plugin/dnstap"
@@ -43,6 +45,7 @@ var register = sync.OnceFunc(func() {
 	plugin.Register("reload", setupReload)
 	plugin.Register("health", setupHealth)
 	plugin.Register("loop", setupLoop)
+	plugin.Register("cache", dnscache.Setup)
 	compiled := registered()
 	dnsserver.Directives = slices.DeleteFunc(slices.Clone(dnsserver.Directives), func(d string) bool {
 		return !slices.Contains(compiled, d)

@@ -26,5 +26,19 @@ func (p *Path) Stored(addr netip.AddrPort) int {
 	return -1
 }
 
-// CacheKey is the cache plugin's key for a question.
-var CacheKey = cacheKey
+// EntryBytes is the worst case of one stored answer.
+const EntryBytes = EntryWorstCaseBytes
+
+// Series is how many label sets the listener on addr counts its answers into.
+func (p *Path) Series(addr netip.AddrPort) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l := p.listeners[addr]
+	if l == nil {
+		return -1
+	}
+	ss := l.view.Load().series
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return len(ss.m)
+}

@@ -9,18 +9,21 @@
 // miekg/dns server that reads from an in-memory PacketConn (miss.go) and calls CoreDNS's Server.ServeDNS exactly
 // as CoreDNS's own UDP server does: the same accept function, FORMERR handling, context and plugin chain.
 //
-// What a hit is. When CoreDNS answers a query from an item of its cache plugin, the fast path keeps the packed
-// answer, keyed by the query's bytes apart from the ID (so the name's case, the type and class, the header bits
-// RD/CD/AD, EDNS presence, buffer size, DO and options all select their own answer, as they select CoreDNS's
-// scrubbing and packing). A later identical query is answered with a copy: its ID, the TTLs lowered by the age,
-// as long as the very same item is still in the cache plugin's cache (eviction and replacement are CoreDNS's own)
-// and its TTL has not run out (never later than the cache plugin would expire it). Server blocks with prefetch,
-// serve_stale or keepttl, or with a plugin before cache that answers or counts per query (log, dnstap, acl,
-// loadbalance, rewrite, view, metadata, ...), are left to CoreDNS. The metrics CoreDNS's prometheus and cache
-// plugins record for a cache hit are recorded for each fast-path answer, with the same labels (metrics.go).
+// What a hit is. When our cache (internal/dnscache, the `cache` directive in our build) answers a query from a
+// fresh entry, it reports the entry (dnscache.WithReport) and the fast path keeps the packed answer, keyed by the
+// query's bytes apart from the ID (so the name's case, the type and class, the header bits RD/CD/AD, EDNS
+// presence, buffer size, DO and options all select their own answer, as they select CoreDNS's scrubbing and
+// packing). A later identical query is answered with a copy, its ID and the entry's TTL now, for as long as
+// dnscache.Hit.Serve says the cache would do nothing else: the same entry, fresh, not due for a prefetch.
+// Other hits (a prefetch due, a stale entry) go through CoreDNS's chain, where the cache answers and refreshes,
+// so blocks with prefetch and serve_stale are served too. Blocks with a plugin before cache that answers or
+// counts per query (log, dnstap, acl, loadbalance, rewrite, view, metadata, ...) are left to CoreDNS. The metrics
+// CoreDNS's prometheus and cache plugins record for a cache hit are recorded for each fast-path answer, with the
+// same labels (metrics.go). CoreDNS is read only through public API (core.go).
 package fastpath
 
 import (
+	"errors"
 	"net/netip"
 	"runtime"
 	"strings"
@@ -66,18 +69,29 @@ func (p *Path) Sync(inst *caddy.Instance) {
 			log.Info("fast path steps aside", zap.String("reason", cl.reason))
 			continue
 		}
-		v, reason := newView(cl.srv)
+		v, reason := newView(cl)
 		if reason != "" {
 			log.Info("fast path steps aside", zap.String("reason", reason))
 			continue
 		}
-		keep[cl.addr] = true
-		if l := p.listeners[cl.addr]; l != nil {
-			l.update(v, cl.conn)
+		core, err := coreSockets(cl.addr, p.ownCookies())
+		if err == nil && len(core) == 0 {
+			err = errors.New("coredns's udp socket not found")
+		}
+		if err != nil {
+			log.Warn("fast path steps aside", zap.Error(err))
 			continue
 		}
-		l, err := openListener(log, cl.addr, cl.conn, v, socketsPerAddr())
+		keep[cl.addr] = true
+		if l := p.listeners[cl.addr]; l != nil {
+			l.update(v, core)
+			continue
+		}
+		l, err := openListener(log, cl.addr, core, v, socketsPerAddr())
 		if err != nil {
+			for _, c := range core {
+				c.Close()
+			}
 			log.Warn("fast path steps aside", zap.Error(err))
 			delete(keep, cl.addr)
 			continue
@@ -91,6 +105,17 @@ func (p *Path) Sync(inst *caddy.Instance) {
 			delete(p.listeners, addr)
 		}
 	}
+}
+
+// ownCookies are the SO_COOKIEs of the fast path's own sockets; p.mu held.
+func (p *Path) ownCookies() map[uint64]bool {
+	own := map[uint64]bool{}
+	for _, l := range p.listeners {
+		for _, c := range l.conns {
+			own[connCookie(c)] = true
+		}
+	}
+	return own
 }
 
 // Close gives every listener back to CoreDNS (unless a handover detached them) and closes the fast path's

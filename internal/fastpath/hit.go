@@ -11,35 +11,13 @@ import (
 // MinMsgSize), so anything longer is CoreDNS's to truncate and reject.
 const maxQuery = 512
 
-// fresh reports whether e may still be served at now, and the whole seconds to take off its TTLs. CoreDNS
-// answers origTTL - floor(now - stored); e's TTLs are that at learned, so e.ttl - ceil(now - learned) is never
-// more than CoreDNS would say, and e stops being served no later than the cache plugin's item expires.
-func (e *entry) fresh(now time.Time) (uint32, bool) {
-	age := now.Sub(e.learned)
-	if age < 0 {
-		return 0, false
-	}
-	secs := uint32((age + time.Second - 1) / time.Second)
-	return secs, secs < e.ttl
-}
-
-// cached reports whether the cache plugin still holds e's item, and nothing in the other cache shadows it.
-func (e *entry) cached() bool {
-	it, ok := e.in.Get(e.key)
-	if !ok || it != e.item {
-		return false
-	}
-	_, shadowed := e.other.Get(e.key)
-	return !shadowed
-}
-
-// build writes the answer to q (whose first two bytes are its ID) into out with age seconds taken off its TTLs.
-func (e *entry) build(out []byte, q []byte, age uint32) []byte {
+// build writes the answer to q (whose first two bytes are its ID) into out with ttl on every record: the
+// cache gives all of a reply's records the entry's TTL.
+func (e *entry) build(out []byte, q []byte, ttl uint32) []byte {
 	out = append(out[:0], e.answer...)
 	out[0], out[1] = q[0], q[1]
 	for _, off := range e.ttls {
-		ttl := binary.BigEndian.Uint32(out[off:])
-		binary.BigEndian.PutUint32(out[off:], ttl-age)
+		binary.BigEndian.PutUint32(out[off:], ttl)
 	}
 	return out
 }
@@ -54,13 +32,15 @@ func (v *view) answer(conn *net.UDPConn, q []byte, from netip.AddrPort, out []by
 	if e == nil {
 		return out, false
 	}
-	age, ok := e.fresh(start)
-	if !ok || !e.cached() {
+	// Serve counts the hit in the cache's metrics (and towards a prefetch) as the cache would, or refuses: the
+	// entry changed, went stale or is due for a prefetch, and CoreDNS's chain answers and refreshes.
+	ttl, ok := e.hit.Serve(start)
+	if !ok {
 		return out, false
 	}
-	out = e.build(out, q, age)
+	out = e.build(out, q, ttl)
 	// A failed write is not retried and the query still counts, as with CoreDNS's UDP server.
 	conn.WriteToUDPAddrPort(out, from)
-	e.series.record(start, e.size)
+	e.series.record(start, e.size, e.reqLen)
 	return out, true
 }

@@ -23,7 +23,7 @@ type listener struct {
 	log   *zap.Logger
 	addr  netip.AddrPort
 	conns []*net.UDPConn
-	core  *net.UDPConn // CoreDNS's socket, detached (internal/handover) while the fast path serves
+	core  []*net.UDPConn // CoreDNS's sockets (duplicates), detached (internal/handover) while the fast path serves
 	view  atomic.Pointer[view]
 	miss  *missConn
 	srv   *dns.Server
@@ -31,7 +31,7 @@ type listener struct {
 	wg    sync.WaitGroup
 }
 
-func openListener(log *zap.Logger, addr netip.AddrPort, core *net.UDPConn, v *view, n int) (*listener, error) {
+func openListener(log *zap.Logger, addr netip.AddrPort, core []*net.UDPConn, v *view, n int) (*listener, error) {
 	l := &listener{log: log, addr: addr, core: core, done: make(chan struct{})}
 	l.view.Store(v)
 	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
@@ -63,9 +63,11 @@ func openListener(log *zap.Logger, addr netip.AddrPort, core *net.UDPConn, v *vi
 		l.wg.Go(func() { l.read(c) })
 	}
 	l.wg.Go(l.sweep)
-	if err := detach(core); err != nil {
-		l.close()
-		return nil, fmt.Errorf("steer the kernel away from coredns's socket: %w", err)
+	for _, c := range core {
+		if err := detach(c); err != nil {
+			l.close()
+			return nil, fmt.Errorf("steer the kernel away from coredns's socket: %w", err)
+		}
 	}
 	return l, nil
 }
@@ -103,15 +105,19 @@ func (l *listener) sweep() {
 	}
 }
 
-// update switches to the view of a new instance (after a reload) and makes sure its socket is steered away.
-func (l *listener) update(v *view, core *net.UDPConn) {
+// update switches to the view of a new instance (after a reload) and makes sure its sockets are steered away.
+// The previous duplicates are closed: one of a socket CoreDNS closed would keep it open.
+func (l *listener) update(v *view, core []*net.UDPConn) {
 	l.view.Store(v)
-	if core != l.core {
-		l.core = core
-		if err := detach(core); err != nil {
+	for _, c := range core {
+		if err := detach(c); err != nil {
 			l.log.Warn("steer the kernel away from coredns's socket", zap.Error(err))
 		}
 	}
+	for _, c := range l.core {
+		c.Close()
+	}
+	l.core = core
 }
 
 // close gives the address back to CoreDNS's socket, unless a handover detached the fast path's sockets too (then
@@ -120,10 +126,17 @@ func (l *listener) update(v *view, core *net.UDPConn) {
 // socket, then the sockets close.
 func (l *listener) close() {
 	if !detached(l.conns[0]) {
-		if err := attach(l.core); err != nil {
-			l.log.Warn("give the address back to coredns's socket", zap.Error(err))
+		for _, c := range l.core {
+			if err := attach(c); err != nil {
+				l.log.Warn("give the address back to coredns's socket", zap.Error(err))
+			}
 		}
 	}
+	defer func() {
+		for _, c := range l.core {
+			c.Close()
+		}
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	l.srv.ShutdownContext(ctx)

@@ -1,7 +1,6 @@
 package fastpath
 
 import (
-	"errors"
 	"sync"
 	"time"
 
@@ -17,38 +16,36 @@ import (
 //     coredns_dns_responses_total. Its response size is the length of the message the cache wrote, before the
 //     server's scrubbing added the OPT record and compressed it (learn computes it), and its plugin label is the
 //     plugin after prometheus in the chain (only the first plugin.NextOrFailure wrapper talks to its recorder);
-//   - the cache plugin: coredns_cache_requests_total and coredns_cache_hits_total.
-// The handles are resolved once per label set, when an answer is learned, so that a hit only increments.
+//   - the cache plugin: coredns_cache_requests_total and coredns_cache_hits_total, which dnscache.Hit.Serve
+//     counts itself.
+// The handles are resolved once per label set, when an answer is learned, so that a hit only increments. The
+// request size is the entry's, not the label set's: keyed by it, one name asked with padding of every length
+// made a set of its own for each (799 for one name in the edges issue), kept until a reload.
 
-// series are the handles one learned answer counts into.
+// series are the handles one label set counts into; nil when the block has no prometheus plugin.
 type series struct {
-	requests, do, rcode     prometheus.Counter // nil when the block has no prometheus plugin (do: when no DO bit)
+	requests, do, rcode     prometheus.Counter // do: nil when no DO bit
 	duration, reqSize, size prometheus.Observer
-	reqLen                  float64
-	cacheRequests, hits     prometheus.Counter
 }
 
-func (s *series) record(start time.Time, size float64) {
-	if s.requests != nil {
-		if s.do != nil {
-			s.do.Inc()
-		}
-		s.requests.Inc()
-		s.duration.Observe(time.Since(start).Seconds())
-		s.size.Observe(size)
-		s.reqSize.Observe(s.reqLen)
-		s.rcode.Inc()
+func (s *series) record(start time.Time, size, reqLen float64) {
+	if s == nil {
+		return
 	}
-	s.cacheRequests.Inc()
-	s.hits.Inc()
+	if s.do != nil {
+		s.do.Inc()
+	}
+	s.requests.Inc()
+	s.duration.Observe(time.Since(start).Seconds())
+	s.size.Observe(size)
+	s.reqSize.Observe(reqLen)
+	s.rcode.Inc()
 }
 
-// seriesKey is everything the labels and the request size depend on.
+// seriesKey is everything the labels depend on.
 type seriesKey struct {
 	server, zone, family, qtype, rcode, plugin string
-	do, metrics                                bool
-	reqLen                                     int
-	cacheZones, cacheView, hitType             string
+	do                                         bool
 }
 
 type seriesSet struct {
@@ -64,22 +61,16 @@ func (ss *seriesSet) get(k seriesKey) *series {
 	if s := ss.m[k]; s != nil {
 		return s
 	}
-	cm := cacheMetrics()
+	const view, proto = "", "udp"
 	s := &series{
-		reqLen:        float64(k.reqLen),
-		cacheRequests: cm.requests.WithLabelValues(k.server, k.cacheZones, k.cacheView),
-		hits:          cm.hits.WithLabelValues(k.server, k.hitType, k.cacheZones, k.cacheView),
+		requests: vars.RequestCount.WithLabelValues(k.server, k.zone, view, proto, k.family, k.qtype),
+		duration: vars.RequestDuration.WithLabelValues(k.server, k.zone, view),
+		size:     vars.ResponseSize.WithLabelValues(k.server, k.zone, view, proto),
+		reqSize:  vars.RequestSize.WithLabelValues(k.server, k.zone, view, proto),
+		rcode:    vars.ResponseRcode.WithLabelValues(k.server, k.zone, view, k.rcode, k.plugin),
 	}
-	if k.metrics {
-		const view, proto = "", "udp"
-		s.requests = vars.RequestCount.WithLabelValues(k.server, k.zone, view, proto, k.family, k.qtype)
-		if k.do {
-			s.do = vars.RequestDo.WithLabelValues(k.server, k.zone, view)
-		}
-		s.duration = vars.RequestDuration.WithLabelValues(k.server, k.zone, view)
-		s.size = vars.ResponseSize.WithLabelValues(k.server, k.zone, view, proto)
-		s.reqSize = vars.RequestSize.WithLabelValues(k.server, k.zone, view, proto)
-		s.rcode = vars.ResponseRcode.WithLabelValues(k.server, k.zone, view, k.rcode, k.plugin)
+	if k.do {
+		s.do = vars.RequestDo.WithLabelValues(k.server, k.zone, view)
 	}
 	ss.m[k] = s
 	return s
@@ -102,28 +93,4 @@ func qtypeLabel(qtype uint16) string {
 		return dns.Type(qtype).String()
 	}
 	return "other"
-}
-
-// The cache plugin's counters are unexported; registering identical ones returns the registered ones.
-type cacheCounters struct{ requests, hits *prometheus.CounterVec }
-
-var cacheMetrics = sync.OnceValue(func() cacheCounters {
-	return cacheCounters{
-		requests: existing(prometheus.CounterOpts{Namespace: plugin.Namespace, Subsystem: "cache", Name: "requests_total",
-			Help: "The count of cache requests."}, "server", "zones", "view"),
-		hits: existing(prometheus.CounterOpts{Namespace: plugin.Namespace, Subsystem: "cache", Name: "hits_total",
-			Help: "The count of cache hits."}, "server", "type", "zones", "view"),
-	}
-})
-
-func existing(opts prometheus.CounterOpts, labels ...string) *prometheus.CounterVec {
-	cv := prometheus.NewCounterVec(opts, labels)
-	var are prometheus.AlreadyRegisteredError
-	if err := prometheus.DefaultRegisterer.Register(cv); errors.As(err, &are) {
-		if ex, ok := are.ExistingCollector.(*prometheus.CounterVec); ok {
-			return ex
-		}
-	}
-	// Not the cache plugin's (it is always compiled in, so this does not happen): count into our own.
-	return cv
 }

@@ -3,23 +3,20 @@ package fastpath
 import (
 	"context"
 	"encoding/binary"
-	"hash/fnv"
 	"net"
 	"slices"
-	"strings"
 	"sync"
 	"time"
-	"unsafe"
 
 	"github.com/coredns/coredns/core/dnsserver"
-	"github.com/coredns/coredns/plugin/cache"
 	"github.com/coredns/coredns/plugin/pkg/rcode"
 	"github.com/coredns/coredns/request"
 	"github.com/miekg/dns"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/dnscache"
 )
 
-// packet is a datagram handed to CoreDNS. addr comes first: miekg/dns gives the handler back the address
-// ReadFrom returned as the ResponseWriter's RemoteAddr, and the handler finds the raw query through it.
+// packet is a datagram handed to CoreDNS.
 type packet struct {
 	addr net.UDPAddr
 	raw  []byte
@@ -72,7 +69,7 @@ func (m *missConn) SetReadDeadline(t time.Time) error {
 }
 
 // ServeDNS is the miss server's handler: CoreDNS's own (dnsserver.Server.ServePacket), and when the query is
-// one the fast path could answer next time, a look at what CoreDNS answered.
+// one the fast path could answer next time, a look at what our cache answered it from.
 func (l *listener) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	v := l.view.Load()
 	ctx := context.WithValue(context.Background(), dnsserver.Key{}, v.srv)
@@ -82,82 +79,56 @@ func (l *listener) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 		v.srv.ServeDNS(ctx, w, r)
 		return
 	}
+	ctx, rep := dnscache.WithReport(ctx)
 	cw := &capture{ResponseWriter: w}
 	v.srv.ServeDNS(ctx, cw, r)
-	v.learn(pr, cw)
-}
-
-// probe is a query the fast path may learn the answer to: CoreDNS is about to answer it from a cache item.
-type probe struct {
-	raw       []byte
-	start     time.Time // before CoreDNS computed the answer's TTLs
-	key       uint64
-	item      unsafe.Pointer
-	in, other *itemCache
-	series    seriesKey
-}
-
-func (v *view) probe(w dns.ResponseWriter, r *dns.Msg) *probe {
-	ra, ok := w.RemoteAddr().(*net.UDPAddr)
-	if !ok {
-		return nil
+	if rep.Hit != nil {
+		v.learn(pr, rep.Hit, cw)
 	}
-	raw := (*packet)(unsafe.Pointer(ra)).raw
-	if len(raw) < 12 || len(raw) > maxQuery || r.Opcode != dns.OpcodeQuery || r.Response || len(r.Question) != 1 ||
-		r.IsTsig() != nil {
+}
+
+// probe is a query the fast path may learn the answer to, as it was before CoreDNS saw it (plugins may change
+// the request).
+type probe struct {
+	query  []byte // the query packed: what an identical datagram holds, ID aside
+	qname  string
+	reqLen int // the request size the prometheus plugin records
+	series seriesKey
+}
+
+// probe returns the query as the fast path keys it, or nil when its answer is not one to keep. The key is the
+// query as miekg/dns packs it: a datagram that unpacks to the same message gets the same answer from CoreDNS,
+// and one packed otherwise (a compression pointer in a query) only misses.
+func (v *view) probe(w dns.ResponseWriter, r *dns.Msg) *probe {
+	if r.Opcode != dns.OpcodeQuery || r.Response || len(r.Question) != 1 || r.IsTsig() != nil {
 		return nil
 	}
 	q := r.Question[0]
 	if q.Qtype == dns.TypeDS || q.Qclass != dns.ClassINET {
-		return nil
+		return nil // DS queries pick their block by the parent zone; other classes are rare
 	}
-	b := v.blockFor(strings.ToLower(q.Name))
-	if b == nil {
+	raw, err := r.Pack()
+	if err != nil || len(raw) < 12 || len(raw) > maxQuery {
 		return nil
 	}
 	state := request.Request{W: w, Req: r}
-	pr := &probe{raw: raw, start: time.Now()}
-	pr.key = cacheKey(state.Name(), q.Qtype, q.Qclass, state.Do(), r.CheckingDisabled)
-	hitType := ""
-	_, inN := b.cache.ncache.Get(pr.key)
-	_, inP := b.cache.pcache.Get(pr.key)
-	switch {
-	case inN && !inP:
-		pr.in, pr.other, hitType = b.cache.ncache, b.cache.pcache, cache.Denial
-	case inP && !inN:
-		pr.in, pr.other, hitType = b.cache.pcache, b.cache.ncache, cache.Success
-	default:
-		return nil // not cached: CoreDNS fetches it, and the next query learns the cache's answer
-	}
-	pr.item, _ = pr.in.Get(pr.key)
 	family := "1"
 	if state.Family() == 2 {
 		family = "2"
 	}
-	pr.series = seriesKey{server: v.srv.Addr, family: family, qtype: qtypeLabel(q.Qtype), do: state.Do(),
-		reqLen: r.Len(), cacheZones: b.cache.zonesLabel, cacheView: b.cache.view, hitType: hitType}
-	if b.metrics != nil {
-		pr.series.metrics = true
-		pr.series.zone = metricsZone(b.metrics.ZoneNames(), state.QName())
-		pr.series.plugin = b.afterMetrics
-	}
-	return pr
+	return &probe{query: raw, qname: state.QName(), reqLen: r.Len(), series: seriesKey{server: v.srv.Addr, family: family,
+		qtype: qtypeLabel(q.Qtype), do: state.Do()}}
 }
 
-// learn stores what CoreDNS answered pr with, if it came from the item the probe saw and that item is still
-// the cache's.
-func (v *view) learn(pr *probe, cw *capture) {
-	if cw.writes != 1 || cw.err != nil {
+// learn stores what CoreDNS answered pr with, if it came fresh from an entry of a block the fast path serves,
+// and that entry is still the one the cache answers from.
+func (v *view) learn(pr *probe, hit *dnscache.Hit, cw *capture) {
+	b := v.servable(hit.Cache)
+	if b == nil || cw.writes != 1 || cw.err != nil || len(cw.data) > dnscache.MaxMsgBytes || !hit.Valid(time.Now()) {
 		return
 	}
-	if it, ok := pr.in.Get(pr.key); !ok || it != pr.item {
-		return
-	}
-	if _, shadowed := pr.other.Get(pr.key); shadowed {
-		return
-	}
-	ttls, ttl, ok := ttlOffsets(cw.data)
-	if !ok || ttl == 0 {
+	ttls, _, ok := ttlOffsets(cw.data)
+	if !ok {
 		return
 	}
 	var m dns.Msg
@@ -166,17 +137,20 @@ func (v *view) learn(pr *probe, cw *capture) {
 		// longer holds. Left to CoreDNS (clients retry those over TCP anyway).
 		return
 	}
-	sk := pr.series
-	sk.rcode = rcode.ToString(m.Rcode)
-	// The message as the cache wrote it: the item's records, no OPT (the server's scrubbing adds the query's),
+	var s *series
+	if b.metrics != nil {
+		sk := pr.series
+		sk.rcode = rcode.ToString(m.Rcode)
+		sk.zone = metricsZone(b.metrics.ZoneNames(), pr.qname)
+		sk.plugin = b.afterMetrics
+		s = v.series.get(sk)
+	}
+	// The message as the cache wrote it: the entry's records, no OPT (the server's scrubbing adds the query's),
 	// and not compressed (a new dns.Msg; the scrubbing compresses large ones).
 	m.Extra = slices.DeleteFunc(m.Extra, func(rr dns.RR) bool { return rr.Header().Rrtype == dns.TypeOPT })
 	m.Compress = false
-	size := float64(m.Len())
-	v.store.put(&entry{
-		query: append([]byte(nil), pr.raw[2:]...), answer: append([]byte(nil), cw.data...), ttls: ttls, ttl: ttl,
-		learned: pr.start, size: size, key: pr.key, item: pr.item, in: pr.in, other: pr.other, series: v.series.get(sk),
-	})
+	v.store.put(&entry{query: pr.query[2:], answer: append([]byte(nil), cw.data...), ttls: ttls,
+		size: float64(m.Len()), reqLen: float64(pr.reqLen), hit: hit, series: s})
 }
 
 // capture is the ResponseWriter CoreDNS answers a probed query through: it packs as miekg/dns's does (no
@@ -207,26 +181,6 @@ func (c *capture) Write(b []byte) (int, error) {
 		c.err = err
 	}
 	return n, err
-}
-
-// cacheKey is the cache plugin's key for a question (plugin/cache/cache.go, hash): FNV-1 64 over the DO and CD
-// bits as "1" or "0", the type and class big-endian, and the lower-cased name.
-func cacheKey(name string, qtype, qclass uint16, do, cd bool) uint64 {
-	h := fnv.New64()
-	bit := func(b bool) []byte {
-		if b {
-			return []byte("1")
-		}
-		return []byte("0")
-	}
-	h.Write(bit(do))
-	h.Write(bit(cd))
-	var tc [4]byte
-	binary.BigEndian.PutUint16(tc[:], qtype)
-	binary.BigEndian.PutUint16(tc[2:], qclass)
-	h.Write(tc[:])
-	h.Write([]byte(name))
-	return h.Sum64()
 }
 
 // ttlOffsets finds the TTL field of every RR in the packed message b but OPT's, and the smallest TTL.

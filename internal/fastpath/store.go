@@ -5,25 +5,27 @@ import (
 	"hash/maphash"
 	"sync"
 	"time"
-	"unsafe"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/dnscache"
 )
 
-// entry is one answer CoreDNS gave from its cache, ready to be sent again. Entries are immutable once stored.
+// entry is one answer CoreDNS gave from our cache, ready to be sent again. Entries are immutable once stored.
 type entry struct {
-	query   []byte // the query from its flags on: everything but the ID
-	answer  []byte
-	ttls    []uint16  // offsets of the TTL fields in answer (every RR but OPT)
-	ttl     uint32    // the smallest of them when learned
-	learned time.Time // when CoreDNS wrote answer
-	size    float64   // the response size CoreDNS's prometheus plugin records for it
-
-	// The cache plugin's item the answer was built from, the cache holding it, and the other cache, which must
-	// not hold the key (CoreDNS looks in the denial cache first and lets a positive item shadow a SERVFAIL).
-	key       uint64
-	item      unsafe.Pointer
-	in, other *itemCache
-	series    *series
+	query  []byte   // the query from its flags on: everything but the ID
+	answer []byte   // at most dnscache.MaxMsgBytes
+	ttls   []uint16 // offsets of the TTL fields in answer (every RR but OPT; the cache gives them one TTL)
+	size   float64  // the response size CoreDNS's prometheus plugin records for it
+	reqLen float64  // the request size it records (the query's length)
+	hit    *dnscache.Hit
+	series *series
 }
+
+// EntryWorstCaseBytes is the most memory one stored answer takes: its query (maxQuery) and answer
+// (dnscache.MaxMsgBytes), the TTL offsets (2 bytes for each record, of at least 11 bytes), the struct, the
+// Hit and its question (under 1 KiB), and the cache entry the Hit keeps reachable until the next sweep even
+// when the cache evicted it. A store holds at most maxEntries of them.
+const EntryWorstCaseBytes = maxQuery + dnscache.MaxMsgBytes + 2*(dnscache.MaxMsgBytes/11) + 1024 +
+	dnscache.EntryWorstCaseBytes
 
 // store holds the entries of one view, sharded: at most maxEntries, and never more than its blocks' caches hold
 // together. Entries that can no longer be served (expired, or their item gone from the cache plugin) are swept
@@ -35,9 +37,10 @@ type store struct {
 
 const (
 	storeShards = 64
-	// maxEntries bounds the memory the fast path adds to CoreDNS's: ~300 bytes an entry, and the cache item
-	// each one keeps reachable until it is swept; the GC's headroom doubles whatever stays live. A node's hot
-	// names (with their search-path NXDOMAINs) fit, and a query whose answer is not kept is simply CoreDNS's.
+	// maxEntries bounds the memory the fast path adds to CoreDNS's: a typical entry is ~300 bytes and the
+	// cache entry it keeps reachable until it is swept, the worst EntryWorstCaseBytes; the GC's headroom
+	// doubles whatever stays live. A node's hot names (with their search-path NXDOMAINs) fit, and a query
+	// whose answer is not kept is simply CoreDNS's.
 	// 4096 measured ~1.4 MiB more anonymous memory than CoreDNS alone in the bench's soak, 2048 ~0.8-2.7 MiB
 	// over ten minutes with a 5 s sweep.
 	maxEntries = 1024
@@ -101,7 +104,7 @@ func (s *store) sweep(now time.Time) {
 
 func (sh *storeShard) sweep(now time.Time) {
 	for k, e := range sh.m {
-		if _, fresh := e.fresh(now); !fresh || !e.cached() {
+		if !e.hit.Valid(now) {
 			delete(sh.m, k)
 		}
 	}

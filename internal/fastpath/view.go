@@ -6,9 +6,9 @@ import (
 	"strings"
 
 	"github.com/coredns/coredns/core/dnsserver"
-	"github.com/coredns/coredns/plugin/cache"
 	"github.com/coredns/coredns/plugin/metrics"
-	"github.com/miekg/dns"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/dnscache"
 )
 
 // preCache are the plugins that may run before cache in a block the fast path serves: on a cache hit they do
@@ -18,10 +18,9 @@ import (
 // is left to CoreDNS. Plugins after cache do not matter: what they answered is what the cache holds.
 var preCache = []string{"bind", "bufsize", "debug", "errors", "health", "pprof", "prometheus", "ready", "reload", "timeouts"}
 
-// block is one server block (a dnsserver.Config) as the fast path sees it.
+// block is one server block (a dnsserver.Config with our cache) as the fast path sees it.
 type block struct {
 	zone    string
-	cache   cacheSettings
 	metrics *metrics.Metrics // nil when the block has no prometheus plugin
 	// afterMetrics is the plugin after prometheus in the chain: the responses_total plugin label of its answers.
 	afterMetrics string
@@ -32,29 +31,22 @@ type block struct {
 // never outlive the caches they were learned from.
 type view struct {
 	srv    *dnsserver.Server
-	zones  map[string][]*dnsserver.Config
-	blocks map[*dnsserver.Config]*block
+	blocks map[*dnscache.Cache]*block // the blocks on this server, by their cache
 	store  *store
 	series *seriesSet
 }
 
-func newView(srv *dnsserver.Server) (*view, string) {
-	zones, ok := serverZones(srv)
-	if !ok {
-		return nil, "unknown coredns server layout"
-	}
-	v := &view{srv: srv, zones: zones, blocks: map[*dnsserver.Config]*block{}, series: newSeriesSet()}
+func newView(cl coreListener) (*view, string) {
+	v := &view{srv: cl.srv, blocks: map[*dnscache.Cache]*block{}, series: newSeriesSet()}
 	capacity := 0
 	var reasons []string
-	for zone, cfgs := range zones {
-		for _, cfg := range cfgs {
-			b := analyse(zone, cfg)
-			v.blocks[cfg] = b
-			if b.reason == "" {
-				capacity += b.cache.pcap + b.cache.ncap
-			} else {
-				reasons = append(reasons, zone+" "+b.reason)
-			}
+	for _, c := range cl.caches {
+		b := analyse(c.Config())
+		v.blocks[c] = b
+		if b.reason == "" {
+			capacity += c.Capacity()
+		} else {
+			reasons = append(reasons, b.zone+" "+b.reason)
 		}
 	}
 	if capacity == 0 {
@@ -65,69 +57,43 @@ func newView(srv *dnsserver.Server) (*view, string) {
 	return v, ""
 }
 
-func analyse(zone string, cfg *dnsserver.Config) *block {
-	b := &block{zone: zone}
+// analyse says whether a cache hit in cfg does anything but answer from the cache and count.
+func analyse(cfg *dnsserver.Config) *block {
+	b := &block{}
+	if cfg == nil {
+		b.reason = "no server block"
+		return b
+	}
+	b.zone = cfg.Zone
 	if len(cfg.FilterFuncs) > 0 || cfg.ViewName != "" {
 		b.reason = "view"
 		return b
 	}
 	cacheAt := slices.Index(dnsserver.Directives, "cache")
-	var c *cache.Cache
 	handlers := cfg.Handlers()
 	for i, h := range handlers {
 		name := h.Name()
 		if name == "prometheus" && i+1 < len(handlers) {
 			b.afterMetrics = handlers[i+1].Name()
 		}
-		switch h := h.(type) {
-		case *cache.Cache:
-			c = h
-		case *metrics.Metrics:
-			b.metrics = h
+		if m, ok := h.(*metrics.Metrics); ok {
+			b.metrics = m
+		}
+		if _, ok := h.(*dnscache.Cache); ok {
+			return b
 		}
 		if at := slices.Index(dnsserver.Directives, name); at < cacheAt && !slices.Contains(preCache, name) {
 			b.reason = "plugin " + name + " runs before cache"
 			return b
 		}
 	}
-	if c == nil {
-		b.reason = "no cache"
-		return b
-	}
-	s, ok := readCache(c)
-	switch {
-	case !ok:
-		b.reason = "unknown cache plugin layout"
-	case s.prefetch > 0:
-		b.reason = "cache prefetch"
-	case s.staleUpTo > 0:
-		b.reason = "cache serve_stale"
-	case s.keepTTL:
-		b.reason = "cache keepttl"
-	}
-	b.cache = s
+	b.reason = "no cache"
 	return b
 }
 
-// blockFor is the block CoreDNS's Server.ServeDNS picks for the lower-cased name q, or nil when it is not one
-// the fast path serves (or the choice depends on more than the name).
-func (v *view) blockFor(q string) *block {
-	for off, end := 0, false; !end; off, end = dns.NextLabel(q, off) {
-		if cfgs, ok := v.zones[q[off:]]; ok {
-			return v.only(cfgs)
-		}
-	}
-	if cfgs, ok := v.zones["."]; ok {
-		return v.only(cfgs)
-	}
-	return nil
-}
-
-func (v *view) only(cfgs []*dnsserver.Config) *block {
-	if len(cfgs) != 1 {
-		return nil
-	}
-	if b := v.blocks[cfgs[0]]; b != nil && b.reason == "" {
+// servable is the block of the cache c on this server, if the fast path serves it.
+func (v *view) servable(c *dnscache.Cache) *block {
+	if b := v.blocks[c]; b != nil && b.reason == "" {
 		return b
 	}
 	return nil

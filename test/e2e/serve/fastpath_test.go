@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -31,7 +32,7 @@ import (
 
 const zoneAddr = "127.0.0.63:53"
 
-func startPair(t *testing.T) {
+func startPair(t *testing.T, corefile func(string) string) {
 	t.Helper()
 	zoneUpstream(t, zoneAddr)
 	start := func(ip string, env ...string) *harness.Agent {
@@ -39,7 +40,7 @@ func startPair(t *testing.T) {
 		vol := harness.NewConfigMapVolume(t, filepath.Join(dir, "kube-dns"), map[string]string{
 			"upstreamNameservers": `["127.0.0.63"]`,
 		})
-		base := strings.ReplaceAll(harness.StandardCorefile(ip, "", "cluster.local"), "prometheus :9253", "prometheus "+ip+":9253")
+		base := corefile(strings.ReplaceAll(harness.StandardCorefile(ip, "", "cluster.local"), "prometheus :9253", "prometheus "+ip+":9253"))
 		a := harness.Start(t, harness.Config{
 			Dir:          dir,
 			BaseCorefile: base,
@@ -200,8 +201,27 @@ func show(b []byte) string {
 }
 
 func TestFastPathAnswersLikeCoreDNS(t *testing.T) {
+	answersLikeCoreDNS(t, func(c string) string { return c })
+}
+
+// resilient is the standard Corefile with prefetch and serve_stale (prefer_positive) in every block, as the
+// popular chart's values turn them on: the fast path serves these blocks too.
+func resilient(c string) string {
+	const opts = "prefetch 2 1m 10%\n serve_stale 1h immediate 30s\n serve_stale_policy prefer_positive\n"
+	c = strings.ReplaceAll(c, "cache 30\n", "cache 30 {\n "+opts+"}\n")
+	return regexp.MustCompile(`(denial \d+ \d+\n)`).ReplaceAllString(c, "${1} "+opts)
+}
+
+func TestFastPathAnswersLikeCoreDNSResilient(t *testing.T) {
+	if c := resilient(harness.StandardCorefile("127.0.0.10", "", "cluster.local")); strings.Count(c, "serve_stale_policy") < 4 {
+		t.Fatalf("not every block of the standard Corefile got serve_stale:\n%s", c)
+	}
+	answersLikeCoreDNS(t, resilient)
+}
+
+func answersLikeCoreDNS(t *testing.T, corefile func(string) string) {
 	testenv.RequireRoot(t)
-	startPair(t)
+	startPair(t, corefile)
 	// The agents' own start-up (the loop plugin's probe of each server block) counts too: wait until both have
 	// counted it, then compare the metrics as what the stream added.
 	waitProbed(t, "127.0.0.10")

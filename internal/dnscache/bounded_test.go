@@ -1,0 +1,35 @@
+package dnscache_test
+
+import (
+	"testing"
+
+	"github.com/miekg/dns"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/dnscache"
+)
+
+// Where ours differs from CoreDNS's on purpose: a response whose records take more than MaxMsgBytes packed is
+// answered but not cached (CoreDNS's would keep it, up to 64 KiB of TCP message, as parsed records).
+func TestEntriesAreBounded(t *testing.T) {
+	s := build(t, dnscache.Setup, "cache 30", "dns://bounded", map[string]string{
+		"fits.example.":  "big 400", // ~6.4 KB
+		"large.example.": "big 600", // ~9.6 KB
+	})
+	for _, tc := range []struct {
+		name  string
+		calls int
+	}{{"fits.example.", 1}, {"large.example.", 2}} {
+		before := s.up.count()
+		for range 2 {
+			if r := s.ask(tc.name, dns.TypeA); len(r.Answer) == 0 {
+				t.Fatalf("%s: no answer: %v", tc.name, r)
+			}
+		}
+		if n := s.up.count() - before; n != tc.calls {
+			t.Errorf("%s asked twice: %d upstream queries, want %d", tc.name, n, tc.calls)
+		}
+	}
+	if dnscache.EntryWorstCaseBytes < 2*dnscache.MaxMsgBytes {
+		t.Errorf("EntryWorstCaseBytes %d < two entries of MaxMsgBytes", dnscache.EntryWorstCaseBytes)
+	}
+}

@@ -1,0 +1,201 @@
+package dnscache
+
+import (
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coredns/coredns/request"
+	"github.com/miekg/dns"
+)
+
+// MaxMsgBytes bounds what one entry holds: the packed (compressed) sections of a response larger than this are
+// not cached, and every such query goes to the next plugin. CoreDNS's cache keeps any response, up to a 64 KiB
+// TCP message, as parsed records (several times its wire size once names are decompressed). 8 KiB holds every
+// answer a UDP client gets with the largest common EDNS buffer (4096) twice over, and a headless Service of
+// about 450 endpoints over TCP (16 bytes an A record, compressed).
+const MaxMsgBytes = 8192
+
+// EntryWorstCaseBytes is the most memory one cache key can hold in a Cache: its entry (MaxMsgBytes of wire,
+// the question name, the struct and its map slot in the cache's shard) and, under serve_stale_policy
+// prefer_positive, the last-known-good answer it keeps beside it. Multiply by a block's success and denial
+// capacities for the block's worst case.
+const EntryWorstCaseBytes = 2 * (MaxMsgBytes + maxNameBytes + entryOverheadBytes)
+
+// maxNameBytes is the longest domain name (RFC 1035 section 2.3.4), the question's copy an entry keeps.
+const maxNameBytes = 255
+
+// entryOverheadBytes over-approximates an Entry's fixed part: the struct (about 200 bytes), the wildcard
+// name's header, and the shard map's slot and bucket share (about 50 bytes).
+const entryOverheadBytes = 512
+
+// Entry is one cached response: its question, header bits and sections, packed. Entries are immutable but for
+// their prefetch counters and refresh state; the fast path compares them by pointer to know that the answer it
+// learned is still the cache's.
+type Entry struct {
+	name          string
+	qtype, qclass uint16
+	rcode         int
+	aa, ad, ra    bool
+	wire          []byte // Answer, Ns and Extra (no OPT), packed as one message, TTLs as stored
+	wildcard      string
+	answering     bool   // the response answers its question (answersQuestion)
+	lastKnownGood *Entry // the answering entry kept when a non-answer replaced it (prefer_positive)
+
+	origTTL uint32
+	stored  time.Time
+
+	freq freq
+
+	// refreshing allows one refresh in flight; retryAfter holds off another after a failed one (serve_stale's
+	// FAILURE_RECHECK). A successful refresh replaces the entry, and with it this state.
+	refreshing atomic.Bool
+	retryAfter atomic.Pointer[time.Time]
+}
+
+// newEntry packs m (its TTLs already capped to d) as stored at now, or returns nil when it is larger than
+// MaxMsgBytes or cannot be packed.
+func newEntry(m *dns.Msg, now time.Time, d time.Duration) *Entry {
+	e := &Entry{rcode: m.Rcode, aa: m.Authoritative, ad: m.AuthenticatedData, ra: m.RecursionAvailable}
+	if len(m.Question) != 0 {
+		q := m.Question[0]
+		e.name, e.qtype, e.qclass = q.Name, q.Qtype, q.Qclass
+	}
+	body := &dns.Msg{Answer: m.Answer, Ns: m.Ns, Extra: withoutOPT(m.Extra), Compress: true}
+	if body.Len() > MaxMsgBytes {
+		return nil
+	}
+	wire, err := body.Pack()
+	if err != nil || len(wire) > MaxMsgBytes {
+		return nil
+	}
+	e.wire = wire
+	e.answering = answersQuestion(m)
+	e.origTTL = uint32(d.Seconds())
+	e.stored = now // keeps the monotonic reading: expiry ignores wall-clock steps
+	return e
+}
+
+func withoutOPT(rrs []dns.RR) []dns.RR {
+	out := make([]dns.RR, 0, len(rrs))
+	for _, r := range rrs {
+		if r.Header().Rrtype != dns.TypeOPT {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// TTL is the entry's remaining TTL at now in whole seconds, negative once expired: what a reply built at now
+// carries (CoreDNS truncates the age towards zero).
+func (e *Entry) TTL(now time.Time) int { return int(e.origTTL) - int(now.Sub(e.stored).Seconds()) }
+
+// OrigTTL is the TTL the entry was stored with: what keepttl answers with.
+func (e *Entry) OrigTTL() uint32 { return e.origTTL }
+
+// toMsg builds the reply to m from e at now.
+func (e *Entry) toMsg(m *dns.Msg, now time.Time, do, ad bool) *dns.Msg {
+	return e.toMsgWithTTL(m, uint32(e.TTL(now)), do, ad) // #nosec G115 -- callers pass a non-negative TTL
+}
+
+// toMsgWithTTL builds the reply to m from e with ttl on every record. The AA bit is the cached response's
+// (CoreDNS #6185); AD is dropped unless the query asked for DNSSEC or set AD itself (RFC 6840 5.7-5.8).
+func (e *Entry) toMsgWithTTL(m *dns.Msg, ttl uint32, do, ad bool) *dns.Msg {
+	r := new(dns.Msg)
+	r.SetReply(m)
+	r.Authoritative = e.aa
+	r.AuthenticatedData = e.ad && (do || ad)
+	r.RecursionAvailable = e.ra
+	r.Rcode = e.rcode
+	var body dns.Msg
+	if err := body.Unpack(e.wire); err != nil {
+		// Our own packing: cannot happen. An empty reply beats a panic in the serving path.
+		return r
+	}
+	r.Answer, r.Ns, r.Extra = setTTL(body.Answer, ttl), setTTL(body.Ns, ttl), setTTL(body.Extra, ttl)
+	return r
+}
+
+// setTTL sets every record's TTL and returns a non-nil slice, as CoreDNS's filterRRSlice does.
+func setTTL(rrs []dns.RR, ttl uint32) []dns.RR {
+	if rrs == nil {
+		rrs = []dns.RR{}
+	}
+	for _, r := range rrs {
+		r.Header().Ttl = ttl
+	}
+	return rrs
+}
+
+func (e *Entry) matches(state request.Request) bool {
+	return state.QType() == e.qtype && state.QClass() == e.qclass && strings.EqualFold(state.QName(), e.name)
+}
+
+// answeringEntry is e, or the last-known-good answer it keeps, if either answers state's question.
+func (e *Entry) answeringEntry(state request.Request) *Entry {
+	if e.answering && e.matches(state) {
+		return e
+	}
+	if k := e.lastKnownGood; k != nil && k.answering && k.matches(state) {
+		return k
+	}
+	return nil
+}
+
+// beginRefresh claims the entry's one refresh slot, unless a failed refresh holds it off until later.
+func (e *Entry) beginRefresh(now time.Time, recheck time.Duration) bool {
+	if recheck > 0 {
+		if after := e.retryAfter.Load(); after != nil && now.Before(*after) {
+			return false
+		}
+	}
+	return e.refreshing.CompareAndSwap(false, true)
+}
+
+// endRefresh frees the slot; a failed refresh with recheck set holds the next one off for recheck.
+func (e *Entry) endRefresh(now time.Time, recheck time.Duration, refreshed bool) {
+	if recheck > 0 && !refreshed {
+		after := now.Add(recheck)
+		e.retryAfter.Store(&after)
+	} else {
+		e.retryAfter.Store(nil)
+	}
+	e.refreshing.Store(false)
+}
+
+// freq counts an entry's hits with no gap of the prefetch DURATION or more between them.
+type freq struct {
+	mu   sync.Mutex
+	last time.Time
+	hits int
+}
+
+// update counts a hit at now and returns the count.
+func (f *freq) update(d time.Duration, now time.Time) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.hits = f.next(d, now)
+	f.last = now
+	return f.hits
+}
+
+// next is the count a hit at now would make; f.mu held.
+func (f *freq) next(d time.Duration, now time.Time) int {
+	if f.last.Before(now.Add(-d)) {
+		return 1
+	}
+	return f.hits + 1
+}
+
+func (f *freq) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.hits
+}
+
+func (f *freq) reset(t time.Time, hits int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.last, f.hits = t, hits
+}
