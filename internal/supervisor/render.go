@@ -52,6 +52,10 @@ func (c *renderer) latest() (cf []byte, kd corefile.KubeDNS, kdErr, err error) {
 	if cf, err = corefile.Render(base, kd, c.params); err != nil {
 		return nil, kd, kdErr, fmt.Errorf("%s: %w", c.base, err)
 	}
+	// Render keeps node-cache's output byte for byte; the bound on each forward is ours, added after.
+	if cf, _, err = corefile.BoundForwards(cf, c.params.Directives); err != nil {
+		return nil, kd, kdErr, fmt.Errorf("%s: %w", c.base, err)
+	}
 	return cf, kd, kdErr, nil
 }
 
