@@ -56,6 +56,7 @@ func (c *renderer) latest() (cf []byte, kd corefile.KubeDNS, kdErr, err error) {
 	if cf, _, err = corefile.BoundForwards(cf, c.params.Directives); err != nil {
 		return nil, kd, kdErr, fmt.Errorf("%s: %w", c.base, err)
 	}
+	checkMemory(c.log, c.m, cf, c.params.Directives, cgroupRoot, procSelfCgroup)
 	return cf, kd, kdErr, nil
 }
 
