@@ -17,7 +17,7 @@ const (
 
 // Cache is one `cache` directive: where it is and how many entries it can hold.
 type Cache struct {
-	Line             int
+	Line            int
 	Success, Denial int64 // capacities as the cache rounds them
 }
 
