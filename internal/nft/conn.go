@@ -202,7 +202,6 @@ func (c *Conn) create() error {
 const ErrNoOwnerFlag = "nodelocaldns needs NFT_TABLE_F_OWNER (Linux 5.12 or later; kube-proxy's nftables mode needs 5.13); " +
 	"kernels before 5.12 refuse the flag with \"invalid argument\""
 
-
 // queueClear queues the removal of everything in our table. Called with c.mu held.
 func (c *Conn) queueClear(t *nftables.Table) error {
 	chains, err := c.ops.ListChains()
