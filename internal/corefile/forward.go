@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/coredns/caddy/caddyfile"
 )
@@ -42,10 +43,11 @@ func BoundForwards(corefile []byte, directives []string) ([]byte, int, error) {
 		return nil, 0, err
 	}
 	lines := strings.Split(string(corefile), "\n")
+	onLine := lineTokens(corefile)
 	edits := map[int]bool{} // line (1-based) -> whether the directive already opens a block there
 	for _, b := range blocks {
 		for _, d := range splitDirectives(b.Tokens["forward"]) {
-			if line, hasBlock, ok := boundable(d, lines); ok {
+			if line, hasBlock, ok := boundable(d, lines, onLine); ok {
 				edits[line] = hasBlock
 			}
 		}
@@ -72,14 +74,16 @@ func BoundForwards(corefile []byte, directives []string) ([]byte, int, error) {
 }
 
 // splitDirectives cuts the tokens of every occurrence of one directive in a server block apart: each starts with
-// the directive's name outside any nested block.
+// the directive's name outside any nested block, on a line of its own or after the previous one's block (its
+// arguments are on its line, so `forward forward` is one directive).
 func splitDirectives(toks []caddyfile.Token) [][]caddyfile.Token {
 	var out [][]caddyfile.Token
-	depth := 0
-	for _, t := range toks {
-		if depth == 0 && t.Text == "forward" {
+	depth, prevLine, closed := 0, 0, false
+	for i, t := range toks {
+		if depth == 0 && t.Text == "forward" && (i == 0 || t.Line != prevLine || closed) {
 			out = append(out, nil)
 		}
+		prevLine, closed = t.Line, depth == 1 && t.Text == "}"
 		if len(out) == 0 {
 			continue
 		}
@@ -96,7 +100,9 @@ func splitDirectives(toks []caddyfile.Token) [][]caddyfile.Token {
 
 // boundable says whether the directive d needs the options and can take them: the line to edit, and whether
 // the directive opens an option block there. Tokens of the Corefile itself have no File; imported ones do.
-func boundable(d []caddyfile.Token, lines []string) (line int, hasBlock, ok bool) {
+// A directive without a block gets one at the end of its line, so it must end its line: `(s) { forward } b {`
+// is left alone.
+func boundable(d []caddyfile.Token, lines []string, onLine map[int][]string) (line int, hasBlock, ok bool) {
 	first := d[0]
 	if first.File != "" || first.Line < 1 || first.Line > len(lines) {
 		return 0, false, false
@@ -115,7 +121,28 @@ func boundable(d []caddyfile.Token, lines []string) (line int, hasBlock, ok bool
 	if strings.Contains(lines[first.Line-1], `"`) {
 		return 0, false, false
 	}
+	if raw := onLine[first.Line]; !hasBlock && (len(raw) < len(d) || !slices.Equal(raw[len(raw)-len(d):], tokenTexts(d))) {
+		return 0, false, false
+	}
 	return first.Line, hasBlock, true
+}
+
+// lineTokens lexes corefile (no imports followed) into the texts of the tokens of each line.
+func lineTokens(corefile []byte) map[int][]string {
+	out := map[int][]string{}
+	d := caddyfile.NewDispenser(corefileName, bytes.NewReader(corefile))
+	for d.Next() {
+		out[d.Line()] = append(out[d.Line()], d.Val())
+	}
+	return out
+}
+
+func tokenTexts(toks []caddyfile.Token) []string {
+	out := make([]string, len(toks))
+	for i, t := range toks {
+		out[i] = t.Text
+	}
+	return out
 }
 
 // boundLine returns what replaces line: the line and the options after it, in a block opened for them if the
@@ -133,12 +160,25 @@ func boundLine(line, next string, hasBlock bool) []string {
 	if hasBlock {
 		return append([]string{line}, opts...)
 	}
-	code, comment, hasComment := strings.Cut(line, "#")
-	open := strings.TrimRight(code, " \t\r") + " {"
-	if hasComment {
-		open += " #" + comment
+	code, comment := line, ""
+	if i := commentStart(line); i >= 0 {
+		code, comment = line[:i], " "+line[i:]
 	}
+	open := strings.TrimRightFunc(code, unicode.IsSpace) + " {" + comment
 	return append(append([]string{open}, opts...), indent+"}")
+}
+
+// commentStart is where the comment of an unquoted line starts, -1 without one. The lexer starts a comment at a
+// '#' that begins a token; a '#' inside a token only drops the rest of that token.
+func commentStart(line string) int {
+	prevSpace := true
+	for i, r := range line {
+		if r == '#' && prevSpace {
+			return i
+		}
+		prevSpace = unicode.IsSpace(r)
+	}
+	return -1
 }
 
 func leadingSpace(s string) string { return s[:len(s)-len(strings.TrimLeft(s, " \t"))] }

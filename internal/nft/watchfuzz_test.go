@@ -185,3 +185,37 @@ func appendMessage(b []byte, typ, family uint8, attrs []byte) []byte {
 	b = append(b, family, unix.NFNETLINK_V0, 0, 0)
 	return append(b, attrs...)
 }
+
+// FuzzWatchParse feeds arbitrary datagrams to the watcher's parser (nextMessage, notice, generation), as a
+// socket overrun, a kernel of another version or a bug could deliver them: it must neither panic nor loop, each
+// message must lie inside the datagram, and the walk must advance.
+//
+//	go test ./internal/nft -run '^$' -fuzz FuzzWatchParse -fuzztime 1m
+func FuzzWatchParse(f *testing.F) {
+	ours := []string{InstanceTableName(0)}
+	for _, spec := range [][]byte{{0, 0, 0, 0}, {6, 0, 2, 3, 'f', 'o', 'o', 0, 1, 1, 4, 0, 0, 0, 1}, {9, 0, 0, 0}} {
+		dg, _, _, _ := buildDatagram(spec, ours)
+		f.Add(dg)
+	}
+	f.Add([]byte{0x10, 0, 0, 0, 0x06, 0x0a}) // a header cut short
+	f.Fuzz(func(t *testing.T, dg []byte) {
+		s := watchState{ours: ours, chains: map[chainKey]chainHook{}}
+		for b, steps := dg, 0; ; steps++ {
+			m, rest, ok := nextMessage(b)
+			if !ok {
+				break
+			}
+			if len(rest) >= len(b) || steps > len(dg) {
+				t.Fatalf("the walk does not advance: %d bytes left of %d", len(rest), len(b))
+			}
+			if len(m.attrs) > len(b) {
+				t.Fatalf("attributes of %d bytes in a message of at most %d", len(m.attrs), len(b))
+			}
+			s.notice(m)
+			if m.typ == unix.NFT_MSG_NEWGEN {
+				generation(m)
+			}
+			b = rest
+		}
+	})
+}
