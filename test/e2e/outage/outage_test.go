@@ -88,12 +88,18 @@ func outageFlood(t *testing.T, fastpath string) {
 	floodErr := make(chan error, 1)
 	go func() { floodErr <- f.run(ctx, listen, "svc.cluster.local.", floodRate) }()
 
-	// Cache hits throughout, one every 50 ms, each with a deadline of a second.
-	var hits, missed int
+	// Cache hits throughout, one every 50 ms, each with a deadline of a second and one retry, as a stub resolver
+	// retries: a datagram the kernel drops from the socket's full receive queue under the flood is lost before
+	// the agent sees it, answered or not.
+	var hits, missed, retried int
 	var failures []string
 	for i := 0; ctx.Err() == nil; i++ {
 		name := cached[i%len(cached)]
 		got, err := harness.Lookup(listen, "udp", name, time.Second)
+		if err != nil {
+			retried++
+			got, err = harness.Lookup(listen, "udp", name, time.Second)
+		}
 		hits++
 		if err != nil || got != "10.0.0.53" {
 			missed++
@@ -107,8 +113,8 @@ func outageFlood(t *testing.T, fastpath string) {
 		t.Fatal(err)
 	}
 	peak := procKiB(t, a.Cmd.Process.Pid, "VmHWM")
-	t.Logf("fastpath=%s: idle RSS %d KiB, peak RSS %d KiB (%.2fx); flood %s; cache hits %d/%d answered",
-		fastpath, idle, peak, float64(peak)/float64(idle), f.summary(), hits-missed, hits)
+	t.Logf("fastpath=%s: idle RSS %d KiB, peak RSS %d KiB (%.2fx); flood %s; cache hits %d/%d answered (%d after a retry)",
+		fastpath, idle, peak, float64(peak)/float64(idle), f.summary(), hits-missed, hits, retried)
 	if peak > 2*idle {
 		t.Errorf("peak RSS %d KiB under the flood is more than twice the idle %d KiB", peak, idle)
 	}
