@@ -43,21 +43,30 @@ func deadUpstream(t *testing.T) {
 
 // TestUpstreamOutageFlood floods the agent with misses towards a dead upstream, with the fast path on and off: its
 // peak RSS stays within twice its idle RSS, misses are answered (shed, not queued), and names cached before the
-// outage keep being answered throughout.
+// outage keep being answered throughout; with serve_stale, names whose entries expired before the outage too.
 func TestUpstreamOutageFlood(t *testing.T) {
 	testenv.RequireRoot(t)
 	for _, fastpath := range []string{"on", "off"} {
-		t.Run("fastpath="+fastpath, func(t *testing.T) { outageFlood(t, fastpath) })
+		t.Run("fastpath="+fastpath, func(t *testing.T) { outageFlood(t, fastpath, false) })
 	}
+	t.Run("serve_stale", func(t *testing.T) { outageFlood(t, "off", true) })
 }
 
-func outageFlood(t *testing.T, fastpath string) {
+func outageFlood(t *testing.T, fastpath string, stale bool) {
+	base := harness.StandardCorefile("127.0.0.10", "", "cluster.local")
+	if stale {
+		// Entries live a second, then are served stale: the cached names below are all expired by the outage.
+		base = strings.Replace(base, "success 9984 30", "success 9984 1\n                serve_stale", 1)
+		if !strings.Contains(base, "serve_stale") {
+			t.Fatal("the standard Corefile has no success 9984 30 to make stale")
+		}
+	}
 	up := harness.StartUpstream(t, upstream+":53", "10.0.0.53")
 	dir := t.TempDir()
 	vol := harness.NewConfigMapVolume(t, filepath.Join(dir, "kube-dns"), nil)
 	a := harness.Start(t, harness.Config{
 		Dir:          dir,
-		BaseCorefile: harness.StandardCorefile("127.0.0.10", "", "cluster.local"),
+		BaseCorefile: base,
 		Args: []string{"-localip", "127.0.0.10", "-setupinterface=false", "-setupiptables=false",
 			"-upstreamsvc", "kube-dns-upstream", "-kubednscm", vol.Dir},
 		Env: []string{"KUBE_DNS_UPSTREAM_SERVICE_HOST=" + upstream, "NODELOCALDNS_FASTPATH=" + fastpath},
@@ -78,7 +87,11 @@ func outageFlood(t *testing.T, fastpath string) {
 	if up.QueriesFor(cached[0]) != 1 {
 		t.Fatalf("upstream saw %d queries for %s, want 1 (the rest from cache)", up.QueriesFor(cached[0]), cached[0])
 	}
-	time.Sleep(time.Second) // let start-up garbage settle
+	settle := time.Second // let start-up garbage settle
+	if stale {
+		settle = 2 * time.Second // and every entry expire
+	}
+	time.Sleep(settle)
 	idle := procKiB(t, a.Cmd.Process.Pid, "VmRSS")
 
 	deadUpstream(t)
@@ -113,8 +126,8 @@ func outageFlood(t *testing.T, fastpath string) {
 		t.Fatal(err)
 	}
 	peak := procKiB(t, a.Cmd.Process.Pid, "VmHWM")
-	t.Logf("fastpath=%s: idle RSS %d KiB, peak RSS %d KiB (%.2fx); flood %s; cache hits %d/%d answered (%d after a retry)",
-		fastpath, idle, peak, float64(peak)/float64(idle), f.summary(), hits-missed, hits, retried)
+	t.Logf("fastpath=%s stale=%v: idle RSS %d KiB, peak RSS %d KiB (%.2fx); flood %s; cache hits %d/%d answered (%d after a retry)",
+		fastpath, stale, idle, peak, float64(peak)/float64(idle), f.summary(), hits-missed, hits, retried)
 	if peak > 2*idle {
 		t.Errorf("peak RSS %d KiB under the flood is more than twice the idle %d KiB", peak, idle)
 	}
