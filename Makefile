@@ -7,7 +7,7 @@ export GOFLAGS ?= -buildvcs=false
 # One build configuration for the binary, the tests and the image: static, and one build cache.
 export CGO_ENABLED = 0
 
-.PHONY: all build deps test test-unit test-race demo bench bench-nft bench-reconcile bench-configmap bench-serve clean
+.PHONY: all build deps test test-unit test-race test-fuzz fuzz demo bench bench-nft bench-reconcile bench-configmap bench-serve clean
 
 all: build
 
@@ -31,6 +31,7 @@ test: deps
 	for f in $(REPORTS)/*.txt; do [ -f "$$f" ] && { echo; echo "== $$(basename $$f .txt)"; cat "$$f"; }; done; \
 	exit $$status
 	$(MAKE) --no-print-directory test-race
+	$(MAKE) --no-print-directory test-fuzz
 	$(MAKE) --no-print-directory test-kernel-if-possible
 
 # The race detector, as root: the unit tests, then the real binary built with -race (NODELOCALDNS_TEST_RACE=1:
@@ -46,6 +47,22 @@ test-race:
 	CGO_ENABLED=1 NODELOCALDNS_TEST_RACE=1 $(GO) test -race -json -count=1 -timeout 10m -run '^($(RACE_E2E))$$' \
 		./test/e2e/lifecycle/ ./test/e2e/configmap/ 2>&1 | out/testsummary || status=1; \
 	exit $$status
+
+# Fuzz targets, as package:Target. The seed corpora (f.Add and testdata/fuzz/) run in every `go test`; test-fuzz
+# mutates each for FUZZ_SHORT as part of `make test`, `make fuzz` for FUZZ_TIME each. Each list is its own variable
+# so that another part's targets join FUZZ_TARGETS without touching these.
+FUZZ_ROBUST  := ./internal/nft:FuzzWatchFilter ./internal/nft:FuzzWatchParse ./internal/corefile:FuzzCorefileAtStart \
+	./internal/corefile:FuzzRender
+FUZZ_TARGETS += $(FUZZ_ROBUST)
+FUZZ_SHORT   ?= 3s
+FUZZ_TIME    ?= 2m
+test-fuzz:
+	@mkdir -p out; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
+		echo "fuzz $$pkg $$fn ($(FUZZ_SHORT))"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZ_SHORT) $$pkg >out/fuzz-$$fn.log 2>&1 || { cat out/fuzz-$$fn.log; exit 1; }; \
+	done
+fuzz:
+	$(MAKE) --no-print-directory test-fuzz FUZZ_SHORT=$(FUZZ_TIME)
 
 test-unit:
 	$(GO) test -count=1 ./...

@@ -10,9 +10,11 @@ import (
 	"testing"
 
 	"github.com/coredns/caddy/caddyfile"
+	coredns "github.com/coredns/coredns/core/dnsserver"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/memcheck"
 	"github.com/nodelocaldns/nodelocaldns/internal/options"
 )
 
@@ -72,6 +74,7 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet) {
 		ru.MaxSurge == nil || ru.MaxSurge.String() != "1" || ru.MaxUnavailable == nil || ru.MaxUnavailable.String() != "0" {
 		t.Errorf("updateStrategy = %+v, want RollingUpdate with maxSurge 1, maxUnavailable 0", ds.Spec.UpdateStrategy)
 	}
+	checkMemoryLimit(t, ps.Containers[0].Resources.Limits.Memory().Value())
 	for _, v := range ps.Volumes {
 		if v.HostPath != nil {
 			t.Errorf("volume %q is a hostPath (%s): nothing on the host is needed", v.Name, v.HostPath.Path)
@@ -288,5 +291,20 @@ func checkPorts(t *testing.T, m *manifest, c *corev1.Container, opts *options.Op
 		agent.Annotations["prometheus.io/port"] != agentPort || agent.Annotations["prometheus.io/scrape"] != "true" ||
 		agent.Spec.Selector["k8s-app"] != ds.Spec.Template.Labels["k8s-app"] {
 		t.Errorf("agent metrics Service = %+v, want headless on the -metrics-listen-address port %s, annotated for scraping, selecting the pods", agent, agentPort)
+	}
+}
+
+// checkMemoryLimit: the container has a memory limit, and it holds the standard Corefile's worst case as the
+// agent computes it at start (internal/memcheck), so the shipped manifest does not warn about itself.
+func checkMemoryLimit(t *testing.T, limit int64) {
+	t.Helper()
+	caches, err := memcheck.Caches([]byte(StandardCorefile), coredns.Directives)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := memcheck.New(caches, limit)
+	if limit == 0 || !e.Fits() {
+		t.Errorf("memory limit %s; want one that holds the standard Corefile's worst case, %s (%d caches, %d entries)",
+			memcheck.MiB(limit), memcheck.MiB(e.WorstCase), e.Caches, e.Entries)
 	}
 }

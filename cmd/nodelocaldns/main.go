@@ -59,6 +59,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprint(stdout, nft.Build(spec).Text(nft.TableName))
 		printFallback(o, os.Getenv, stdout, stderr)
+		printPreflight(stderr)
 		return 0
 	}
 

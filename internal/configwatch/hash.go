@@ -10,9 +10,12 @@ import (
 
 // dirHash digests what a reader of a ConfigMap volume sees (internal/volume), like kube-dns's FileSync: sha256
 // over name\0data\0 for each key, names sorted. A missing directory digests like an empty one, as LoadKubeDNS
-// treats both as "no ConfigMap".
-func dirHash(dir string) (string, error) {
+// treats both as "no ConfigMap". only, when not nil, restricts the digest to those keys, and only they are read.
+func dirHash(dir string, only []string) (string, error) {
 	keys, err := volume.Read(dir)
+	if only != nil {
+		keys, err = volume.ReadKeys(dir, only)
+	}
 	if err != nil {
 		return "", err
 	}

@@ -12,7 +12,7 @@ func TestDirHash(t *testing.T) {
 	root := t.TempDir()
 	h := func(dir string) string {
 		t.Helper()
-		s, err := dirHash(dir)
+		s, err := dirHash(dir, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -41,6 +41,11 @@ type Gauge interface{ Set(float64) }
 type Config struct {
 	Log  *zap.Logger
 	Dirs []string
+	// Keys names, for a directory of Dirs, the only entries of it that matter: the ConfigMap keys its reader
+	// uses, or the files of a plain directory. Only their events (and the kubelet's ..data swap) wake the
+	// watcher, and only they are hashed, so a log file written into the directory costs nothing. A directory
+	// not in Keys: every entry matters.
+	Keys map[string][]string
 	// Polling, if set, is 1 while the watcher re-reads periodically because inotify is unavailable, else 0.
 	Polling Gauge
 	// PollInterval is the re-read period without inotify; <= 0 means DefaultPollInterval.
@@ -55,6 +60,7 @@ type Config struct {
 type Watcher struct {
 	log     *zap.Logger
 	dirs    []string
+	keys    map[string][]string // absolute dir -> the entries that matter; absent: all
 	hashes  map[string]string
 	fsw     notifier // nil while polling only
 	polling Gauge
@@ -69,7 +75,8 @@ func New(cfg Config) (*Watcher, error) {
 	if len(cfg.Dirs) == 0 {
 		return nil, errors.New("watch config directories: no directory given")
 	}
-	w := &Watcher{log: cfg.Log.Named("configwatch"), hashes: map[string]string{}, polling: cfg.Polling, poll: cfg.PollInterval}
+	w := &Watcher{log: cfg.Log.Named("configwatch"), keys: map[string][]string{}, hashes: map[string]string{},
+		polling: cfg.Polling, poll: cfg.PollInterval}
 	if w.poll <= 0 {
 		w.poll = DefaultPollInterval
 	}
@@ -80,6 +87,9 @@ func New(cfg Config) (*Watcher, error) {
 		}
 		if !slices.Contains(w.dirs, abs) {
 			w.dirs = append(w.dirs, abs)
+		}
+		if keys, ok := cfg.Keys[d]; ok {
+			w.keys[abs] = append(w.keys[abs], keys...)
 		}
 	}
 	newNotifier := cfg.newNotifier
@@ -202,7 +212,13 @@ func (w *Watcher) check() bool {
 
 // hash digests d; a read error becomes part of the digest, so a lasting error is reported once, and its end too.
 func (w *Watcher) hash(d string) string {
-	h, err := dirHash(d)
+	keys, ok := w.keys[d]
+	if !ok {
+		keys = nil // every key
+	} else if keys == nil {
+		keys = []string{}
+	}
+	h, err := dirHash(d, keys)
 	if err != nil {
 		w.log.Warn("cannot read config directory", zap.String("dir", d), zap.Error(err))
 		return "error: " + err.Error()
@@ -279,14 +295,27 @@ func isDir(p string) bool {
 	return err == nil && st.IsDir()
 }
 
-// relevant reports whether an event path concerns a watched directory: an entry in it, the directory itself, or
-// one of its ancestors (ancestors are watched for the directory's appearance, and see unrelated traffic too).
+// relevant reports whether an event path concerns a watched directory: an entry of it that matters (see
+// Config.Keys), the directory itself, or one of its ancestors (ancestors are watched for the directory's
+// appearance, and see unrelated traffic too).
 func (w *Watcher) relevant(name string) bool {
 	name = filepath.Clean(name)
 	for _, d := range w.dirs {
-		if name == d || filepath.Dir(name) == d || strings.HasPrefix(d, name+string(filepath.Separator)) {
+		if name == d || strings.HasPrefix(d, name+string(filepath.Separator)) {
+			return true
+		}
+		if filepath.Dir(name) == d && w.matters(d, filepath.Base(name)) {
 			return true
 		}
 	}
 	return false
+}
+
+// kubeletSwap is the symlink the kubelet renames into place on every update of a ConfigMap volume.
+const kubeletSwap = "..data"
+
+// matters says whether the entry base of directory d is one its reader uses.
+func (w *Watcher) matters(d, base string) bool {
+	keys, ok := w.keys[d]
+	return !ok || base == kubeletSwap || slices.Contains(keys, base)
 }

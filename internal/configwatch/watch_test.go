@@ -305,3 +305,50 @@ func TestWatcherNotPolling(t *testing.T) {
 		t.Errorf("%d degradation warnings with inotify working", n)
 	}
 }
+
+// A log file written into the watched directory, line after line, is not a change and wakes nothing: only the
+// keys that matter (and the kubelet's ..data swap) do. Without Config.Keys every line was a re-read of the whole
+// directory, the log file included, and a reported change.
+func TestWatcherIgnoresFilesThatDoNotMatter(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "coredns")
+	testenv.WriteConfigMap(t, dir, value("one"))
+	wd := startWatcher(t, Config{Dirs: []string{dir}, Keys: map[string][]string{dir: {key}}})
+
+	n := wd.checks()
+	f, err := os.OpenFile(filepath.Join(dir, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for i := range 200 {
+		fmt.Fprintf(f, "log line %d\n", i)
+	}
+	// A real change after the log lines: once it is reported, every event before it has been taken.
+	wd.change(t, dir, "two")
+	if got := wd.checks() - n; got != 1 {
+		t.Errorf("%d re-reads for 200 log lines and one change, want 1", got)
+	}
+	if c := wd.count(); c != 1 {
+		t.Errorf("%d changes reported, want 1", c)
+	}
+}
+
+// In a plain directory (a hostPath, a test) the file that matters is written in place: that is a change, and a
+// log file beside it is not.
+func TestWatcherPlainDirectoryKeys(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, key, "one")
+	wd := startWatcher(t, Config{Dirs: []string{dir}, Keys: map[string][]string{dir: {key}}})
+	n := wd.checks()
+	write(t, dir, "agent.log", "a line")
+	write(t, dir, key, "two")
+	// The truncation may be seen on its own, as an empty key, before the write.
+	for got := wd.next(t); got != "two"; got = wd.next(t) {
+		if got != "" {
+			t.Fatalf("onChange saw %q after the key was written in place, want two", got)
+		}
+	}
+	if got := wd.checks() - n; got > 2 {
+		t.Errorf("%d re-reads, want at most 2 for one write of the key (truncate and write events)", got)
+	}
+}

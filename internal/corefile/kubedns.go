@@ -16,6 +16,10 @@ const (
 	keyUpstreamNameservers = "upstreamNameservers"
 )
 
+// KubeDNSKeys are the kube-dns ConfigMap keys that LoadKubeDNS reads; a change to any other cannot change the
+// Corefile.
+func KubeDNSKeys() []string { return []string{keyStubDomains, keyUpstreamNameservers} }
+
 // KubeDNS is the part of the kube-dns ConfigMap that shapes the Corefile. The zero value means "no ConfigMap":
 // no stub domains, upstreams from /etc/resolv.conf. Values returned by [LoadKubeDNS] are validated and canonical.
 type KubeDNS struct {

@@ -39,6 +39,7 @@ type Metrics struct {
 	ConfigPolling    prometheus.Gauge       // 1 while ConfigMap changes are found by periodic re-reads (no inotify)
 	RuleCounters     *RuleCounterCollector  // the table's own counters, read at scrape time
 	Foreign          *Foreign               // drop and reject rules of other tables, iptables-legacy tables
+	Memory           *Memory                // the Corefile's worst case against the cgroup's memory limit
 }
 
 // New creates the collectors and registers them with reg. counters reads our nftables rules' counters at
@@ -96,6 +97,9 @@ func New(reg prometheus.Registerer, counters func() ([]RuleCounter, error)) (*Me
 	}
 	var err error
 	if m.Foreign, err = NewForeign(reg); err != nil {
+		return nil, err
+	}
+	if m.Memory, err = NewMemory(reg); err != nil {
 		return nil, err
 	}
 	return m, nil

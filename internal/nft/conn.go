@@ -189,7 +189,7 @@ func (c *Conn) create() error {
 			return nil
 		case IsExist(err):
 			continue
-		case IsNotSupported(err):
+		case IsOwnerFlagRefused(err):
 			return fmt.Errorf("create table inet %s with flags owner: %w (%s)", name, err, ErrNoOwnerFlag)
 		default:
 			return fmt.Errorf("create table inet %s with flags owner: %w", name, err)
@@ -198,8 +198,9 @@ func (c *Conn) create() error {
 	return fmt.Errorf("no free instance table name among %s..%s", InstanceTableName(0), InstanceTableName(maxInstances-1))
 }
 
-// ErrNoOwnerFlag explains an EOPNOTSUPP for the owner flag.
-const ErrNoOwnerFlag = "nodelocaldns needs NFT_TABLE_F_OWNER (Linux 5.12 or later; kube-proxy's nftables mode needs 5.13)"
+// ErrNoOwnerFlag explains a refused owner flag.
+const ErrNoOwnerFlag = "nodelocaldns needs NFT_TABLE_F_OWNER (Linux 5.12 or later; kube-proxy's nftables mode needs 5.13); " +
+	"kernels before 5.12 refuse the flag with \"invalid argument\""
 
 // queueClear queues the removal of everything in our table. Called with c.mu held.
 func (c *Conn) queueClear(t *nftables.Table) error {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mdlayher/netlink"
 	"go.uber.org/zap/zaptest"
 	"golang.org/x/sys/unix"
 )
@@ -114,6 +115,18 @@ func TestErrorPredicates(t *testing.T) {
 	} {
 		if IsNotExist(tc.err) != tc.notExist || IsExist(tc.err) != tc.exist || IsNotSupported(tc.err) != tc.ns {
 			t.Errorf("%v: IsNotExist=%v IsExist=%v IsNotSupported=%v", tc.err, IsNotExist(tc.err), IsExist(tc.err), IsNotSupported(tc.err))
+		}
+	}
+}
+
+// A kernel before 5.12 refuses the owner flag with EINVAL, not EOPNOTSUPP: the error still names the requirement.
+func TestOwnerFlagRefusedNamesTheKernel(t *testing.T) {
+	for _, errno := range []error{unix.EINVAL, unix.EOPNOTSUPP} {
+		c, k := fakeConn(t)
+		k.createErr = &netlink.OpError{Op: "receive", Err: errno}
+		err := c.Apply(Build(goldenCases[0].spec))
+		if err == nil || !strings.Contains(err.Error(), "Linux 5.12 or later") {
+			t.Errorf("%v from the kernel: Apply = %v; want the error to name Linux 5.12", errno, err)
 		}
 	}
 }

@@ -21,6 +21,13 @@ func IsNotSupported(err error) bool {
 		isErrno(err, syscall.EPROTONOSUPPORT, "protocol not supported")
 }
 
+// IsOwnerFlagRefused reports whether err is how a kernel refuses a NEWTABLE with NFT_TABLE_F_OWNER: EOPNOTSUPP,
+// or EINVAL before Linux 5.12, whose nf_tables_newtable rejected any flag but DORMANT with -EINVAL
+// (the flag came with "netfilter: nftables: introduce table ownership", Linux 5.12).
+func IsOwnerFlagRefused(err error) bool {
+	return IsNotSupported(err) || isErrno(err, syscall.EINVAL, "invalid argument")
+}
+
 // isErrno matches errno through wrapping and, as a fallback, by its text: google/nftables v0.3.0 formats some
 // netlink errors with %v (GetRules, receiveAckAware), which drops the errno from the chain.
 func isErrno(err error, errno syscall.Errno, text string) bool {

@@ -5,9 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/google/nftables"
@@ -69,7 +67,7 @@ func Watch(ctx context.Context, log *zap.Logger, trigger func(reason string), op
 		opt(&o)
 	}
 	log = log.Named("nft-watch")
-	w := &watcher{log: log, trigger: trigger, own: o.own, buf: make([]byte, 64<<10),
+	w := &watcher{log: log, trigger: trigger, own: o.own, globalPIDs: pidsAreGlobal(), buf: make([]byte, 64<<10),
 		state: watchState{ours: o.tables}}
 	return nlwatch.Run(ctx, log, nlwatch.DefaultBackoff, trigger, func(ctx context.Context, up func()) error {
 		nl, err := w.subscribe(o)
@@ -82,12 +80,13 @@ func Watch(ctx context.Context, log *zap.Logger, trigger func(reason string), op
 }
 
 type watcher struct {
-	log     *zap.Logger
-	trigger func(string)
-	own     []*Conn
-	buf     []byte
-	state   watchState
-	reasons []string // the current transaction's relevant changes
+	log        *zap.Logger
+	trigger    func(string)
+	own        []*Conn
+	globalPIDs bool // pidsAreGlobal, read once
+	buf        []byte
+	state      watchState
+	reasons    []string // the current transaction's relevant changes
 }
 
 // subscribe dials, filters, joins the group, then learns the base chains as they stand: a chain re-declared
@@ -231,7 +230,7 @@ func (w *watcher) datagram(b []byte) {
 		}
 		if len(w.reasons) > 0 {
 			pid, comm := generation(m)
-			if !isOwn(m.portID, pid, w.own) {
+			if !isOwn(m.portID, pid, w.own, w.globalPIDs) {
 				reason := w.reasons[0]
 				if len(w.reasons) > 1 {
 					reason += fmt.Sprintf(" (+%d more)", len(w.reasons)-1)
@@ -243,23 +242,4 @@ func (w *watcher) datagram(b []byte) {
 		}
 		w.reasons = w.reasons[:0]
 	}
-}
-
-// isOwn reports whether a transaction was committed by this process: through one of the ignored
-// connections, or by one of our threads as seen from our pid namespace.
-func isOwn(portID, pid uint32, own []*Conn) bool {
-	for _, c := range own {
-		if p := c.PortID(); p != 0 && p == portID {
-			return true
-		}
-	}
-	if pid == 0 {
-		return false
-	}
-	if int(pid) == os.Getpid() {
-		return true
-	}
-	// The kernel reports the committing thread's id, not the process id.
-	_, err := os.Stat("/proc/self/task/" + strconv.Itoa(int(pid)))
-	return err == nil
 }

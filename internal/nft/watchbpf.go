@@ -103,7 +103,7 @@ func foreignRuleFilter(ours []string, maxInsns int) ([]unix.SockFilter, error) {
 		return nil, fmt.Errorf("bpf: the filter reads netlink headers as little endian")
 	}
 	words := make([][]uint32, len(ours))
-	perMsg := 30
+	perMsg := 33
 	for i, name := range ours {
 		b := append([]byte(name), 0) // the attribute holds the NUL and zero padding (__nla_reserve)
 		for len(b)%4 != 0 {
@@ -114,6 +114,7 @@ func foreignRuleFilter(ours []string, maxInsns int) ([]unix.SockFilter, error) {
 		}
 		perMsg += 2 * len(words[i])
 	}
+	need := uint32(offAttrVal + 4*maxLen(words)) // what the loads of one message reach, from its start
 	a := &bpfAsm{labels: map[string]int{}}
 	a.op(unix.BPF_LD|unix.BPF_IMM, 0)
 	a.op(unix.BPF_ST, scratchOff)
@@ -125,6 +126,10 @@ func foreignRuleFilter(ours []string, maxInsns int) ([]unix.SockFilter, error) {
 		a.jump(unix.BPF_JMP|unix.BPF_JGT|unix.BPF_X, 0, l("msg"), "")
 		a.op(unix.BPF_RET|unix.BPF_K, bpfDrop)
 		a.label(l("msg"))
+		// A load past the datagram's end ends the program with 0, a drop: a message too short at the end for
+		// every load (an element without its table, a truncated datagram) is delivered instead.
+		a.op(unix.BPF_ALU|unix.BPF_SUB|unix.BPF_X, 0)
+		a.jump(unix.BPF_JMP|unix.BPF_JGE|unix.BPF_K, need, "", l("accept"))
 		a.op(unix.BPF_LD|unix.BPF_B|unix.BPF_IND, offType)
 		a.jump(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, unix.NFT_MSG_NEWRULE, l("table"), "")
 		a.jump(unix.BPF_JMP|unix.BPF_JEQ|unix.BPF_K, unix.NFT_MSG_DELRULE, l("table"), "")
@@ -172,4 +177,12 @@ func foreignRuleFilter(ours []string, maxInsns int) ([]unix.SockFilter, error) {
 	}
 	a.op(unix.BPF_RET|unix.BPF_K, bpfAccept) // more messages than the walk unrolls: deliver
 	return a.assemble()
+}
+
+func maxLen(words [][]uint32) int {
+	n := 0
+	for _, w := range words {
+		n = max(n, len(w))
+	}
+	return n
 }

@@ -247,6 +247,10 @@ func firstLine(s string) string {
 	return s
 }
 
+// maxSyncInterval is the longest -syncinterval: the pass is a safety net, and a day is already a long time
+// without one.
+const maxSyncInterval = 24 * time.Hour
+
 // seconds is a duration flag that also takes a bare number of seconds, as node-cache's manifests write it.
 type seconds time.Duration
 
@@ -256,12 +260,16 @@ func (s *seconds) Set(v string) error {
 	var d time.Duration
 	var n uint64
 	if _, err := fmt.Sscan(v, &n); err == nil && fmt.Sprint(n) == v {
+		// Checked before multiplying: 18446744074 seconds would wrap around to 290 ms.
+		if n > uint64(maxSyncInterval/time.Second) {
+			return fmt.Errorf("want more than 0 and at most %s", maxSyncInterval)
+		}
 		d = time.Duration(n) * time.Second
 	} else if d, err = time.ParseDuration(v); err != nil {
 		return fmt.Errorf("want seconds (60) or a duration (60s, 1m)")
 	}
-	if d <= 0 || d > 24*time.Hour {
-		return fmt.Errorf("want more than 0 and at most 24h")
+	if d <= 0 || d > maxSyncInterval {
+		return fmt.Errorf("want more than 0 and at most %s", maxSyncInterval)
 	}
 	*s = seconds(d)
 	return nil

@@ -75,6 +75,10 @@ func TestParseErrors(t *testing.T) {
 		{[]string{"-localip", "1.2.3.4", "-interfacename", "ifb0"}, `invalid value "ifb0" for flag -interfacename: interface name "ifb0" is reserved`},
 		{[]string{"-localip", "1.2.3.4", "-syncinterval", "soon"}, `invalid value "soon" for flag -syncinterval`},
 		{[]string{"-localip", "1.2.3.4", "-syncinterval", "0"}, `invalid value "0" for flag -syncinterval`},
+		// Seconds that overflow time.Duration once multiplied (to 290 ms here), and the largest that does not.
+		{[]string{"-localip", "1.2.3.4", "-syncinterval", "18446744074"}, `invalid value "18446744074" for flag -syncinterval: want more than 0 and at most 24h0m0s`},
+		{[]string{"-localip", "1.2.3.4", "-syncinterval", "9223372037"}, `invalid value "9223372037" for flag -syncinterval`},
+		{[]string{"-localip", "1.2.3.4", "-syncinterval", "86401"}, `invalid value "86401" for flag -syncinterval`},
 		{[]string{"-localip", "1.2.3.4", "-health-port", "http"}, `invalid value "http" for flag -health-port`},
 		{[]string{"-localip", "1.2.3.4", "-dns.port", "70000"}, `invalid value "70000" for flag -dns.port`},
 		{[]string{"-localip", "1.2.3.4", "-interfacename", "a-very-long-interface-name"}, `invalid value "a-very-long-interface-name" for flag -interfacename`},

@@ -34,6 +34,16 @@ func (c *renderer) watchDirs() []string {
 	return dirs
 }
 
+// watchKeys are, per directory of watchDirs, the entries whose changes may change the Corefile: the base file and
+// the kube-dns keys read. Anything else written there (a log file next to the template) is not a change.
+func (c *renderer) watchKeys() map[string][]string {
+	keys := map[string][]string{filepath.Dir(c.base): {filepath.Base(c.base)}}
+	if c.kubeDNSDir != "" {
+		keys[c.kubeDNSDir] = append(keys[c.kubeDNSDir], corefile.KubeDNSKeys()...)
+	}
+	return keys
+}
+
 // latest renders the Corefile from the base file and the kube-dns ConfigMap as they are now. A kube-dns ConfigMap
 // that is refused is reported (kdErr) and replaced by the last one accepted, the empty one before any, so that a
 // change of the base still applies while kube-dns is broken (node-cache keeps its last valid config the same way;
@@ -52,6 +62,11 @@ func (c *renderer) latest() (cf []byte, kd corefile.KubeDNS, kdErr, err error) {
 	if cf, err = corefile.Render(base, kd, c.params); err != nil {
 		return nil, kd, kdErr, fmt.Errorf("%s: %w", c.base, err)
 	}
+	// Render keeps node-cache's output byte for byte; the bound on each forward is ours, added after.
+	if cf, _, err = corefile.BoundForwards(cf, c.params.Directives); err != nil {
+		return nil, kd, kdErr, fmt.Errorf("%s: %w", c.base, err)
+	}
+	checkMemory(c.log, c.m, cf, c.params.Directives, cgroupRoot, procSelfCgroup)
 	return cf, kd, kdErr, nil
 }
 

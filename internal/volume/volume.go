@@ -27,29 +27,48 @@ func Read(dir string) (map[string][]byte, error) {
 	}
 	keys := map[string][]byte{}
 	for _, e := range entries {
-		name := e.Name()
-		if strings.HasPrefix(name, ".") {
+		if strings.HasPrefix(e.Name(), ".") {
 			continue
 		}
-		p := filepath.Join(dir, name)
-		st, err := os.Stat(p)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
+		if err := readKey(dir, e.Name(), keys); err != nil {
+			return nil, err
 		}
-		if err != nil {
-			return nil, fmt.Errorf("stat config key: %w", err)
-		}
-		if st.IsDir() {
-			continue
-		}
-		data, err := os.ReadFile(p)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("read config key: %w", err)
-		}
-		keys[name] = data
 	}
 	return keys, nil
+}
+
+// ReadKeys is [Read] restricted to the keys named: only they are read, so other files in the directory (a log
+// file written next to a template) cost nothing.
+func ReadKeys(dir string, names []string) (map[string][]byte, error) {
+	keys := map[string][]byte{}
+	for _, name := range names {
+		if err := readKey(dir, name, keys); err != nil {
+			return nil, err
+		}
+	}
+	return keys, nil
+}
+
+// readKey reads key name of dir into keys, through its symlink; a missing key or a directory is left out.
+func readKey(dir, name string, keys map[string][]byte) error {
+	p := filepath.Join(dir, name)
+	st, err := os.Stat(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("stat config key: %w", err)
+	}
+	if st.IsDir() {
+		return nil
+	}
+	data, err := os.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read config key: %w", err)
+	}
+	keys[name] = data
+	return nil
 }
