@@ -118,7 +118,7 @@ func TestWhatAPodSeesUnderAForeignDrop(t *testing.T) {
 // checkDetected asks the foreign-drop check, as the agent would, and compares with what fw put in place.
 func checkDetected(t *testing.T, conn *nft.Conn, fw firewall) {
 	t.Helper()
-	drops, err := conn.ForeignDrops(nft.TableName)
+	drops, err := conn.ForeignDrops(53, nft.TableName)
 	if err != nil {
 		t.Fatal(err)
 	}
