@@ -50,9 +50,38 @@ var lookalikes = [][]string{
 	{"-t", "filter", "-I", "INPUT", "-p", "udp", "-s", "192.0.2.0/24", "-d", harness.LocalIP, "--dport", dnsPort, "-j", "ACCEPT", "-m", "comment", "--comment", allow},
 }
 
+// The link-local fallback, when it is in place, rewrites a query to any local IP before the raw table's
+// notrack sees it, so it alone would hide a stale notrack of the ClusterIP; without it (-linklocal-fallback=false,
+// no kube-dns-upstream ClusterIP, an IPv6 one) only the removal of node-cache's rules makes the ClusterIP fail
+// open. Both are run, the fallback first (the second agent removes the fallback table the first one left).
 func TestSIGKILLNextToNodeCacheLeftovers(t *testing.T) {
 	testenv.RequireRoot(t)
 	pod := harness.NewNode(t).Pod
+	var report []string
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"with the link-local fallback", nil},
+		{"-linklocal-fallback=false", []string{"-linklocal-fallback=false"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			report = append(report, tc.name+":")
+			report = append(report, sigkillNextToLeftovers(t, pod, tc.args)...)
+		})
+	}
+	t.Log(strings.Join(report, "\n"))
+	if dir := os.Getenv("NODELOCALDNS_TEST_REPORTS"); dir != "" {
+		if err := os.WriteFile(filepath.Join(dir, "migration.txt"), []byte(strings.Join(report, "\n")+"\n"), 0o644); err != nil {
+			t.Errorf("write report: %v", err)
+		}
+	}
+}
+
+func sigkillNextToLeftovers(t *testing.T, pod *testenv.Peer, extraArgs []string) []string {
+	for _, table := range []string{"raw", "filter"} {
+		testenv.Run(t, "iptables", "-t", table, "-F")
+	}
 	for _, ip := range []string{harness.LocalIP, harness.ClusterIP} {
 		for _, r := range nodeCacheRules(ip) {
 			testenv.Run(t, "iptables", r...)
@@ -68,7 +97,7 @@ func TestSIGKILLNextToNodeCacheLeftovers(t *testing.T) {
 	withStale := ask(t, pod, harness.ClusterIP)
 
 	a := harness.Start(t, harness.Config{
-		Args:         []string{"-localip", harness.LocalIP + "," + harness.ClusterIP, "-upstreamsvc", "kube-dns-upstream", "-health-port", healthPort},
+		Args:         append([]string{"-localip", harness.LocalIP + "," + harness.ClusterIP, "-upstreamsvc", "kube-dns-upstream", "-health-port", healthPort}, extraArgs...),
 		BaseCorefile: harness.StandardCorefile(harness.LocalIP, harness.ClusterIP, "cluster.local"),
 		Env:          []string{"KUBE_DNS_UPSTREAM_SERVICE_HOST=" + harness.UpstreamClusterIP},
 	})
@@ -110,18 +139,12 @@ func TestSIGKILLNextToNodeCacheLeftovers(t *testing.T) {
 		afterKill = ask(t, pod, harness.ClusterIP)
 		return afterKill == "answer from kube-dns"
 	})
-	report := []string{
-		"node-cache's 24 stale rules (real iptables-nft) and 3 lookalikes, pod's UDP query to the ClusterIP:",
+	return []string{
+		"  pod's UDP query to the ClusterIP, node-cache's 24 stale rules (real iptables-nft) and 3 lookalikes:",
 		"  before the agent (stale rules): " + withStale,
 		"  agent serving:                  " + serving,
 		"  after SIGKILL of the agent:     " + afterKill,
 		"  rules left: " + strings.Join(left, "; "),
-	}
-	t.Log(strings.Join(report, "\n"))
-	if dir := os.Getenv("NODELOCALDNS_TEST_REPORTS"); dir != "" {
-		if err := os.WriteFile(filepath.Join(dir, "migration.txt"), []byte(strings.Join(report, "\n")+"\n"), 0o644); err != nil {
-			t.Errorf("write report: %v", err)
-		}
 	}
 }
 
