@@ -174,8 +174,9 @@ func (p probe) payload(base expr.PayloadBase, off, n uint32) value {
 		}
 	}
 	switch {
-	case base == expr.PayloadBaseNetworkHeader && off == addrOff && n == uint32(p.addr.BitLen()/8):
-		return value{known: true, data: p.addr.AsSlice()}
+	case base == expr.PayloadBaseNetworkHeader && off >= addrOff && off+n <= addrOff+uint32(p.addr.BitLen()/8):
+		// nft loads only the bytes a byte-aligned prefix needs (`ip daddr 169.254.0.0/16`: 2 bytes at 16).
+		return value{known: true, data: p.addr.AsSlice()[off-addrOff : off-addrOff+n]}
 	case base == expr.PayloadBaseNetworkHeader && n == 1 && ((v4 && off == 9) || (!v4 && off == 6)):
 		return value{known: true, data: []byte{p.proto}} // ip protocol, ip6 nexthdr
 	case base == expr.PayloadBaseTransportHeader && off == portOff && n == 2:
