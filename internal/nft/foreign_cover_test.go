@@ -36,7 +36,7 @@ var coverTrue = []coverCase{
 	{name: "inet reject udp dport 53", nft: "table inet fw { chain input { type filter hook input priority 0; udp dport 53 reject; } }",
 		want: []string{"10.96.0.10", "169.254.20.10", "fd00::a"}},
 	{name: "inet policy drop, ct state established,related accept, iifname lo accept",
-		nft: `table inet fw { chain input { type filter hook input priority 10; policy drop; ct state established,related accept; iifname "lo" accept; } }`,
+		nft:  `table inet fw { chain input { type filter hook input priority 10; policy drop; ct state established,related accept; iifname "lo" accept; } }`,
 		want: []string{"10.96.0.10", "169.254.20.10", "fd00::a"}},
 	{name: "ct state untracked drop", nft: "table inet fw { chain input { type filter hook input priority -50; ct state untracked drop; } }",
 		want: []string{"10.96.0.10", "169.254.20.10", "fd00::a"}},
