@@ -43,6 +43,7 @@ var dnsPathHooks = map[nftables.ChainHook]Hook{
 type ForeignChain struct {
 	// Chain is "family table/chain", e.g. "ip filter/INPUT".
 	Chain    string
+	Table    string
 	Family   nftables.TableFamily
 	Type     nftables.ChainType
 	Hook     Hook
@@ -76,7 +77,7 @@ func (c *Conn) ForeignScan(ours ...string) ([]ForeignChain, error) {
 		if !ok || !onPath {
 			continue // arp, bridge, netdev, forward, postrouting: not the path of DNS traffic to us
 		}
-		fc := ForeignChain{Chain: fmt.Sprintf("%s %s/%s", fam, ch.Table.Name, ch.Name), Family: ch.Table.Family,
+		fc := ForeignChain{Chain: fmt.Sprintf("%s %s/%s", fam, ch.Table.Name, ch.Name), Table: ch.Table.Name, Family: ch.Table.Family,
 			Type: ch.Type, Hook: hook, PolicyDrop: ch.Policy != nil && *ch.Policy == nftables.ChainPolicyDrop}
 		if ch.Priority != nil {
 			fc.Priority = int32(*ch.Priority)

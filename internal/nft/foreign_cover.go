@@ -90,7 +90,7 @@ func Covering(chains []ForeignChain, ips []netip.Addr, port uint16) map[netip.Ad
 	for _, ip := range ips {
 		for _, ch := range chains {
 			reply := ch.Hook == HookOutput
-			if (ch.Hook != HookInput && !reply) || !coversFamily(ch.Family, ip) {
+			if (ch.Hook != HookInput && !reply) || !coversFamily(ch.Family, ip) || ch.ours() {
 				continue
 			}
 			if ch.Type != nftables.ChainTypeFilter && !(reply && ch.Type == nftables.ChainTypeRoute) {
@@ -122,7 +122,7 @@ func (n ForeignNotrack) String() string { return fmt.Sprintf("%s handle %d", n.C
 func ForeignNotracks(chains []ForeignChain, ips []netip.Addr, port uint16) []ForeignNotrack {
 	var out []ForeignNotrack
 	for _, ch := range chains {
-		if ch.Family == nftables.TableFamilyINet && ch.ownTableName() {
+		if ch.ours() {
 			continue
 		}
 		if (ch.Hook != HookPrerouting && ch.Hook != HookOutput) || ch.Priority >= conntrackPriority {
@@ -148,11 +148,7 @@ func ForeignNotracks(chains []ForeignChain, ips []netip.Addr, port uint16) []For
 	return out
 }
 
-// ownTableName says whether the chain's inet table is one of ours by name: an instance's or the fallback's.
-func (ch ForeignChain) ownTableName() bool {
-	table := ch.Chain[len("inet "):]
-	if i := slices.Index([]byte(table), '/'); i >= 0 {
-		table = table[:i]
-	}
-	return isInstanceTableName(table) || table == FallbackTableName
+// ours says whether the chain's table is one of ours by name: an inet instance table or the fallback's.
+func (ch ForeignChain) ours() bool {
+	return ch.Family == nftables.TableFamilyINet && (isInstanceTableName(ch.Table) || ch.Table == FallbackTableName)
 }

@@ -123,3 +123,31 @@ func describe(chains []ForeignChain, port uint16) string {
 	}
 	return b.String()
 }
+
+// TestForeignNotracks: someone else's notrack of our queries before conntrack is found; after conntrack, for
+// another address or port, or in an instance table (gated, ours), it is not.
+func TestForeignNotracks(t *testing.T) {
+	c := freshConn(t)
+	testenv.NftApply(t, `table inet nodelocaldns-4 {
+	chain raw-prerouting { type filter hook prerouting priority raw; ip daddr 10.96.0.10 udp dport 53 notrack; }
+}
+table ip someone {
+	chain early { type filter hook prerouting priority raw; ip daddr 10.96.0.10 udp dport 53 notrack; ip daddr 10.96.0.11 notrack; tcp dport 80 notrack; }
+	chain late { type filter hook prerouting priority mangle; udp dport 53 notrack; }
+	chain out { type filter hook output priority raw; notrack; }
+}
+`)
+	testenv.Run(t, "iptables", "-t", "raw", "-A", "PREROUTING", "-d", "169.254.20.10", "-p", "tcp", "--dport", "53", "-j", "NOTRACK")
+	chains, err := c.ForeignScan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, n := range ForeignNotracks(chains, coverIPs, 53) {
+		got = append(got, n.Chain)
+	}
+	want := []string{"ip raw/PREROUTING", "ip someone/early", "ip someone/out"}
+	if !slices.Equal(got, want) {
+		t.Errorf("ForeignNotracks = %v, want %v", got, want)
+	}
+}

@@ -111,8 +111,9 @@ func (f *foreignReport) check() (found foreignFindings, ok bool) {
 		return found, false
 	}
 	current := map[string]bool{}
-	f.reportDrops(chains, current)
-	found.notrack = f.reportNotracks(chains, current)
+	notracks := nft.ForeignNotracks(chains, f.spec.LocalIPs, f.spec.DNSPort)
+	f.reportDrops(chains, notracks, current)
+	found.notrack = f.reportNotracks(notracks, current)
 	found.aside = f.decideAside(chains, current)
 	f.forgetErrors("error scan ")
 	for key := range f.warned {
@@ -127,8 +128,9 @@ func (f *foreignReport) check() (found foreignFindings, ok bool) {
 	return found, true
 }
 
-// reportDrops says each drop policy and each chain's drop rules once, with iptables-legacy tables.
-func (f *foreignReport) reportDrops(chains []nft.ForeignChain, current map[string]bool) {
+// reportDrops says each drop policy and each chain's drop rules once, with iptables-legacy tables, and sets the
+// gauges (notracks' included).
+func (f *foreignReport) reportDrops(chains []nft.ForeignChain, notracks []nft.ForeignNotrack, current map[string]bool) {
 	rules := map[string]int{}
 	for _, d := range nft.Drops(chains, f.spec.DNSPort) {
 		if d.Policy {
@@ -153,22 +155,17 @@ func (f *foreignReport) reportDrops(chains []nft.ForeignChain, current map[strin
 		f.warnOnce(key, "iptables-legacy is in use on this node; its rules see DNS traffic too and nftables cannot show them",
 			zap.String("table", t))
 	}
+	counts := map[string]int{}
+	for _, n := range notracks {
+		counts[n.Chain]++
+	}
 	withMetrics(f.m, func(m *metrics.Metrics) {
-		m.Foreign.Set(metrics.ForeignState{DropRules: rules, LegacyTables: legacy, Notracks: f.notrackCounts(chains)})
+		m.Foreign.Set(metrics.ForeignState{DropRules: rules, LegacyTables: legacy, Notracks: counts})
 	})
 }
 
-func (f *foreignReport) notrackCounts(chains []nft.ForeignChain) map[string]int {
-	counts := map[string]int{}
-	for _, n := range nft.ForeignNotracks(chains, f.spec.LocalIPs, f.spec.DNSPort) {
-		counts[n.Chain]++
-	}
-	return counts
-}
-
 // reportNotracks says each foreign notrack of our addresses' queries once, and whether there is any.
-func (f *foreignReport) reportNotracks(chains []nft.ForeignChain, current map[string]bool) bool {
-	notracks := nft.ForeignNotracks(chains, f.spec.LocalIPs, f.spec.DNSPort)
+func (f *foreignReport) reportNotracks(notracks []nft.ForeignNotrack, current map[string]bool) bool {
 	for _, n := range notracks {
 		key := "notrack " + n.String()
 		current[key] = true
