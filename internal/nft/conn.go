@@ -23,6 +23,7 @@ type nftOps interface {
 	DelChain(*nftables.Chain)
 	FlushChain(*nftables.Chain)
 	AddRule(*nftables.Rule) *nftables.Rule
+	DelRule(*nftables.Rule) error
 	Flush() error
 	ListTablesOfFamily(nftables.TableFamily) ([]*nftables.Table, error)
 	ListChains() ([]*nftables.Chain, error)

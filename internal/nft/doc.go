@@ -39,7 +39,11 @@
 // table (or our process ending) is enough to hand the ClusterIP back to kube-proxy: there is nothing else to undo.
 //
 // Our accept rules keep node-cache's intent and count packets, but an nftables accept only ends its own base
-// chain: a drop in another table on the same hook still wins. [Conn.ForeignDrops] finds such chains (drop
-// policies, drop and reject rules) so the caller can warn; we never write into tables we do not own.
+// chain: a drop in another table on the same hook still wins. [Conn.ForeignScan] reads other tables' base
+// chains on the DNS path; [Drops] finds drop policies and rules to warn about, [Covering] the local IPs a drop
+// certainly stops (the instance then steps aside for them: [Spec.StepAside]), [ForeignNotracks] the notracks
+// that would keep kube-proxy from taking our queries. We never write into tables we do not own, but for one
+// thing: [Conn.RemoveNodeCacheRules] does node-cache's own teardown of the iptables rules a killed node-cache
+// left (nodecache.go), exactly those.
 // See https://github.com/kubernetes-sigs/knftables/blob/main/docs/iptables-porting.md for the doctrine.
 package nft

@@ -34,6 +34,9 @@ func (r Rule) exprs() []expr.Any {
 			addrOff = ip6SaddrOffset
 		}
 	}
+	if r.Aside {
+		set = map[bool]string{false: SetAside4, true: SetAside6}[r.IPv6]
+	}
 	l4proto := byte(unix.IPPROTO_TCP)
 	if r.Proto == ProtoUDP {
 		l4proto = unix.IPPROTO_UDP
@@ -48,6 +51,8 @@ func (r Rule) exprs() []expr.Any {
 		verdict = []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}}
 	case VerdictMarkTaken:
 		verdict = setMarkField(markTaken).exprs
+	case VerdictReturn:
+		verdict = []expr.Any{&expr.Verdict{Kind: expr.VerdictReturn}}
 	}
 	out := []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},

@@ -195,6 +195,24 @@ func (k *fakeKernel) AddRule(r *nftables.Rule) *nftables.Rule {
 	return r
 }
 
+// DelRule deletes a rule by handle, ENOENT when it is not there.
+func (k *fakeKernel) DelRule(r *nftables.Rule) error {
+	k.queue = append(k.queue, func(k *fakeKernel) error {
+		ft := k.table(r.Table)
+		if ft == nil {
+			return enoent("table " + r.Table.Name)
+		}
+		rules := ft.rules[r.Chain.Name]
+		i := slices.IndexFunc(rules, func(x *nftables.Rule) bool { return x.Handle == r.Handle })
+		if i < 0 {
+			return enoent(fmt.Sprintf("rule handle %d", r.Handle))
+		}
+		ft.rules[r.Chain.Name] = slices.Delete(rules, i, i+1)
+		return nil
+	})
+	return nil
+}
+
 // Flush applies the queue to a copy and commits it only if every message succeeds.
 func (k *fakeKernel) Flush() error {
 	queue := k.queue

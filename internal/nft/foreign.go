@@ -2,6 +2,7 @@ package nft
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"slices"
@@ -30,25 +31,40 @@ type ForeignDrop struct {
 
 // dnsPathHooks are the hooks a DNS query to us or its reply crosses: prerouting and input for a pod's query,
 // output for our reply and for a host-network client's query.
-var dnsPathHooks = map[nftables.ChainHook]string{
-	*nftables.ChainHookPrerouting: "prerouting",
-	*nftables.ChainHookInput:      "input",
-	*nftables.ChainHookOutput:     "output",
+var dnsPathHooks = map[nftables.ChainHook]Hook{
+	*nftables.ChainHookPrerouting: HookPrerouting,
+	*nftables.ChainHookInput:      HookInput,
+	*nftables.ChainHookOutput:     HookOutput,
 }
 
-// ForeignDrops finds the base chains of tables other than ours (inet tables named in ours) on the DNS path
-// (ip, ip6 and inet families; prerouting, input and output hooks) that drop by policy or hold drop or reject
-// rules that may match DNS. It dumps the chains once (no rules) and then reads only those base chains' own
-// rules: a bounded read, whatever the size of kube-proxy's or anyone's regular chains. Rules reached through
-// a jump from a base chain are not followed. Sorted by chain.
-func (c *Conn) ForeignDrops(ours ...string) ([]ForeignDrop, error) {
+// ForeignChain is one base chain of another table on the DNS path, as read from the kernel: what the
+// foreign-drop report ([ForeignChain.Drop]), the notrack report ([ForeignNotracks]) and the step-aside
+// decision ([Covering]) look at.
+type ForeignChain struct {
+	// Chain is "family table/chain", e.g. "ip filter/INPUT".
+	Chain    string
+	Table    string
+	Family   nftables.TableFamily
+	Type     nftables.ChainType
+	Hook     Hook
+	Priority int32
+	// PolicyDrop is true when the chain's policy is drop.
+	PolicyDrop bool
+	Rules      []*nftables.Rule
+}
+
+// ForeignScan reads the base chains of tables other than ours on the DNS path (ip, ip6 and inet families;
+// prerouting, input and output hooks) with their own rules; ours are the inet tables named in ours. It dumps the chains once (no rules) and then reads only
+// those base chains' rules: a bounded read, whatever the size of kube-proxy's or anyone's regular chains. Rules
+// reached through a jump are not read. Sorted by chain.
+func (c *Conn) ForeignScan(ours ...string) ([]ForeignChain, error) {
 	c.lock()
 	defer c.mu.Unlock()
 	chains, err := c.ops.ListChains()
 	if err != nil {
 		return nil, fmt.Errorf("list chains: %w", err)
 	}
-	var out []ForeignDrop
+	var out []ForeignChain
 	for _, ch := range chains {
 		if ch.Table == nil || ch.Hooknum == nil {
 			continue
@@ -61,23 +77,53 @@ func (c *Conn) ForeignDrops(ours ...string) ([]ForeignDrop, error) {
 		if !ok || !onPath {
 			continue // arp, bridge, netdev, forward, postrouting: not the path of DNS traffic to us
 		}
-		d := ForeignDrop{Chain: fmt.Sprintf("%s %s/%s", fam, ch.Table.Name, ch.Name), Hook: hook,
-			Policy: ch.Policy != nil && *ch.Policy == nftables.ChainPolicyDrop}
-		rules, err := c.ops.GetRules(ch.Table, ch)
-		if err != nil {
-			return nil, fmt.Errorf("list rules of base chain %s: %w", d.Chain, err)
+		fc := ForeignChain{Chain: fmt.Sprintf("%s %s/%s", fam, ch.Table.Name, ch.Name), Table: ch.Table.Name, Family: ch.Table.Family,
+			Type: ch.Type, Hook: hook, PolicyDrop: ch.Policy != nil && *ch.Policy == nftables.ChainPolicyDrop}
+		if ch.Priority != nil {
+			fc.Priority = int32(*ch.Priority)
 		}
-		for _, r := range rules {
-			if v, drops := dropVerdict(r.Exprs); drops && mayMatchDNS(r.Exprs) {
-				d.Rules = append(d.Rules, fmt.Sprintf("handle %d: %s", r.Handle, v))
+		if fc.Rules, err = c.ops.GetRules(ch.Table, ch); err != nil {
+			if IsNotExist(err) {
+				continue // gone while we looked
 			}
+			return nil, fmt.Errorf("list rules of base chain %s: %w", fc.Chain, err)
 		}
-		if d.Policy || len(d.Rules) > 0 {
+		out = append(out, fc)
+	}
+	slices.SortFunc(out, func(a, b ForeignChain) int { return strings.Compare(a.Chain, b.Chain) })
+	return out, nil
+}
+
+// ForeignDrops finds, among the base chains [Conn.ForeignScan] reads, those that drop by policy or hold drop
+// or reject rules that may match DNS on port (`-dns.port`). Sorted by chain.
+func (c *Conn) ForeignDrops(port uint16, ours ...string) ([]ForeignDrop, error) {
+	chains, err := c.ForeignScan(ours...)
+	if err != nil {
+		return nil, err
+	}
+	return Drops(chains, port), nil
+}
+
+// Drops is the foreign-drop report of chains for DNS on port.
+func Drops(chains []ForeignChain, port uint16) []ForeignDrop {
+	var out []ForeignDrop
+	for _, ch := range chains {
+		if d, ok := ch.Drop(port); ok {
 			out = append(out, d)
 		}
 	}
-	slices.SortFunc(out, func(a, b ForeignDrop) int { return strings.Compare(a.Chain, b.Chain) })
-	return out, nil
+	return out
+}
+
+// Drop says whether ch may drop DNS on port: by policy, or by drop and reject rules that may match it.
+func (ch ForeignChain) Drop(port uint16) (ForeignDrop, bool) {
+	d := ForeignDrop{Chain: ch.Chain, Hook: string(ch.Hook), Policy: ch.PolicyDrop}
+	for _, r := range ch.Rules {
+		if v, drops := dropVerdict(r.Exprs); drops && mayMatchDNS(r.Exprs, port) {
+			d.Rules = append(d.Rules, fmt.Sprintf("handle %d: %s", r.Handle, v))
+		}
+	}
+	return d, d.Policy || len(d.Rules) > 0
 }
 
 // dropVerdict says whether a rule ends in drop or reject: nft's own verdict and reject statement, and the
@@ -100,12 +146,12 @@ func dropVerdict(exprs []expr.Any) (string, bool) {
 	return "", false
 }
 
-// mayMatchDNS rules out what certainly does not match DNS traffic to or from port 53: a protocol other than
-// udp and tcp, ports that are all other than 53, or a conntrack state match (our traffic is untracked, and
+// mayMatchDNS rules out what certainly does not match DNS traffic to or from port: a protocol other than
+// udp and tcp, ports that are all other than port, or a conntrack state match (our traffic is untracked, and
 // `ct state invalid drop` is every firewall's first rule). Anything it cannot read (sets, ranges, xt
 // matches, interfaces, addresses) may match.
-func mayMatchDNS(exprs []expr.Any) bool {
-	ports, port53 := 0, false
+func mayMatchDNS(exprs []expr.Any, port uint16) bool {
+	ports, ours := 0, false
 	for i, e := range exprs {
 		if ct, ok := e.(*expr.Ct); ok && ct.Key == expr.CtKeySTATE {
 			return false
@@ -125,7 +171,7 @@ func mayMatchDNS(exprs []expr.Any) bool {
 		case *expr.Payload:
 			if e.Base == expr.PayloadBaseTransportHeader && e.Len == 2 && (e.Offset == 0 || e.Offset == 2) {
 				ports++
-				port53 = port53 || bytes.Equal(cmp.Data, []byte{0, 53})
+				ours = ours || bytes.Equal(cmp.Data, binary.BigEndian.AppendUint16(nil, port))
 			}
 			if e.Base == expr.PayloadBaseNetworkHeader && e.Offset == 9 && e.Len == 1 && len(cmp.Data) == 1 &&
 				cmp.Data[0] != unix.IPPROTO_UDP && cmp.Data[0] != unix.IPPROTO_TCP {
@@ -133,7 +179,7 @@ func mayMatchDNS(exprs []expr.Any) bool {
 			}
 		}
 	}
-	return ports == 0 || port53
+	return ports == 0 || ours
 }
 
 // LegacyTables lists the iptables-legacy tables that exist in this network namespace, as "ip filter" or

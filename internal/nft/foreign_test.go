@@ -45,7 +45,7 @@ table ip post {
 `)
 	testenv.Run(t, "iptables", "-A", "INPUT", "-p", "udp", "--dport", "53", "-j", "REJECT")
 	testenv.Run(t, "iptables", "-A", "OUTPUT", "-p", "tcp", "--dport", "80", "-j", "DROP")
-	got, err := c.ForeignDrops(TableName, "nodelocaldns-2")
+	got, err := c.ForeignDrops(53, TableName, "nodelocaldns-2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ table ip post {
 		}
 	}
 	// Without naming nodelocaldns-2 as ours, it is someone else's drop.
-	got, err = c.ForeignDrops(TableName)
+	got, err = c.ForeignDrops(53, TableName)
 	if err != nil {
 		t.Fatal(err)
 	}

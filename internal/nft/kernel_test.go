@@ -116,7 +116,7 @@ func TestCountersAndForeignDrop(t *testing.T) {
 		}
 	}
 
-	if got, err := c.ForeignDrops(c.Table()); err != nil || got != nil {
+	if got, err := c.ForeignDrops(53, c.Table()); err != nil || got != nil {
 		t.Errorf("ForeignDrops with only our table = %v, %v", got, err)
 	}
 	testenv.NftApply(t, `
@@ -130,7 +130,7 @@ table ip other {
 }
 `)
 	testenv.Run(t, "iptables", "-P", "INPUT", "DROP")
-	drops, err := c.ForeignDrops(c.Table())
+	drops, err := c.ForeignDrops(53, c.Table())
 	if err != nil {
 		t.Fatalf("ForeignDrops: %v", err)
 	}

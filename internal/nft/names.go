@@ -17,6 +17,9 @@ const (
 	// never change when IPs do.
 	SetLocal4 = "local4"
 	SetLocal6 = "local6"
+	// Sets of the local IPs the instance steps aside for (ruleset.go, stepAside); only there while it does.
+	SetAside4 = "aside4"
+	SetAside6 = "aside6"
 
 	// Chains, named by purpose and hook.
 	ChainRawPrerouting = "raw-prerouting"
@@ -51,6 +54,7 @@ const (
 	CommentSkipConntrack = "NodeLocal DNS Cache: skip conntrack"
 	CommentAllowDNS      = "NodeLocal DNS Cache: allow DNS traffic"
 	CommentTaken         = "nodelocaldns: taken by this instance"
+	CommentStepAside     = "nodelocaldns: stepped aside for a foreign drop"
 
 	// What each rule is for, appended to the prefix.
 	purposeQueries     = "queries"

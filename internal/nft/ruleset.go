@@ -49,6 +49,8 @@ type Rule struct {
 	Gate    Gate
 	Verdict Verdict
 	Comment string
+	// Aside matches the step-aside sets (aside4, aside6) instead of the local ones.
+	Aside bool
 }
 
 // Gate makes a rule match only while a DNS server listens on the packet's destination address and port, so
@@ -106,6 +108,8 @@ const (
 	// VerdictMarkTaken sets the mark field (fallback.go) to "an instance takes this query": the fallback
 	// leaves it to the local listener. Not a terminal verdict either.
 	VerdictMarkTaken Verdict = "mark taken"
+	// VerdictReturn ends our base chain for the packet: the step-aside rules use it to skip the rules below.
+	VerdictReturn Verdict = "return"
 )
 
 // Build computes the desired table from s. It is pure and deterministic: IPs are deduplicated and sorted, and
@@ -144,7 +148,38 @@ func Build(s Spec) *Ruleset {
 			rule(DirFrom, s.DNSPort, VerdictAccept, CommentAllowDNS, purposeReplies, ProtoTCP, ProtoUDP),
 		)},
 	}
+	stepAside(r, s)
 	return r
+}
+
+// stepAside makes the instance leave s.StepAside's addresses alone (the supervisor's foreign.go says when):
+// their queries are neither marked taken nor notracked, so kube-proxy's DNAT and the link-local fallback
+// take them to kube-dns, through forward instead of input. Each chain that marks or notracks queries starts
+// with a return for them; the addresses are in sets of their own, so the local sets still say what the
+// interface must carry. Without addresses to leave, the table is exactly what it is without this.
+func stepAside(r *Ruleset, s Spec) {
+	if len(s.StepAside) == 0 {
+		return
+	}
+	var v4, v6 []netip.Addr
+	for _, ip := range s.StepAside {
+		if ip.Is4() {
+			v4 = append(v4, ip)
+		} else {
+			v6 = append(v6, ip)
+		}
+	}
+	r.Sets = append(r.Sets, Set{Name: SetAside4, Elements: sortedUnique(v4)}, Set{Name: SetAside6, IPv6: true, Elements: sortedUnique(v6)})
+	aside := perFamily(rule(DirTo, s.DNSPort, VerdictReturn, CommentStepAside, purposeQueries, ProtoTCP, ProtoUDP))
+	for i := range aside {
+		aside[i].Aside = true
+	}
+	for i, c := range r.Chains {
+		switch c.Name {
+		case ChainMarkPrerouting, ChainRawPrerouting, ChainMarkOutput, ChainRawOutput:
+			r.Chains[i].Rules = append(slices.Clone(aside), c.Rules...)
+		}
+	}
 }
 
 // Registration is the table an instance creates first: its sets (which addresses it needs on the shared

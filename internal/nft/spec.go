@@ -21,6 +21,9 @@ type Spec struct {
 	Ungated bool
 	// NoInterception (-setupiptables=false) programs no base chain at all, only the sets and a marker chain.
 	NoInterception bool
+	// StepAside are local IPs the instance does not intercept (a foreign drop covers them; the supervisor's
+	// foreign.go): their queries go to kube-dns as if no instance served them.
+	StepAside []netip.Addr
 }
 
 // Validate reports the first reason the spec cannot be programmed, naming the bad value.

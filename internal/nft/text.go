@@ -73,6 +73,9 @@ func (r Rule) String() string {
 	if r.IPv6 {
 		l3, set = "ip6", SetLocal6
 	}
+	if r.Aside {
+		set = map[bool]string{false: SetAside4, true: SetAside6}[r.IPv6]
+	}
 	addr, port := "daddr", "dport"
 	if r.Dir == DirFrom {
 		addr, port = "saddr", "sport"

@@ -42,6 +42,9 @@ type Options struct {
 	// LinkLocalFallback (-linklocal-fallback) keeps the fallback table, which sends queries to the local IPs to
 	// the -upstreamsvc ClusterIP while no instance listens on them.
 	LinkLocalFallback bool
+	// StepAside (-foreign-drop-step-aside) stops intercepting a local IP while another table's drop on input
+	// or output covers it, so its queries go to kube-dns instead of into that drop; false keeps intercepting.
+	StepAside bool
 
 	BaseCorefile     string // -basecorefile: the template from the node-local-dns ConfigMap
 	Corefile         string // -conf, else -corefile: where the rendered Corefile is written for operators to read
@@ -124,6 +127,7 @@ func Parse(args []string, usage io.Writer) (*Options, error) {
 	fs.BoolVar(&r.printRules, "print-rules", false, "print the nftables ruleset for these flags and exit; touches nothing")
 	fs.BoolVar(&r.teardown, "teardown", false, "remove the interface and the link-local fallback an earlier run left behind (unless an instance is still running) and exit")
 	fs.BoolVar(&o.LinkLocalFallback, "linklocal-fallback", true, "while no instance listens, send queries to the local IPs to the -upstreamsvc ClusterIP (an nftables table that outlives the agent; -teardown removes it); false also removes one an earlier run left")
+	fs.BoolVar(&o.StepAside, "foreign-drop-step-aside", true, "while another table's drop on input or output certainly stops DNS to a local IP, leave that IP's queries to kube-dns instead of intercepting them (false: intercept anyway, as before)")
 	fs.StringVar(&r.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 
 	markCompatibility(fs)

@@ -1,6 +1,8 @@
 package supervisor
 
 import (
+	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -10,10 +12,20 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 )
 
-// Foreign drops: what outside our table may drop the DNS traffic we intercept (nft/foreign.go). An nftables
-// accept ends only its own base chain, so a drop policy or a drop or reject rule in another table on the same
-// hook wins over ours; iptables-legacy's rules are not in nftables at all. We never write into other tables: we
-// find them, warn once per finding, and export them.
+// Foreign tables: what outside our tables changes what happens to the DNS traffic we intercept (nft/foreign*.go).
+//
+//   - node-cache's own rules, left behind by a node-cache killed without teardown: their ungated notrack keeps
+//     kube-proxy's DNAT from running whenever we do not serve. We remove exactly those (nft/nodecache.go), the
+//     only writes we ever make outside our tables, and log each.
+//   - any other notrack of our addresses' queries before conntrack: reported (log once, metric), and
+//     nodelocaldns_fail_open{path="prerouting"} says 0 while one exists.
+//   - drops: an nftables accept ends only its own base chain, so a drop policy or a drop or reject rule in
+//     another table on the same hook wins over ours; iptables-legacy's rules are not in nftables at all. Each
+//     is reported once; and where one certainly covers a local IP (nft.Covering), the instance steps aside for
+//     it (unless -foreign-drop-step-aside=false): its queries go to kube-dns, which they reach through forward.
+//
+// All of it runs on the passes that look at other tables (start-up, nftables events, the foreign tick), never
+// on /ready or a link repair.
 
 const (
 	// foreignRecheck is how often the foreign report is refreshed without an event.
@@ -34,40 +46,93 @@ func lookAtForeignTables(reasons []string) bool {
 	return false
 }
 
-// dropLister lists what in other tables may drop our traffic, and names our own table ([*nft.Conn]).
-type dropLister interface {
-	ForeignDrops(ours ...string) ([]nft.ForeignDrop, error)
+// foreignTables reads other tables and removes node-cache's leftovers, and names our own table ([*nft.Conn]).
+type foreignTables interface {
+	ForeignScan(ours ...string) ([]nft.ForeignChain, error)
+	RemoveNodeCacheRules(nft.Spec) ([]string, error)
 	Table() string
 }
 
-var _ dropLister = (*nft.Conn)(nil)
+var _ foreignTables = (*nft.Conn)(nil)
 
-// foreignReport keeps the foreign-drop report: a warning the first time each finding is seen (and again only
-// after it went away and came back), and the gauges. Only the reconcile runner's goroutine calls check.
+// foreignFindings is what one look at the other tables found that the node acts on.
+type foreignFindings struct {
+	aside   []netip.Addr // local IPs to step aside for, sorted
+	notrack bool         // a foreign notrack may take our addresses' queries away from kube-proxy
+}
+
+// foreignReport keeps the foreign report: a warning the first time each finding is seen (and again only
+// after it went away and came back), and the gauges. Only one goroutine at a time calls check (start-up, then
+// the reconcile runner).
 type foreignReport struct {
-	log    *zap.Logger
-	m      *metrics.Metrics
-	drops  dropLister
-	warned map[string]bool // findings already warned about, by key
+	log       *zap.Logger
+	m         *metrics.Metrics
+	tables    foreignTables
+	spec      nft.Spec
+	stepAside bool                  // -foreign-drop-step-aside
+	warned    map[string]bool       // findings already warned about, by key
+	aside     map[netip.Addr]string // local IPs stepped aside for, and the drop that covers each
 }
 
-func newForeignReport(log *zap.Logger, m *metrics.Metrics, drops dropLister) *foreignReport {
-	return &foreignReport{log: log, m: m, drops: drops, warned: map[string]bool{}}
+func newForeignReport(log *zap.Logger, m *metrics.Metrics, tables foreignTables, spec nft.Spec, stepAside bool) *foreignReport {
+	return &foreignReport{log: log, m: m, tables: tables, spec: spec, stepAside: stepAside && !spec.NoInterception,
+		warned: map[string]bool{}, aside: map[netip.Addr]string{}}
 }
 
-// check refreshes the report.
-func (f *foreignReport) check() {
-	if f.drops == nil {
+// removeNodeCache removes node-cache's leftover rules for our addresses and logs each.
+func (f *foreignReport) removeNodeCache() {
+	if f.tables == nil {
 		return
 	}
-	drops, err := f.drops.ForeignDrops(f.drops.Table())
+	removed, err := f.tables.RemoveNodeCacheRules(f.spec)
 	if err != nil {
-		f.log.Debug("list foreign drops", zap.Error(err))
+		setupError(f.m, metrics.ErrNftables)
+		f.warnOnce("error nodecache "+err.Error(), "could not remove node-cache's leftover rules", zap.Error(err))
 		return
+	}
+	f.forgetErrors("error nodecache ")
+	for _, r := range removed {
+		f.log.Info("removed a rule node-cache left behind", zap.String("rule", r))
+	}
+	withMetrics(f.m, func(m *metrics.Metrics) { m.Foreign.NodeCacheRulesRemoved.Add(float64(len(removed))) })
+}
+
+// check removes node-cache's leftovers, refreshes the report, and returns what the node must act on; ok is
+// false when the other tables could not be read (the caller keeps what it does).
+func (f *foreignReport) check() (found foreignFindings, ok bool) {
+	if f.tables == nil {
+		return found, false
+	}
+	f.removeNodeCache()
+	chains, err := f.tables.ForeignScan(f.tables.Table())
+	if err != nil {
+		setupError(f.m, metrics.ErrNftables)
+		f.warnOnce("error scan "+err.Error(), "could not read other tables; the foreign report and step-aside keep their last state", zap.Error(err))
+		return found, false
 	}
 	current := map[string]bool{}
+	notracks := nft.ForeignNotracks(chains, f.spec.LocalIPs, f.spec.DNSPort)
+	f.reportDrops(chains, notracks, current)
+	found.notrack = f.reportNotracks(notracks, current)
+	found.aside = f.decideAside(chains, current)
+	f.forgetErrors("error scan ")
+	for key := range f.warned {
+		if current[key] || strings.HasPrefix(key, "error ") {
+			continue
+		}
+		delete(f.warned, key)
+		if chain, ok := strings.CutPrefix(key, "policy "); ok {
+			withMetrics(f.m, func(m *metrics.Metrics) { m.ForeignDropChain.DeleteLabelValues(chain) })
+		}
+	}
+	return found, true
+}
+
+// reportDrops says each drop policy and each chain's drop rules once, with iptables-legacy tables, and sets the
+// gauges (notracks' included).
+func (f *foreignReport) reportDrops(chains []nft.ForeignChain, notracks []nft.ForeignNotrack, current map[string]bool) {
 	rules := map[string]int{}
-	for _, d := range drops {
+	for _, d := range nft.Drops(chains, f.spec.DNSPort) {
 		if d.Policy {
 			key := "policy " + d.Chain
 			current[key] = true
@@ -90,18 +155,73 @@ func (f *foreignReport) check() {
 		f.warnOnce(key, "iptables-legacy is in use on this node; its rules see DNS traffic too and nftables cannot show them",
 			zap.String("table", t))
 	}
-	for key := range f.warned {
-		if current[key] {
-			continue
-		}
-		delete(f.warned, key)
-		if chain, ok := strings.CutPrefix(key, "policy "); ok {
-			withMetrics(f.m, func(m *metrics.Metrics) { m.ForeignDropChain.DeleteLabelValues(chain) })
-		}
+	counts := map[string]int{}
+	for _, n := range notracks {
+		counts[n.Chain]++
 	}
 	withMetrics(f.m, func(m *metrics.Metrics) {
-		m.Foreign.Set(metrics.ForeignState{DropRules: rules, LegacyTables: legacy})
+		m.Foreign.Set(metrics.ForeignState{DropRules: rules, LegacyTables: legacy, Notracks: counts})
 	})
+}
+
+// reportNotracks says each foreign notrack of our addresses' queries once, and whether there is any.
+func (f *foreignReport) reportNotracks(notracks []nft.ForeignNotrack, current map[string]bool) bool {
+	for _, n := range notracks {
+		key := "notrack " + n.String()
+		current[key] = true
+		f.warnOnce(key, "a rule of another table notracks queries to our addresses: while no instance serves, they do not go to kube-dns (nothing fails open)",
+			zap.String("rule", n.String()))
+	}
+	return len(notracks) > 0
+}
+
+// decideAside computes the local IPs a foreign drop covers, says each change once, and returns those to step
+// aside for (none when stepping aside is off).
+func (f *foreignReport) decideAside(chains []nft.ForeignChain, current map[string]bool) []netip.Addr {
+	covered := nft.Covering(chains, f.spec.LocalIPs, f.spec.DNSPort)
+	if !f.stepAside {
+		for ip, by := range covered {
+			key := "covered " + ip.String() + " " + by
+			current[key] = true
+			f.warnOnce(key, "a foreign drop stops DNS to this local IP while we intercept it; still intercepting (-foreign-drop-step-aside=false)",
+				zap.Stringer("ip", ip), zap.String("by", by))
+		}
+		return nil
+	}
+	for ip, by := range covered {
+		if _, was := f.aside[ip]; was {
+			continue
+		}
+		f.log.Warn("stepping aside for a local IP: a foreign drop would stop its queries here; kube-dns answers them until it goes",
+			zap.Stringer("ip", ip), zap.String("by", by))
+		withMetrics(f.m, func(m *metrics.Metrics) {
+			m.Foreign.SteppedAside.WithLabelValues(ip.String()).Set(1)
+			m.Foreign.StepAsides.WithLabelValues(ip.String()).Inc()
+		})
+	}
+	for ip := range f.aside {
+		if _, still := covered[ip]; still {
+			continue
+		}
+		f.log.Info("taking a local IP back: the foreign drop that covered it is gone", zap.Stringer("ip", ip))
+		withMetrics(f.m, func(m *metrics.Metrics) { m.Foreign.SteppedAside.DeleteLabelValues(ip.String()) })
+	}
+	f.aside = covered
+	out := make([]netip.Addr, 0, len(covered))
+	for ip := range covered {
+		out = append(out, ip)
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
+}
+
+// forgetErrors forgets the failures warned about under prefix once that step worked: a later one is said again.
+func (f *foreignReport) forgetErrors(prefix string) {
+	for key := range f.warned {
+		if strings.HasPrefix(key, prefix) {
+			delete(f.warned, key)
+		}
+	}
 }
 
 // warnOnce logs msg the first time key is seen, and again only after it went away and came back.

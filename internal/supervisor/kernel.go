@@ -68,8 +68,8 @@ func (k *kernel) linkManager() linkManager {
 	return k.links
 }
 
-// dropLister is the nftables socket as the foreign report sees it: nil when there is none.
-func (k *kernel) dropLister() dropLister {
+// foreignTables is the nftables socket as the foreign report sees it: nil when there is none.
+func (k *kernel) foreignTables() foreignTables {
 	if k.conn == nil {
 		return nil
 	}

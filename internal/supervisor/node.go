@@ -66,6 +66,12 @@ type node struct {
 	state  atomic.Int32
 	gated  atomic.Bool
 	others atomic.Int32 // live instances seen besides us at the last look
+	// notrack is set while a foreign notrack may take our addresses' queries from kube-proxy (foreign.go):
+	// then nothing fails open, gated or not.
+	notrack atomic.Bool
+	// aside are the local IPs we step aside for (foreign.go), as our table has them once we serve; only the
+	// goroutine that calls serve and then the reconcile runner touch it, one after the other.
+	aside []netip.Addr
 }
 
 // table names our table for logs, "" when we have none.
@@ -177,6 +183,7 @@ func (n *node) serve() error {
 		return n.to(stateServing)
 	}
 	spec := n.spec
+	spec.StepAside = n.aside
 	err := n.reg.Apply(nft.Build(spec))
 	gated := err == nil && !spec.NoInterception
 	if err != nil && !spec.NoInterception && (nft.IsNotSupported(err) || nft.IsNotExist(err)) {
@@ -189,11 +196,39 @@ func (n *node) serve() error {
 		return fmt.Errorf("program table: %w", err)
 	}
 	n.gated.Store(gated)
+	n.spec.Ungated = spec.Ungated // kept when the table is programmed again (stepAside)
+	n.reportFailOpen()
+	return n.to(stateServing)
+}
+
+// reportFailOpen says whether pods' queries fail open: gated, and no foreign notrack in the way.
+func (n *node) reportFailOpen() {
 	withMetrics(n.m, func(m *metrics.Metrics) {
-		m.FailOpen.WithLabelValues("prerouting").Set(b2f(gated))
+		m.FailOpen.WithLabelValues("prerouting").Set(b2f(n.gated.Load() && !n.notrack.Load()))
 		m.FailOpen.WithLabelValues("output").Set(0) // host-network clients fail open only when the table goes
 	})
-	return n.to(stateServing)
+}
+
+// foreignFound takes what a look at the other tables found: a foreign notrack (fail_open says so) and the
+// local IPs to step aside for. While we serve, a change of those is programmed at once, in one transaction;
+// before, serve programs them.
+func (n *node) foreignFound(f foreignFindings) error {
+	if n.notrack.Swap(f.notrack) != f.notrack && n.current() == stateServing {
+		n.reportFailOpen()
+	}
+	if slices.Equal(n.aside, f.aside) {
+		return nil
+	}
+	n.aside = f.aside
+	if n.current() != stateServing || n.reg == nil || n.spec.NoInterception {
+		return nil
+	}
+	spec := n.spec
+	spec.StepAside = f.aside
+	if err := n.reg.Apply(nft.Build(spec)); err != nil {
+		return fmt.Errorf("program table stepping aside for %v: %w", f.aside, err)
+	}
+	return nil
 }
 
 func b2f(b bool) float64 {

@@ -28,8 +28,10 @@ type fakeKernel struct {
 
 type fakeTable struct {
 	ips     []netip.Addr
+	aside   []netip.Addr // the step-aside sets' elements
 	serving bool
 	gated   bool
+	applies int
 }
 
 func newFakeKernel() *fakeKernel { return &fakeKernel{tables: map[string]*fakeTable{}} }
@@ -59,8 +61,17 @@ func (r *fakeReg) Apply(rs *nft.Ruleset) error {
 		}
 	}
 	t := &fakeTable{}
+	if old := r.k.tables[r.name]; old != nil {
+		t.applies = old.applies
+	}
+	t.applies++
 	for _, s := range rs.Sets {
-		t.ips = append(t.ips, s.Elements...)
+		switch s.Name {
+		case nft.SetLocal4, nft.SetLocal6: // as Conn.Instances: only these say what the interface must carry
+			t.ips = append(t.ips, s.Elements...)
+		default:
+			t.aside = append(t.aside, s.Elements...)
+		}
 	}
 	for _, c := range rs.Chains {
 		t.serving = t.serving || c.Name != nft.ChainMarkOutput // as Conn.Instances: the alive mark alone is no serving
@@ -272,6 +283,44 @@ func TestServeFallsBackWithoutSocketExpression(t *testing.T) {
 	start(t, b)
 	if !b.gated.Load() || !k.tables[regB.name].gated {
 		t.Error("a kernel with nft_socket got ungated rules")
+	}
+}
+
+// TestStepAside: what the foreign report finds before serving is in the first programming; a change while
+// serving is programmed at once (gate fallback kept), an unchanged one is not, and the interface still carries
+// the addresses stepped aside for.
+func TestStepAside(t *testing.T) {
+	k := newFakeKernel()
+	a, reg := newInstance(t, k, "169.254.20.10", "10.96.0.10")
+	reg.refuseGate = true
+	cluster := addrs("10.96.0.10")
+	if err := a.register(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.foreignFound(foreignFindings{aside: cluster}); err != nil {
+		t.Fatal(err)
+	}
+	if got := k.tables[reg.name]; got.applies != 1 || got.aside != nil {
+		t.Fatalf("before serving: %+v; want only the registration", got)
+	}
+	if err := a.listen(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.serve(); err != nil {
+		t.Fatal(err)
+	}
+	if got := k.tables[reg.name]; !slices.Equal(got.aside, cluster) || !slices.Equal(got.ips, addrs("10.96.0.10", "169.254.20.10")) {
+		t.Errorf("served: %+v; want aside %v and both addresses in the local sets", got, cluster)
+	}
+	applies := k.tables[reg.name].applies
+	if err := a.foreignFound(foreignFindings{aside: cluster}); err != nil || k.tables[reg.name].applies != applies {
+		t.Errorf("the same findings programmed the table again (%v)", err)
+	}
+	if err := a.foreignFound(foreignFindings{}); err != nil { // the drop went: take it back
+		t.Fatal(err)
+	}
+	if got := k.tables[reg.name]; got.aside != nil || got.applies != applies+1 || got.gated {
+		t.Errorf("taken back: %+v; want no aside set, one more apply, still ungated (the kernel has no nft_socket)", got)
 	}
 }
 

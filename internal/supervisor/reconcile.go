@@ -54,10 +54,12 @@ func (r *reconciler) pass(_ context.Context, reasons []string) (changed bool, er
 	var errs []error
 	repaired, errs = r.ensure(repaired, errs)
 	if lookAtForeignTables(reasons) {
-		r.foreign.check()
-	}
-	if lookAtForeignTables(reasons) {
-		r.foreign.check()
+		if found, ok := r.foreign.check(); ok {
+			if err := r.node.foreignFound(found); err != nil {
+				setupError(r.m, metrics.ErrNftables)
+				errs = append(errs, err)
+			}
+		}
 	}
 	err = errors.Join(errs...)
 	r.lastPass.store(err)

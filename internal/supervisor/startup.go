@@ -50,7 +50,7 @@ func (s *Supervisor) openKernel() error {
 	}
 	s.kernel = k
 	s.node = &node{log: s.log, m: s.m, reg: k.registry(), links: k.linkManager(), ifname: s.opts.InterfaceName, spec: s.spec}
-	foreign := newForeignReport(s.log, s.m, k.dropLister())
+	foreign := newForeignReport(s.log, s.m, k.foreignTables(), s.spec, s.opts.StepAside)
 	p := s.config.params
 	fb := newFallback(s.log, s.m, k.fallbackTable(), s.opts, p.ClusterDNSEnv, p.ClusterDNS)
 	s.reconcile = newReconciler(s.log, s.m, s.opts.InterfaceName, s.opts.SyncInterval, s.node, fb, foreign)
@@ -69,6 +69,8 @@ func (s *Supervisor) register() error {
 		setupError(s.m, metrics.ErrNftables)
 		return err
 	}
+	// node-cache's leftovers blackhole pods' ClusterIP queries whenever we do not serve: gone before we start.
+	s.reconcile.foreign.removeNodeCache()
 	ips, err := s.node.addresses()
 	if err != nil {
 		setupError(s.m, metrics.ErrNftables)
@@ -138,6 +140,10 @@ func (s *Supervisor) startCoreDNS(cf []byte) error {
 // reconcile pass, whose result readiness reads.
 func (s *Supervisor) intercept(ctx context.Context) error {
 	t := time.Now()
+	// A foreign drop that covers an address is stepped aside for from the first programming on.
+	if found, ok := s.reconcile.foreign.check(); ok {
+		_ = s.node.foreignFound(found) // not serving yet: only remembered
+	}
 	if err := s.node.serve(); err != nil {
 		setupError(s.m, metrics.ErrNftables)
 		return err

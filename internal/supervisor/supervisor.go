@@ -16,7 +16,7 @@
 // instance state machine over kernel.go's handles; render.go makes the Corefile, reload.go reloads it;
 // reconcile.go repairs the interface and the link-local fallback (fallback.go) on runner.go's
 // bounded-frequency runner, damped by damping.go; foreign.go
-// reports other tables' drops; health.go answers /health and /ready; listeners.go checks CoreDNS bound our
+// looks at other tables (drops reported and stepped aside for, node-cache's leftovers removed); health.go answers /health and /ready; listeners.go checks CoreDNS bound our
 // addresses; shutdown.go stops everything by its deadline; teardown.go is `-teardown`; background.go runs the
 // metrics endpoint and the background actors; detach.go hands the listeners over.
 package supervisor

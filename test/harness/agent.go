@@ -291,8 +291,9 @@ func (a *Agent) Metric(series string) (float64, bool) {
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
-		name, value, ok := strings.Cut(sc.Text(), " ")
-		if ok && name == series {
+		// A label value may hold spaces (chain="ip filter/INPUT"): match the series as a prefix.
+		value, ok := strings.CutPrefix(sc.Text(), series+" ")
+		if ok {
 			var v float64
 			fmt.Sscan(value, &v)
 			return v, true

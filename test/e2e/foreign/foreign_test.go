@@ -38,7 +38,7 @@ type firewall struct {
 	policy       bool
 	rules        int
 	withoutAgent string // what the pod sees for harness.ClusterIP without the agent
-	withAgent    string // ... and with it
+	withAgent    string // ... and with it (for both addresses)
 }
 
 func firewalls() []firewall {
@@ -58,14 +58,14 @@ func firewalls() []firewall {
 				testenv.Run(t, "iptables", "-F", "INPUT")
 			},
 			chain: "ip filter/INPUT", policy: true, rules: 0,
-			withoutAgent: fromKubeDNS, withAgent: timedOut},
+			withoutAgent: fromKubeDNS, withAgent: fromKubeDNS},
 		{name: "inet table: udp dport 53 reject on input",
 			add: func(t *testing.T) {
 				testenv.NftApply(t, "table inet fw {\n\tchain input {\n\t\ttype filter hook input priority 0; policy accept;\n\t\tudp dport 53 reject\n\t}\n}\n")
 			},
 			remove: func(t *testing.T) { testenv.Run(t, "nft", "delete", "table", "inet", "fw") },
 			chain:  "inet fw/input", policy: false, rules: 1,
-			withoutAgent: fromKubeDNS, withAgent: refused},
+			withoutAgent: fromKubeDNS, withAgent: fromKubeDNS},
 	}
 }
 
@@ -82,7 +82,12 @@ func TestWhatAPodSeesUnderAForeignDrop(t *testing.T) {
 	for _, fw := range firewalls() {
 		t.Run(fw.name, func(t *testing.T) {
 			fw.add(t)
-			defer fw.remove(t)
+			removed := false
+			defer func() {
+				if !removed {
+					fw.remove(t)
+				}
+			}()
 			checkDetected(t, conn, fw)
 			withoutAgent := ask(t, pod, harness.ClusterIP)
 			if withoutAgent != fw.withoutAgent {
@@ -99,26 +104,59 @@ func TestWhatAPodSeesUnderAForeignDrop(t *testing.T) {
 				t.Errorf("with the agent, localIP: the pod sees %q, want %q", gotLocal, fw.withAgent)
 			}
 			checkDetected(t, conn, fw)
-			if fw.policy { // the agent's own report, as wired today: one warning per drop-policy chain
+			if fw.policy { // the agent's own report: one warning per drop-policy chain
 				a.WaitLog(5*time.Second, "the foreign drop policy warning", func(l harness.LogLine) bool {
 					return l.Level == "warn" && l.Raw["chain"] == fw.chain && strings.Contains(l.Msg, "drops by policy")
 				})
+			}
+			takenBack := "-"
+			if fw.chain != "" {
+				// It stepped aside for both addresses, said so once each, and takes them back when the drop goes.
+				for _, ip := range []string{harness.LocalIP, harness.ClusterIP} {
+					if v, _ := a.Metric(`nodelocaldns_stepped_aside{ip="` + ip + `"}`); v != 1 {
+						t.Errorf("nodelocaldns_stepped_aside{ip=%q} = %v, want 1", ip, v)
+					}
+				}
+				fw.remove(t)
+				removed = true
+				testenv.Eventually(t, 5*time.Second, "the agent answering again once the drop is gone", func() bool {
+					return ask(t, pod, harness.ClusterIP) == fromAgent
+				})
+				takenBack = ask(t, pod, harness.LocalIP)
+				if takenBack != fromAgent {
+					t.Errorf("after the drop went, localIP: the pod sees %q, want %q", takenBack, fromAgent)
+				}
+				if n := countLogs(a, "stepping aside for a local IP"); n != 2 {
+					t.Errorf("%d step-aside warnings, want one per address (2)", n)
+				}
 			}
 			stopped := time.Now()
 			if code := a.Stop(10 * time.Second); code != 0 {
 				t.Errorf("agent exit code %d", code)
 			}
 			t.Logf("agent stopped in %v", time.Since(stopped))
-			report = append(report, fmt.Sprintf("%-42s | %-22s | %-26s | %s", fw.name, withoutAgent, gotCluster, gotLocal))
+			report = append(report, fmt.Sprintf("%-42s | %-22s | %-26s | %-26s | %s", fw.name, withoutAgent, gotCluster, gotLocal, takenBack))
 		})
 	}
-	writeReport(t, append([]string{fmt.Sprintf("%-42s | %-22s | %-26s | %s", "foreign drop", "without agent: clusterIP", "with agent: clusterIP", "with agent: localIP")}, report...))
+	writeReport(t, append([]string{fmt.Sprintf("%-42s | %-22s | %-26s | %-26s | %s", "foreign drop", "without agent: clusterIP",
+		"with agent: clusterIP", "with agent: localIP", "drop removed: localIP")}, report...))
+}
+
+// countLogs counts the agent's log lines whose message starts with msg.
+func countLogs(a *harness.Agent, msg string) int {
+	n := 0
+	for _, l := range a.Lines() {
+		if strings.HasPrefix(l.Msg, msg) {
+			n++
+		}
+	}
+	return n
 }
 
 // checkDetected asks the foreign-drop check, as the agent would, and compares with what fw put in place.
 func checkDetected(t *testing.T, conn *nft.Conn, fw firewall) {
 	t.Helper()
-	drops, err := conn.ForeignDrops(nft.TableName)
+	drops, err := conn.ForeignDrops(53, nft.TableName)
 	if err != nil {
 		t.Fatal(err)
 	}

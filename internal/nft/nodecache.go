@@ -1,0 +1,209 @@
+package nft
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+// node-cache's leftovers. node-cache (kubernetes-sigs/node-local-dns, `initIptables`) writes 12 iptables rules per
+// listen IP and removes them only on SIGTERM: after an OOM kill or a SIGKILL they stay, and the nodes that
+// migrate to us are exactly those. Its ungated `-j NOTRACK` for the ClusterIP in the raw table then keeps
+// kube-proxy's DNAT from running whenever we do not serve, which undoes our fail-open. [Conn.RemoveNodeCacheRules]
+// does node-cache's own teardown for it, and nothing more: a rule is removed only when it is, expression for
+// expression, one of the rules initIptables writes for one of our listen IPs and ports, with its comment.
+//
+//	raw PREROUTING  -p tcp|udp -d IP --dport DNS     -j NOTRACK  "NodeLocal DNS Cache: skip conntrack"
+//	filter INPUT    -p tcp|udp -d IP --dport DNS     -j ACCEPT   "NodeLocal DNS Cache: allow DNS traffic"
+//	raw OUTPUT      -p tcp|udp -s IP --sport DNS     -j NOTRACK  skip conntrack
+//	filter OUTPUT   -p tcp|udp -s IP --sport DNS     -j ACCEPT   allow DNS traffic
+//	raw OUTPUT      -p tcp|udp -d IP --dport DNS     -j NOTRACK  skip conntrack (host-network clients)
+//	raw OUTPUT      -p tcp -d IP --dport HEALTH      -j NOTRACK  skip conntrack (liveness probe)
+//	raw OUTPUT      -p tcp -s IP --sport HEALTH      -j NOTRACK  skip conntrack
+//
+// In iptables-nft's tables `ip raw`, `ip filter`, `ip6 raw`, `ip6 filter` (xtables.go shows the encoding). Rules
+// node-cache wrote through iptables-legacy are not in nftables at all ([LegacyTables] reports those tables).
+
+// staleRule is one rule of node-cache's, decoded (parity_test.go has the same twelve, written from its source).
+type staleRule struct {
+	table, chain string
+	proto        Proto
+	dir          Dir
+	ip           netip.Addr
+	port         uint16
+	verdict      Verdict // VerdictNotrack or VerdictAccept
+	comment      string
+}
+
+func (r staleRule) String() string {
+	addr, port := "-d", "--dport"
+	if r.dir == DirFrom {
+		addr, port = "-s", "--sport"
+	}
+	target := "NOTRACK"
+	if r.verdict == VerdictAccept {
+		target = "ACCEPT"
+	}
+	return fmt.Sprintf("-t %s -A %s -p %s %s %s %s %d -m comment --comment %q -j %s",
+		r.table, r.chain, r.proto, addr, r.ip, port, r.port, r.comment, target)
+}
+
+// staleRules is every rule initIptables writes for ips on dnsPort and healthPort.
+func staleRules(ips []netip.Addr, dnsPort, healthPort uint16) []staleRule {
+	var out []staleRule
+	add := func(table, chain string, dir Dir, port uint16, v Verdict, comment string, ip netip.Addr, protos ...Proto) {
+		for _, p := range protos {
+			out = append(out, staleRule{table, chain, p, dir, ip, port, v, comment})
+		}
+	}
+	both := []Proto{ProtoTCP, ProtoUDP}
+	for _, ip := range ips {
+		add("raw", "PREROUTING", DirTo, dnsPort, VerdictNotrack, CommentSkipConntrack, ip, both...)
+		add("filter", "INPUT", DirTo, dnsPort, VerdictAccept, CommentAllowDNS, ip, both...)
+		add("raw", "OUTPUT", DirFrom, dnsPort, VerdictNotrack, CommentSkipConntrack, ip, both...)
+		add("filter", "OUTPUT", DirFrom, dnsPort, VerdictAccept, CommentAllowDNS, ip, both...)
+		add("raw", "OUTPUT", DirTo, dnsPort, VerdictNotrack, CommentSkipConntrack, ip, both...)
+		add("raw", "OUTPUT", DirTo, healthPort, VerdictNotrack, CommentSkipConntrack, ip, ProtoTCP)
+		add("raw", "OUTPUT", DirFrom, healthPort, VerdictNotrack, CommentSkipConntrack, ip, ProtoTCP)
+	}
+	return out
+}
+
+// staleChains are the iptables-nft chains node-cache writes to.
+var staleChains = []struct{ table, chain string }{
+	{"raw", "PREROUTING"}, {"raw", "OUTPUT"}, {"filter", "INPUT"}, {"filter", "OUTPUT"},
+}
+
+// decodeStaleRule reads a rule of table/chain as one iptables-nft wrote for `-p P -d|-s IP --dport|--sport
+// PORT -m comment --comment C -j NOTRACK|ACCEPT`, in any order of its expressions; anything else in the rule
+// (another match, a mask, an interface, a second address) and it is not node-cache's.
+func decodeStaleRule(table, chain string, v6 bool, r *nftables.Rule) (staleRule, bool) {
+	out := staleRule{table: table, chain: chain, comment: ruleComment(r.UserData)}
+	addrLen, dst, src := uint32(4), uint32(ip4DaddrOffset), uint32(ip4SaddrOffset)
+	if v6 {
+		addrLen, dst, src = 16, ip6DaddrOffset, ip6SaddrOffset
+	}
+	seen := map[string]bool{}
+	once := func(what string) bool { ok := !seen[what]; seen[what] = true; return ok }
+	ex := r.Exprs
+	for i := 0; i < len(ex); i++ {
+		var cmp *expr.Cmp
+		if i+1 < len(ex) {
+			cmp, _ = ex[i+1].(*expr.Cmp)
+		}
+		if cmp != nil && cmp.Op != expr.CmpOpEq {
+			return out, false
+		}
+		switch e := ex[i].(type) {
+		case *expr.Meta:
+			if e.Key != expr.MetaKeyL4PROTO || cmp == nil || len(cmp.Data) != 1 || !once("proto") {
+				return out, false
+			}
+			out.proto, i = protoName(cmp.Data[0]), i+1
+		case *expr.Payload:
+			switch {
+			case cmp == nil || e.OperationType != expr.PayloadLoad:
+				return out, false
+			case e.Base == expr.PayloadBaseNetworkHeader && !v6 && e.Offset == 9 && e.Len == 1 && len(cmp.Data) == 1 && once("proto"):
+				out.proto = protoName(cmp.Data[0])
+			case e.Base == expr.PayloadBaseNetworkHeader && e.Len == addrLen && (e.Offset == dst || e.Offset == src) && once("addr"):
+				ip, _ := netip.AddrFromSlice(cmp.Data)
+				out.ip = ip
+				out.dir = map[bool]Dir{true: DirTo, false: DirFrom}[e.Offset == dst]
+				seen[string(out.dir)] = true
+			case e.Base == expr.PayloadBaseTransportHeader && e.Len == 2 && (e.Offset == dportOffset || e.Offset == sportOffset) && len(cmp.Data) == 2 && once("port"):
+				out.port = binary.BigEndian.Uint16(cmp.Data)
+				seen["port "+map[bool]string{true: string(DirTo), false: string(DirFrom)}[e.Offset == dportOffset]] = true
+			default:
+				return out, false
+			}
+			i++
+		case *expr.Match:
+			c, ok := xtComment(e)
+			if !ok || !once("comment") {
+				return out, false
+			}
+			out.comment = c
+		case *expr.Counter:
+		case *expr.Target:
+			if !isNotrack(e) || !once("verdict") {
+				return out, false
+			}
+			out.verdict = VerdictNotrack
+		case *expr.Verdict:
+			if e.Kind != expr.VerdictAccept || !once("verdict") {
+				return out, false
+			}
+			out.verdict = VerdictAccept
+		default:
+			return out, false
+		}
+	}
+	// The port must be on the same side as the address: node-cache writes -d with --dport, -s with --sport.
+	ok := out.proto != "" && out.ip.IsValid() && out.verdict != "" && seen["port "+string(out.dir)]
+	return out, ok
+}
+
+func protoName(p byte) Proto {
+	switch p {
+	case unix.IPPROTO_TCP:
+		return ProtoTCP
+	case unix.IPPROTO_UDP:
+		return ProtoUDP
+	}
+	return Proto(fmt.Sprintf("proto-%d", p))
+}
+
+// RemoveNodeCacheRules deletes, in one batch, every rule node-cache's initIptables writes for s's listen IPs,
+// DNS port and health port from iptables-nft's raw and filter tables (ip for IPv4 addresses, ip6 for IPv6), and
+// returns them as iptables-save would name them. It reads only those four chains per family, and touches
+// nothing else: a rule differing in any expression stays. A missing table or chain is no error.
+func (c *Conn) RemoveNodeCacheRules(s Spec) ([]string, error) {
+	c.lock()
+	defer c.mu.Unlock()
+	want := staleRules(s.LocalIPs, s.DNSPort, s.HealthPort)
+	var removed []string
+	for _, fam := range []nftables.TableFamily{nftables.TableFamilyIPv4, nftables.TableFamilyIPv6} {
+		v6 := fam == nftables.TableFamilyIPv6
+		if !slices.ContainsFunc(s.LocalIPs, func(ip netip.Addr) bool { return ip.Is6() == v6 }) {
+			continue
+		}
+		for _, tc := range staleChains {
+			t := &nftables.Table{Name: tc.table, Family: fam}
+			rules, err := c.ops.GetRules(t, &nftables.Chain{Name: tc.chain, Table: t})
+			if IsNotExist(err) {
+				continue
+			}
+			if err != nil {
+				return nil, fmt.Errorf("list rules of %s %s/%s: %w", familyNames[fam], tc.table, tc.chain, err)
+			}
+			for _, r := range rules {
+				got, ok := decodeStaleRule(tc.table, tc.chain, v6, r)
+				if !ok || !slices.ContainsFunc(want, func(w staleRule) bool { return w == got }) {
+					continue
+				}
+				if err := c.ops.DelRule(&nftables.Rule{Table: t, Chain: &nftables.Chain{Name: tc.chain, Table: t}, Handle: r.Handle}); err != nil {
+					return nil, fmt.Errorf("queue deletion of %s: %w", got, err)
+				}
+				cmd := "iptables " + got.String()
+				if v6 {
+					cmd = "ip6tables " + got.String()
+				}
+				removed = append(removed, cmd)
+			}
+		}
+	}
+	if len(removed) == 0 {
+		return nil, nil
+	}
+	if err := c.ops.Flush(); err != nil {
+		c.ops.Discard()
+		return nil, fmt.Errorf("delete node-cache's rules: %w", err)
+	}
+	return removed, nil
+}
