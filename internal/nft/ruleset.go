@@ -115,7 +115,7 @@ const (
 // Build computes the desired table from s. It is pure and deterministic: IPs are deduplicated and sorted, and
 // the rules do not depend on the IPs at all (they match the sets). s should have passed [Spec.Validate].
 func Build(s Spec) *Ruleset {
-	r := Listening(s)
+	r := Registration(s)
 	if s.NoInterception {
 		r.Chains = []Chain{{Name: ChainServing}}
 		return r
@@ -132,7 +132,7 @@ func Build(s Spec) *Ruleset {
 	}
 	r.Chains = []Chain{
 		{Name: ChainMarkPrerouting, Hook: HookPrerouting, Priority: priorityMark, Rules: taken},
-		r.Chains[0], // mark-output, from Listening
+		markOutput(s), // as in Listening
 		{Name: ChainRawPrerouting, Hook: HookPrerouting, Priority: priorityRaw, Rules: queries},
 		// node-cache numbers these 5-12: replies first, then host-network clients, then the liveness probe.
 		{Name: ChainRawOutput, Hook: HookOutput, Priority: priorityRaw, Rules: perFamily(
@@ -209,11 +209,17 @@ func Registration(s Spec) *Ruleset {
 func Listening(s Spec) *Ruleset {
 	r := Registration(s)
 	if !s.NoInterception {
-		r.Chains = []Chain{{Name: ChainMarkOutput, Hook: HookOutput, Priority: priorityRaw, Rules: perFamily(
-			rule(DirTo, s.DNSPort, VerdictMarkTaken, CommentTaken, purposeHostQueries, ProtoTCP, ProtoUDP),
-		)}}
+		r.Chains = []Chain{markOutput(s)}
+		stepAside(r, s)
 	}
 	return r
+}
+
+// markOutput marks host-network clients' queries to the local IPs taken (Listening says from when).
+func markOutput(s Spec) Chain {
+	return Chain{Name: ChainMarkOutput, Hook: HookOutput, Priority: priorityRaw, Rules: perFamily(
+		rule(DirTo, s.DNSPort, VerdictMarkTaken, CommentTaken, purposeHostQueries, ProtoTCP, ProtoUDP),
+	)}
 }
 
 // group is a set of rules that differ only in family and protocol.
