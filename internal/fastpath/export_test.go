@@ -28,3 +28,22 @@ func (p *Path) Stored(addr netip.AddrPort) int {
 
 // CacheKey is the cache plugin's key for a question.
 var CacheKey = cacheKey
+
+// HitFunc is what the readers call for every datagram to answer it from the store.
+type HitFunc = hitFunc
+
+// WrapHit replaces the hit path of the listener on addr with wrap(current), as a test's injected fault.
+func (p *Path) WrapHit(addr netip.AddrPort, wrap func(HitFunc) HitFunc) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l := p.listeners[addr]
+	if l == nil {
+		return false
+	}
+	h := wrap(*l.hit.Load())
+	l.hit.Store(&h)
+	return true
+}
+
+// PanicsTotal is nodelocaldns_fastpath_panics_total.
+func PanicsTotal() float64 { return float64(panics.Load()) }

@@ -1,11 +1,11 @@
 package fastpath
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,18 +21,15 @@ import (
 // line.
 const panicLogEvery = 10 * time.Second
 
-// panicsTotal counts contained panics, in the registry CoreDNS's prometheus plugin exports (as the fast path's
-// other metrics).
-var panicsTotal = sync.OnceValue(func() prometheus.Counter {
-	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "nodelocaldns_fastpath_panics_total",
-		Help: "Panics the fast path recovered from while handling a datagram (the datagram went to CoreDNS)."})
-	var are prometheus.AlreadyRegisteredError
-	if err := prometheus.DefaultRegisterer.Register(c); errors.As(err, &are) {
-		if ex, ok := are.ExistingCollector.(prometheus.Counter); ok {
-			return ex
-		}
-	}
-	return c
+// panics counts contained panics; nodelocaldns_fastpath_panics_total exports it, in the registry CoreDNS's
+// prometheus plugin exports (as the fast path's other metrics).
+var panics atomic.Uint64
+
+var registerPanics = sync.OnceFunc(func() {
+	prometheus.DefaultRegisterer.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "nodelocaldns_fastpath_panics_total",
+		Help: "Panics the fast path recovered from while handling a datagram (the datagram went to CoreDNS).",
+	}, func() float64 { return float64(panics.Load()) }))
 })
 
 // panicLog rate-limits the logging of contained panics.
@@ -49,7 +46,7 @@ func (l *listener) contain(q []byte, from netip.AddrPort) {
 	if r == nil {
 		return
 	}
-	panicsTotal().Inc()
+	panics.Add(1)
 	l.panics.report(l.log, r)
 	l.miss.put(q, from)
 }

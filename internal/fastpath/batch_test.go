@@ -1,0 +1,64 @@
+package fastpath_test
+
+import (
+	"net"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// A burst from several clients, sent without waiting (so the readers receive and answer it in batches), gets
+// every query answered, to the client that sent it, with its own ID: hits and misses, interleaved.
+func TestBurstsAreAnsweredPerSender(t *testing.T) {
+	up := startUpstream(t)
+	p, addr := startCoreDNS(t, "cache 30\n forward . "+up.addr)
+	ask(t, addr, "burst.example.")
+	ask(t, addr, "burst.example.")
+	waitAnswerable(t, p, addr, "burst.example.")
+
+	const clients, perClient = 4, 64
+	conns := make([]*net.UDPConn, clients)
+	for c := range conns {
+		conn, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(addr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		conn.SetReadBuffer(1 << 20)
+		conns[c] = conn
+	}
+	for i := range perClient {
+		for c, conn := range conns {
+			name := "burst.example." // a hit
+			if i%8 == 7 {
+				name = "miss" + string(rune('a'+c)) + string(rune('a'+i/8)) + ".example." // a miss
+			}
+			if _, err := conn.Write(packed(t, name, uint16(c<<8|i))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for c, conn := range conns {
+		seen := map[uint16]bool{}
+		buf := make([]byte, 512)
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		for len(seen) < perClient {
+			n, err := conn.Read(buf)
+			if err != nil {
+				t.Fatalf("client %d: %d of %d answers: %v", c, len(seen), perClient, err)
+			}
+			var m dns.Msg
+			if err := m.Unpack(buf[:n]); err != nil || len(m.Answer) != 1 {
+				t.Fatalf("client %d: answer %v (%v)", c, &m, err)
+			}
+			if int(m.Id>>8) != c || seen[m.Id] {
+				t.Fatalf("client %d got the answer with ID %#x: not one of its own, or twice", c, m.Id)
+			}
+			seen[m.Id] = true
+		}
+	}
+	if n := up.queries("burst.example."); n != 1 {
+		t.Errorf("upstream saw %d queries for the hit, want 1", n)
+	}
+}
