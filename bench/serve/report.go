@@ -78,8 +78,17 @@ func printTable(w io.Writer, title string, rows []row, untuned, unbound string) 
 	}
 }
 
-// paired is the median over rounds of r's value divided by base's in the same round.
+// paired is the median over rounds of r's value divided by base's in the same round, formatted.
 func paired(r, base row, f func(result) float64) string {
+	v, ok := pairedRatio(r, base, f)
+	if !ok {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+// pairedRatio is the median over rounds of r's value divided by base's in the same round.
+func pairedRatio(r, base row, f func(result) float64) (float64, bool) {
 	var rs []float64
 	for i := range min(len(r.runs), len(base.runs)) {
 		if b := f(base.runs[i]); b != 0 {
@@ -87,9 +96,9 @@ func paired(r, base row, f func(result) float64) string {
 		}
 	}
 	if len(rs) == 0 {
-		return "-"
+		return 0, false
 	}
-	return fmt.Sprintf("%.2f", median(rs))
+	return median(rs), true
 }
 
 func ratio(a, b float64) string {
