@@ -70,6 +70,22 @@ bench-serve:
 	scripts/deps.sh bench
 	$(GO) run ./bench/serve
 
+# Fuzz targets of the fast path (package:Target): `make fuzz` runs each for FUZZTIME, and `make test` for
+# FUZZTIME_TEST after the seed corpora (which `go test` runs anyway).
+FUZZ_TARGETS_FASTPATH := ./internal/fastpath:FuzzTTLOffsets ./internal/fastpath:FuzzHitAnswersLikeCoreDNS
+FUZZTIME      ?= 1m
+FUZZTIME_TEST ?= 2s
+.PHONY: fuzz fuzz-fastpath fuzz-fastpath-short
+fuzz: fuzz-fastpath
+fuzz-fastpath:
+	@for t in $(FUZZ_TARGETS_FASTPATH); do \
+		echo "fuzz $$t for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) "$${t%%:*}" || exit 1; \
+	done
+fuzz-fastpath-short:
+	@$(MAKE) --no-print-directory fuzz-fastpath FUZZTIME=$(FUZZTIME_TEST)
+test: fuzz-fastpath-short
+
 clean:
 	rm -rf bin out
 

@@ -17,19 +17,23 @@ const (
 	fastOffName = "fast path off"
 	untunedName = "node-cache-like"
 	unboundName = "unbound"
+	compareName = "compared binary"
 	warmQPS     = 20000 // warm-up rate, below every server's capacity
 )
 
 // variants are the nodelocaldns configurations measured: the default, the default without the fast path,
 // node-cache's way of running the same engine, and (with -variants) the default with one knob changed, so the
 // table shows what each buys. only, when not empty, keeps the named ones.
-func variants(withKnobs bool, only map[string]bool) []variant {
+func variants(withKnobs bool, compare string, only map[string]bool) []variant {
 	vs := []variant{
 		{name: tunedName, mixed: true, hint: "the defaults: fast path on (internal/fastpath), default tuning (cmd/nodelocaldns/tuning.go)"},
 		{name: fastOffName, mixed: true, env: []string{"NODELOCALDNS_FASTPATH=off"}, hint: "NODELOCALDNS_FASTPATH=off: CoreDNS answers every query, default tuning"},
 		{name: untunedName, mixed: true, env: []string{"NODELOCALDNS_TUNING=off", "NODELOCALDNS_FASTPATH=off"}, hint: "NODELOCALDNS_TUNING=off NODELOCALDNS_FASTPATH=off: Go runtime defaults, as node-cache runs CoreDNS"},
 	}
 	vs = append(vs, resilientVariants(vs)...)
+	if compare != "" {
+		vs = append(vs, variant{name: compareName, mixed: true, bin: compare, hint: compare + ", the defaults"})
+	}
 	if withKnobs {
 		vs = append(vs, knobVariants()...)
 	}
@@ -71,8 +75,8 @@ func bench(p params) (err error) {
 	defer os.RemoveAll(work)
 	// Build before pinning this process to one CPU.
 	bins := map[string]string{"": harness.Binary(tb{})}
-	for i, v := range variants(p.variants, p.only) {
-		if _, ok := bins[v.pgo]; !ok {
+	for i, v := range variants(p.variants, p.compare, p.only) {
+		if _, ok := bins[v.pgo]; !ok && v.bin == "" {
 			if bins[v.pgo], err = buildBinary(work, fmt.Sprintf("nodelocaldns-%d", i), v.pgo); err != nil {
 				return err
 			}
@@ -97,9 +101,13 @@ func bench(p params) (err error) {
 	}()
 	hints := map[string]string{}
 	mixedSet := map[string]bool{unboundName: true}
-	for i, v := range variants(p.variants, p.only) {
+	for i, v := range variants(p.variants, p.compare, p.only) {
 		mixedSet[v.name] = v.mixed
-		s, err := startNodeLocalDNS(bins[v.pgo], work, v, i, logTo)
+		bin := bins[v.pgo]
+		if v.bin != "" {
+			bin = v.bin
+		}
+		s, err := startNodeLocalDNS(bin, work, v, i, logTo)
 		if s != nil {
 			servers = append(servers, s)
 		}
@@ -145,12 +153,13 @@ func bench(p params) (err error) {
 		}
 	}
 	var peaks map[string]int64
+	var soakCPU map[string]float64
 	if p.soak > 0 {
-		if peaks, err = soak(work, p, slices.DeleteFunc(slices.Clone(servers), func(s *server) bool { return s.resilient })); err != nil {
+		if peaks, soakCPU, err = soak(work, p, slices.DeleteFunc(slices.Clone(servers), func(s *server) bool { return s.resilient })); err != nil {
 			return err
 		}
 	}
-	printTargets(os.Stdout, tables, peaks)
+	printTargets(os.Stdout, tables, peaks, soakCPU)
 	return nil
 }
 

@@ -34,6 +34,8 @@ type params struct {
 	verbose  bool
 	only     map[string]bool // servers to run, by name; empty: all
 	pgoEnv   []string        // the profiled instance's extra environment
+	compare  string          // another nodelocaldns binary, run with the defaults as one more row
+	skip     map[string]bool // workloads not to run: "mixed", "miss"
 }
 
 func run() int {
@@ -49,6 +51,8 @@ func run() int {
 	flag.BoolVar(&p.verbose, "v", false, "copy the servers' logs to stderr")
 	only := flag.String("only", "", "comma-separated server names to run (e.g. \"nodelocaldns,node-cache-like\" for the ten-minute soak); empty: all")
 	pgoEnv := flag.String("pgo-env", "", "with -pgo: extra environment of the profiled instance, e.g. NODELOCALDNS_FASTPATH=off")
+	flag.StringVar(&p.compare, "compare", "", "also run this nodelocaldns binary (e.g. one built from main) with the defaults, as the row \""+compareName+"\"")
+	skip := flag.String("skip", "", "comma-separated workloads not to run: mixed, miss")
 	pgo := flag.String("pgo", "", "instead of the comparison, write a CPU profile of nodelocaldns under both workloads here (for cmd/nodelocaldns/default.pgo)")
 	flag.Parse()
 	p.only = map[string]bool{}
@@ -56,6 +60,10 @@ func run() int {
 		if n = strings.TrimSpace(n); n != "" {
 			p.only[n] = true
 		}
+	}
+	p.skip = map[string]bool{}
+	for _, n := range strings.Split(*skip, ",") {
+		p.skip[strings.TrimSpace(n)] = true
 	}
 	if *pgoEnv != "" {
 		p.pgoEnv = strings.Fields(*pgoEnv)

@@ -30,6 +30,7 @@ type server struct {
 type variant struct {
 	name      string
 	pgo       string // "" the default build (go build applies cmd/nodelocaldns/default.pgo), else go build's -pgo value
+	bin       string // a prebuilt binary instead (-compare)
 	env       []string
 	hint      string                   // what differs, for the table's legend
 	mixed     bool                     // also run the mixed and the miss workload
@@ -208,6 +209,12 @@ func (s *server) stat() (procStat, error) {
 
 // cacheEntries sums coredns_cache_entries of the given type (success or denial) over the server's zones.
 func (s *server) cacheEntries(typ string) (int64, error) {
+	v, err := s.metricSum("coredns_cache_entries{", `type="`+typ+`"`)
+	return int64(v), err
+}
+
+// metricSum sums the server's samples whose line starts with prefix and contains match; -1 for unbound.
+func (s *server) metricSum(prefix, match string) (float64, error) {
 	if s.metrics == "" {
 		return -1, nil
 	}
@@ -221,11 +228,17 @@ func (s *server) cacheEntries(typ string) (int64, error) {
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if strings.HasPrefix(line, "coredns_cache_entries{") && strings.Contains(line, `type="`+typ+`"`) {
-			_, val, _ := strings.Cut(line[strings.LastIndexByte(line, '}'):], " ")
-			v, _ := strconv.ParseFloat(val, 64)
+		if strings.HasPrefix(line, prefix) && strings.Contains(line, match) {
+			v, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
 			sum += v
 		}
 	}
-	return int64(sum), sc.Err()
+	return sum, sc.Err()
+}
+
+// receives is the fast path's receive calls and datagrams received so far (internal/fastpath/batch.go).
+func (s *server) receives() (calls, datagrams float64) {
+	calls, _ = s.metricSum("nodelocaldns_fastpath_receives_total ", "")
+	datagrams, _ = s.metricSum("nodelocaldns_fastpath_received_datagrams_total ", "")
+	return calls, datagrams
 }

@@ -16,13 +16,13 @@ const (
 
 // soak loads each server in turn with more distinct names than its cache holds and samples the cache's
 // entry count and the RSS: once the cache is full both must stay flat. It returns each server's peak RSS
-// (KiB) after its soak: the high-water mark of its whole run.
-func soak(work string, p params, servers []*server) (map[string]int64, error) {
+// (KiB) after its soak, the high-water mark of its whole run, and its CPU per 100k queries during the soak.
+func soak(work string, p params, servers []*server) (peaks map[string]int64, cpu map[string]float64, err error) {
 	data := filepath.Join(work, "soak.txt")
 	if err := writeLines(data, soakNames, func(i int) string { return fmt.Sprintf("soak%05d.%s", i, missZone) }); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	peaks := map[string]int64{}
+	peaks, cpu = map[string]int64{}, map[string]float64{}
 	fmt.Printf("\nmemory soak: %d distinct names at %d qps for %v per server (cache: success 9984); -soak 10m for the long run\n",
 		soakNames, soakQPS, p.soak)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -30,7 +30,8 @@ func soak(work string, p params, servers []*server) (map[string]int64, error) {
 	for _, s := range servers {
 		done := make(chan error, 1)
 		go func() {
-			_, err := load(work, s, data, p.soak, false, soakQPS)
+			r, err := load(work, s, data, p.soak, false, soakQPS)
+			cpu[s.name] = r.cpuPer100k
 			done <- err
 		}()
 		start := time.Now()
@@ -41,17 +42,17 @@ func soak(work string, p params, servers []*server) (map[string]int64, error) {
 			case err := <-done:
 				tick.Stop()
 				if err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 				break sample
 			case <-tick.C:
 				st, err := s.stat()
 				if err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 				n, err := s.cacheEntries("success")
 				if err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 				entries := "-"
 				if n >= 0 {
@@ -62,9 +63,10 @@ func soak(work string, p params, servers []*server) (map[string]int64, error) {
 		}
 		st, err := s.stat()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		peaks[s.name] = st.hwm
+		fmt.Fprintf(tw, "%s\tCPU s/100k %.3f\t\t\t\t\t\n", s.name, cpu[s.name])
 	}
-	return peaks, tw.Flush()
+	return peaks, cpu, tw.Flush()
 }

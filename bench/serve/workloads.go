@@ -37,8 +37,14 @@ func workloads(work string, p params, servers []*server, hints map[string]string
 	}
 	lines := int(peak*p.duration.Seconds()*1.3) + 1000
 	mixed := slices.DeleteFunc(slices.Clone(servers), func(s *server) bool { return !mixedSet[s.name] })
+	runsOf := func(what string) int {
+		if p.skip[what] {
+			return 0
+		}
+		return p.runs
+	}
 	data := filepath.Join(work, "data.txt")
-	mixRows, err := rounds("mixed", mixed, p.runs, hints, func(run int, s *server) (result, error) {
+	mixRows, err := rounds("mixed", mixed, runsOf("mixed"), hints, func(run int, s *server) (result, error) {
 		if err := writeLines(data, lines, mixedName(fmt.Sprintf("r%d%s", run, s.ip), p.names)); err != nil {
 			return result{}, err
 		}
@@ -50,7 +56,7 @@ func workloads(work string, p params, servers []*server, hints map[string]string
 	if err != nil {
 		return nil, err
 	}
-	missRows, err := rounds("miss", mixed, p.runs, hints, func(run int, s *server) (result, error) {
+	missRows, err := rounds("miss", mixed, runsOf("miss"), hints, func(run int, s *server) (result, error) {
 		tag := fmt.Sprintf("m%d%s", run, s.ip)
 		if err := writeLines(data, lines, func(i int) string { return fmt.Sprintf("%s-%d.%s", tag, i, missZone) }); err != nil {
 			return result{}, err
@@ -71,7 +77,7 @@ func workloads(work string, p params, servers []*server, hints map[string]string
 		{"miss workload: every query a new name, forwarded (over TCP, force_tcp)", ordered(missRows, mixed), untunedName, unboundName},
 	}
 	for _, t := range tables {
-		if len(t.rows) == 0 {
+		if len(t.rows) == 0 || len(t.rows[0].runs) == 0 {
 			continue
 		}
 		printTable(os.Stdout, t.title, t.rows, t.untuned, t.unbound)

@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -28,6 +30,15 @@ const missRead = dns.MinMsgSize
 // slotSize is one receive buffer: one byte more than anything the fast path or CoreDNS reads, so that a longer
 // datagram shows as longer than maxQuery (it is a miss) and CoreDNS gets exactly the bytes it would read itself.
 const slotSize = max(maxQuery, missRead) + 1
+
+// receives and received count the readers' recvmmsg calls and the datagrams they returned: their ratio is the
+// batch size the load formed.
+var receives, received atomic.Uint64
+
+var registerBatchMetrics = sync.OnceFunc(func() {
+	registerCounter("nodelocaldns_fastpath_receives_total", "The fast path readers' receive calls (recvmmsg).", &receives)
+	registerCounter("nodelocaldns_fastpath_received_datagrams_total", "Datagrams the fast path's readers received.", &received)
+})
 
 // mmsghdr is struct mmsghdr (recvmmsg(2)); Go's alignment pads it as C does.
 type mmsghdr struct {
@@ -89,6 +100,8 @@ func (b *batch) recv() (int, error) {
 	case errno != 0:
 		return 0, errno
 	}
+	receives.Add(1)
+	received.Add(uint64(n))
 	return n, nil
 }
 

@@ -2,22 +2,43 @@ package fastpath_test
 
 import (
 	"net"
+	"net/netip"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/fastpath"
 )
 
-// A burst from several clients, sent without waiting (so the readers receive and answer it in batches), gets
-// every query answered, to the client that sent it, with its own ID: hits and misses, interleaved.
+// A burst from several clients that queues up while the reader is held (so it receives and answers it in
+// batches) gets every query answered, to the client that sent it, with its own ID: hits and misses,
+// interleaved. And the reader did receive it in batches.
 func TestBurstsAreAnsweredPerSender(t *testing.T) {
 	up := startUpstream(t)
 	p, addr := startCoreDNS(t, "cache 30\n forward . "+up.addr)
 	ask(t, addr, "burst.example.")
 	ask(t, addr, "burst.example.")
 	waitAnswerable(t, p, addr, "burst.example.")
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	p.WrapHit(addr, func(next fastpath.HitFunc) fastpath.HitFunc {
+		return func(q []byte, from netip.AddrPort, out []byte, now time.Time) ([]byte, bool) {
+			once.Do(func() { close(held); <-release })
+			return next(q, from, out, now)
+		}
+	})
+	hold, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Close()
+	hold.Write(packed(t, "burst.example.", 1)) // the reader takes it and waits in the hook
+	<-held
+	calls0, got0 := fastpath.Received()
 
-	const clients, perClient = 4, 64
+	const clients, perClient = 4, 32
 	conns := make([]*net.UDPConn, clients)
 	for c := range conns {
 		conn, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(addr))
@@ -39,6 +60,7 @@ func TestBurstsAreAnsweredPerSender(t *testing.T) {
 			}
 		}
 	}
+	close(release)
 	for c, conn := range conns {
 		seen := map[uint16]bool{}
 		buf := make([]byte, 512)
@@ -60,5 +82,10 @@ func TestBurstsAreAnsweredPerSender(t *testing.T) {
 	}
 	if n := up.queries("burst.example."); n != 1 {
 		t.Errorf("upstream saw %d queries for the hit, want 1", n)
+	}
+	calls, got := fastpath.Received()
+	t.Logf("%d datagrams in %d receive calls", got-got0, calls-calls0)
+	if calls -= calls0; got-got0 < 4*calls {
+		t.Errorf("%d datagrams in %d receive calls, want batches (at least 4 a call on average)", got-got0, calls)
 	}
 }

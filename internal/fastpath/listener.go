@@ -48,6 +48,7 @@ func (l *listener) answerHit(q []byte, from netip.AddrPort, out []byte, now time
 
 func openListener(log *zap.Logger, addr netip.AddrPort, core *net.UDPConn, v *view, n int) (*listener, error) {
 	registerPanics()
+	registerBatchMetrics()
 	l := &listener{log: log, addr: addr, core: core, done: make(chan struct{})}
 	l.view.Store(v)
 	hit := hitFunc(l.answerHit)

@@ -26,11 +26,15 @@ const panicLogEvery = 10 * time.Second
 var panics atomic.Uint64
 
 var registerPanics = sync.OnceFunc(func() {
-	prometheus.DefaultRegisterer.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Name: "nodelocaldns_fastpath_panics_total",
-		Help: "Panics the fast path recovered from while handling a datagram (the datagram went to CoreDNS).",
-	}, func() float64 { return float64(panics.Load()) }))
+	registerCounter("nodelocaldns_fastpath_panics_total",
+		"Panics the fast path recovered from while handling a datagram (the datagram went to CoreDNS).", &panics)
 })
+
+// registerCounter exports c as a counter in the registry CoreDNS's prometheus plugin exports.
+func registerCounter(name, help string, c *atomic.Uint64) {
+	prometheus.DefaultRegisterer.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+		func() float64 { return float64(c.Load()) }))
+}
 
 // panicLog rate-limits the logging of contained panics.
 type panicLog struct {
