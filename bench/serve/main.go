@@ -36,6 +36,7 @@ type params struct {
 	pgoEnv   []string        // the profiled instance's extra environment
 	compare  string          // another nodelocaldns binary, run with the defaults as one more row
 	skip     map[string]bool // workloads not to run: "mixed", "miss"
+	pgoMiss  bool            // with -pgo: profile the miss workload instead of hits and mixed
 }
 
 func run() int {
@@ -52,7 +53,8 @@ func run() int {
 	only := flag.String("only", "", "comma-separated server names to run (e.g. \"nodelocaldns,node-cache-like\" for the ten-minute soak); empty: all")
 	pgoEnv := flag.String("pgo-env", "", "with -pgo: extra environment of the profiled instance, e.g. NODELOCALDNS_FASTPATH=off")
 	flag.StringVar(&p.compare, "compare", "", "also run this nodelocaldns binary (e.g. one built from main) with the defaults, as the row \""+compareName+"\"")
-	skip := flag.String("skip", "", "comma-separated workloads not to run: mixed, miss")
+	skip := flag.String("skip", "", "comma-separated workloads not to run: hit, mixed, miss")
+	flag.BoolVar(&p.pgoMiss, "pgo-miss", false, "with -pgo: profile the miss workload (every query a new name) instead of the cache-hit and mixed ones")
 	pgo := flag.String("pgo", "", "instead of the comparison, write a CPU profile of nodelocaldns under both workloads here (for cmd/nodelocaldns/default.pgo)")
 	flag.Parse()
 	p.only = map[string]bool{}

@@ -35,9 +35,12 @@ const slotSize = max(maxQuery, missRead) + 1
 // batch size the load formed.
 var receives, received atomic.Uint64
 
-var registerBatchMetrics = sync.OnceFunc(func() {
+// registerMetrics exports the readers' counters (these and panic.go's) once per process.
+var registerMetrics = sync.OnceFunc(func() {
 	registerCounter("nodelocaldns_fastpath_receives_total", "The fast path readers' receive calls (recvmmsg).", &receives)
 	registerCounter("nodelocaldns_fastpath_received_datagrams_total", "Datagrams the fast path's readers received.", &received)
+	registerCounter("nodelocaldns_fastpath_panics_total",
+		"Panics the fast path recovered from while handling a datagram (the datagram went to CoreDNS).", &panics)
 })
 
 // mmsghdr is struct mmsghdr (recvmmsg(2)); Go's alignment pads it as C does.

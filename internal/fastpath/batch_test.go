@@ -16,14 +16,9 @@ import (
 // batches) gets every query answered, to the client that sent it, with its own ID: hits and misses,
 // interleaved. And the reader did receive it in batches.
 func TestBurstsAreAnsweredPerSender(t *testing.T) {
-	up := startUpstream(t)
-	p, addr := startCoreDNS(t, "cache 30\n forward . "+up.addr)
-	ask(t, addr, "burst.example.")
-	ask(t, addr, "burst.example.")
-	waitAnswerable(t, p, addr, "burst.example.")
 	held, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	p.WrapHit(addr, func(next fastpath.HitFunc) fastpath.HitFunc {
+	up, _, addr := startLearnt(t, "burst.example.", func(next fastpath.HitFunc) fastpath.HitFunc {
 		return func(q []byte, from netip.AddrPort, out []byte, now time.Time) ([]byte, bool) {
 			once.Do(func() { close(held); <-release })
 			return next(q, from, out, now)

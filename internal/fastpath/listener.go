@@ -47,8 +47,6 @@ func (l *listener) answerHit(q []byte, from netip.AddrPort, out []byte, now time
 }
 
 func openListener(log *zap.Logger, addr netip.AddrPort, core *net.UDPConn, v *view, n int) (*listener, error) {
-	registerPanics()
-	registerBatchMetrics()
 	l := &listener{log: log, addr: addr, core: core, done: make(chan struct{})}
 	l.view.Store(v)
 	hit := hitFunc(l.answerHit)
@@ -91,6 +89,7 @@ func openListener(log *zap.Logger, addr netip.AddrPort, core *net.UDPConn, v *vi
 
 // read answers hits and hands the rest to CoreDNS, a batch at a time (batch.go), until the socket is closed.
 func (l *listener) read(c *net.UDPConn) {
+	registerMetrics()
 	b, err := newBatch(c)
 	if err != nil {
 		l.log.Error("fast path reader", zap.Error(err))

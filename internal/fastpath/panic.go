@@ -25,11 +25,6 @@ const panicLogEvery = 10 * time.Second
 // prometheus plugin exports (as the fast path's other metrics).
 var panics atomic.Uint64
 
-var registerPanics = sync.OnceFunc(func() {
-	registerCounter("nodelocaldns_fastpath_panics_total",
-		"Panics the fast path recovered from while handling a datagram (the datagram went to CoreDNS).", &panics)
-})
-
 // registerCounter exports c as a counter in the registry CoreDNS's prometheus plugin exports.
 func registerCounter(name, help string, c *atomic.Uint64) {
 	prometheus.DefaultRegisterer.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
