@@ -17,17 +17,22 @@ const (
 	fastOffName = "fast path off"
 	untunedName = "node-cache-like"
 	unboundName = "unbound"
+	compareName = "compared binary"
 	warmQPS     = 20000 // warm-up rate, below every server's capacity
 )
 
 // variants are the nodelocaldns configurations measured: the default, the default without the fast path,
 // node-cache's way of running the same engine, and (with -variants) the default with one knob changed, so the
 // table shows what each buys. only, when not empty, keeps the named ones.
-func variants(withKnobs bool, only map[string]bool) []variant {
+func variants(withKnobs bool, compare string, only map[string]bool) []variant {
 	vs := []variant{
 		{name: tunedName, mixed: true, hint: "the defaults: fast path on (internal/fastpath), default tuning (cmd/nodelocaldns/tuning.go)"},
 		{name: fastOffName, mixed: true, env: []string{"NODELOCALDNS_FASTPATH=off"}, hint: "NODELOCALDNS_FASTPATH=off: CoreDNS answers every query, default tuning"},
 		{name: untunedName, mixed: true, env: []string{"NODELOCALDNS_TUNING=off", "NODELOCALDNS_FASTPATH=off"}, hint: "NODELOCALDNS_TUNING=off NODELOCALDNS_FASTPATH=off: Go runtime defaults, as node-cache runs CoreDNS"},
+	}
+	vs = append(vs, resilientVariants(vs)...)
+	if compare != "" {
+		vs = append(vs, variant{name: compareName, mixed: true, bin: compare, hint: compare + ", the defaults"})
 	}
 	if withKnobs {
 		vs = append(vs, knobVariants()...)
@@ -70,8 +75,8 @@ func bench(p params) (err error) {
 	defer os.RemoveAll(work)
 	// Build before pinning this process to one CPU.
 	bins := map[string]string{"": harness.Binary(tb{})}
-	for i, v := range variants(p.variants, p.only) {
-		if _, ok := bins[v.pgo]; !ok {
+	for i, v := range variants(p.variants, p.compare, p.only) {
+		if _, ok := bins[v.pgo]; !ok && v.bin == "" {
 			if bins[v.pgo], err = buildBinary(work, fmt.Sprintf("nodelocaldns-%d", i), v.pgo); err != nil {
 				return err
 			}
@@ -96,9 +101,13 @@ func bench(p params) (err error) {
 	}()
 	hints := map[string]string{}
 	mixedSet := map[string]bool{unboundName: true}
-	for i, v := range variants(p.variants, p.only) {
+	for i, v := range variants(p.variants, p.compare, p.only) {
 		mixedSet[v.name] = v.mixed
-		s, err := startNodeLocalDNS(bins[v.pgo], work, v, i, logTo)
+		bin := bins[v.pgo]
+		if v.bin != "" {
+			bin = v.bin
+		}
+		s, err := startNodeLocalDNS(bin, work, v, i, logTo)
 		if s != nil {
 			servers = append(servers, s)
 		}
@@ -107,8 +116,15 @@ func bench(p params) (err error) {
 		}
 		hints[v.name] = v.hint
 	}
-	if len(p.only) == 0 || p.only[unboundName] {
-		ub, err := startUnbound(work, len(servers), logTo)
+	for _, resilient := range []bool{false, true} {
+		name := unboundName
+		if resilient {
+			name += resilientSuffix
+		}
+		if len(p.only) > 0 && !p.only[name] {
+			continue
+		}
+		ub, err := startUnbound(work, len(servers), logTo, resilient)
 		if ub != nil {
 			servers = append(servers, ub)
 		}
@@ -117,6 +133,7 @@ func bench(p params) (err error) {
 		}
 	}
 	hints[unboundName] = "unbound " + "1 thread, forwarding cache, same TTL caps"
+	hints[unboundName+resilientSuffix] = hints[unboundName] + ", prefetch and serve-expired"
 
 	fmt.Printf("bench/serve: %d servers on CPU %s, dnsperf and the upstream on CPU %s, %d runs of %v each, %d hit names\n",
 		len(servers), serverCPU, loadCPU, p.runs, p.duration, p.names)
@@ -129,74 +146,20 @@ func bench(p params) (err error) {
 		return err
 	}
 
+	var tables []table
 	if p.runs > 0 {
-		if err := workloads(work, p, servers, hints, mixedSet, hits, warm); err != nil {
+		if tables, err = workloads(work, p, servers, hints, mixedSet, hits, warm); err != nil {
 			return err
 		}
 	}
+	var peaks map[string]int64
+	var soakCPU map[string]float64
 	if p.soak > 0 {
-		return soak(work, p, servers)
-	}
-	return nil
-}
-
-// workloads runs the cache-hit and the mixed workload p.runs times on every server, alternating, and prints
-// their tables.
-func workloads(work string, p params, servers []*server, hints map[string]string, mixedSet map[string]bool, hits string, warm func(*server) error) error {
-	hitRows := newRows(servers, hints)
-	for run := range p.runs {
-		for i := range servers {
-			s := servers[(i+run)%len(servers)] // rotate who goes first
-			if err := warm(s); err != nil {
-				return err
-			}
-			r, err := load(work, s, hits, p.duration, false, 0)
-			if err != nil {
-				return err
-			}
-			hitRows[s.name].runs = append(hitRows[s.name].runs, r)
-			fmt.Fprintf(os.Stderr, "hit   run %d %-22s %8.0f qps p99 %s ms\n", run+1, s.name, r.qps, ms(r.p99))
+		if peaks, soakCPU, err = soak(work, p, slices.DeleteFunc(slices.Clone(servers), func(s *server) bool { return s.resilient })); err != nil {
+			return err
 		}
 	}
-
-	// The mixed workload goes once through a file long enough for the fastest server's run; its misses are
-	// unique per run.
-	var peak float64
-	for _, r := range hitRows {
-		peak = max(peak, median(pick(r.runs, func(x result) float64 { return x.qps })))
-	}
-	lines := int(peak*p.duration.Seconds()*1.3) + 1000
-	mixed := []*server{}
-	for _, s := range servers {
-		if mixedSet[s.name] {
-			mixed = append(mixed, s)
-		}
-	}
-	mixRows := newRows(mixed, hints)
-	for run := range p.runs {
-		for i := range mixed {
-			s := mixed[(i+run)%len(mixed)]
-			data := filepath.Join(work, "mixed.txt")
-			if err := writeLines(data, lines, mixedName(fmt.Sprintf("r%d%s", run, s.ip), p.names)); err != nil {
-				return err
-			}
-			if err := warm(s); err != nil {
-				return err
-			}
-			r, err := load(work, s, data, p.duration, true, 0)
-			if err != nil {
-				return err
-			}
-			mixRows[s.name].runs = append(mixRows[s.name].runs, r)
-			fmt.Fprintf(os.Stderr, "mixed run %d %-22s %8.0f qps p99 %s ms\n", run+1, s.name, r.qps, ms(r.p99))
-		}
-	}
-
-	printTable(os.Stdout, "cache-hit workload", ordered(hitRows, servers), untunedName, unboundName)
-	printRuns(os.Stdout, ordered(hitRows, servers))
-	printTable(os.Stdout, "mixed workload: 85% hits, 10% misses (unique names), 5% NXDOMAIN", ordered(mixRows, mixed), untunedName, unboundName)
-	printRuns(os.Stdout, ordered(mixRows, mixed))
-
+	printTargets(os.Stdout, tables, peaks, soakCPU)
 	return nil
 }
 

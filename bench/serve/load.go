@@ -27,6 +27,7 @@ type result struct {
 	anon           int64 // server's anonymous RSS right after the run, KiB
 	cacheEntries   int64
 	elapsedSeconds float64
+	perReceive     float64 // datagrams per receive call of the fast path's readers; 0 without a fast path
 }
 
 // load runs dnsperf pinned to loadCPU against s with the queries in data, for at most d (and at most once
@@ -52,6 +53,7 @@ func load(work string, s *server, data string, d time.Duration, once bool, qpsLi
 	if err != nil {
 		return r, err
 	}
+	calls0, got0 := s.receives()
 	cmd := exec.Command("taskset", args...)
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = f, &stderr
@@ -64,6 +66,9 @@ func load(work string, s *server, data string, d time.Duration, once bool, qpsLi
 		return r, err
 	}
 	r.hwm, r.anon = after.hwm, after.anon
+	if calls, got := s.receives(); calls > calls0 {
+		r.perReceive = (got - got0) / (calls - calls0)
+	}
 	if err := parseDnsperf(out, &r); err != nil {
 		return r, fmt.Errorf("dnsperf against %s: %w", s.name, err)
 	}

@@ -34,6 +34,9 @@ type params struct {
 	verbose  bool
 	only     map[string]bool // servers to run, by name; empty: all
 	pgoEnv   []string        // the profiled instance's extra environment
+	compare  string          // another nodelocaldns binary, run with the defaults as one more row
+	skip     map[string]bool // workloads not to run: "mixed", "miss"
+	pgoMiss  bool            // with -pgo: profile the miss workload instead of hits and mixed
 }
 
 func run() int {
@@ -42,13 +45,16 @@ func run() int {
 	}
 	var p params
 	flag.IntVar(&p.runs, "runs", 5, "runs of each workload per server, alternating (0: only the memory soak)")
-	flag.DurationVar(&p.duration, "duration", 8*time.Second, "length of one run")
+	flag.DurationVar(&p.duration, "duration", 5*time.Second, "length of one run")
 	flag.IntVar(&p.names, "names", 300, "names in the cache-hit set")
-	flag.DurationVar(&p.soak, "soak", 30*time.Second, "memory soak: load beyond the cache size this long (10m for the issue's figure; 0 = skip)")
-	flag.BoolVar(&p.variants, "variants", true, "also run the defaults with single knobs changed (knobs.go)")
+	flag.DurationVar(&p.soak, "soak", 20*time.Second, "memory soak: load beyond the cache size this long (10m for the issue's figure; 0 = skip)")
+	flag.BoolVar(&p.variants, "variants", false, "also run the defaults with single knobs changed (knobs.go)")
 	flag.BoolVar(&p.verbose, "v", false, "copy the servers' logs to stderr")
 	only := flag.String("only", "", "comma-separated server names to run (e.g. \"nodelocaldns,node-cache-like\" for the ten-minute soak); empty: all")
 	pgoEnv := flag.String("pgo-env", "", "with -pgo: extra environment of the profiled instance, e.g. NODELOCALDNS_FASTPATH=off")
+	flag.StringVar(&p.compare, "compare", "", "also run this nodelocaldns binary (e.g. one built from main) with the defaults, as the row \""+compareName+"\"")
+	skip := flag.String("skip", "", "comma-separated workloads not to run: hit, mixed, miss")
+	flag.BoolVar(&p.pgoMiss, "pgo-miss", false, "with -pgo: profile the miss workload (every query a new name) instead of the cache-hit and mixed ones")
 	pgo := flag.String("pgo", "", "instead of the comparison, write a CPU profile of nodelocaldns under both workloads here (for cmd/nodelocaldns/default.pgo)")
 	flag.Parse()
 	p.only = map[string]bool{}
@@ -56,6 +62,10 @@ func run() int {
 		if n = strings.TrimSpace(n); n != "" {
 			p.only[n] = true
 		}
+	}
+	p.skip = map[string]bool{}
+	for _, n := range strings.Split(*skip, ",") {
+		p.skip[strings.TrimSpace(n)] = true
 	}
 	if *pgoEnv != "" {
 		p.pgoEnv = strings.Fields(*pgoEnv)

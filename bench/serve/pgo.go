@@ -48,12 +48,23 @@ func collectPGO(p params, out string) (err error) {
 	if err := writeLines(mixed, 2_000_000, mixedName("pgo", p.names)); err != nil {
 		return err
 	}
+	data := []string{hits, mixed}
+	if p.pgoMiss {
+		data = nil
+		for run := range 2 { // a file per run: the second must not find the first's names cached
+			misses := filepath.Join(work, fmt.Sprintf("misses%d.txt", run))
+			if err := writeLines(misses, 500_000, func(i int) string { return fmt.Sprintf("pgo%d-%d.%s", run, i, missZone) }); err != nil {
+				return err
+			}
+			data = append(data, misses)
+		}
+	}
 	prof := make(chan error, 1)
 	d := 2 * p.duration
 	go func() {
 		prof <- fetch(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", pgoAddr, int(d.Seconds())), out)
 	}()
-	for _, data := range []string{hits, mixed} {
+	for _, data := range data {
 		if _, err := load(work, s, data, p.duration, false, 0); err != nil {
 			return err
 		}

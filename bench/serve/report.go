@@ -49,10 +49,10 @@ func printTable(w io.Writer, title string, rows []row, untuned, unbound string) 
 	}
 	fmt.Fprintf(w, "\n%s (medians of %d runs)\n", title, len(rows[0].runs))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "server\tQPS\tx untuned\tpaired\tCPU paired\tx unbound\tavg ms\tp50 ms\tp99 ms\tmax ms\tCPU s/100k\tRSS idle MiB\tanon idle\tRSS peak MiB\tanon after\tlost\t")
+	fmt.Fprintln(tw, "server\tQPS\tx untuned\tpaired\tCPU paired\tx unbound\tavg ms\tp50 ms\tp99 ms\tmax ms\tCPU s/100k\tdgrams/recv\tRSS idle MiB\tanon idle\tRSS peak MiB\tanon after\tlost\t")
 	for _, r := range rows {
 		q := qps[r.s.name]
-		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.3f\t%s\t%s\t%s\t%s\t%d\t\n", r.s.name, q,
+		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.3f\t%s\t%s\t%s\t%s\t%s\t%d\t\n", r.s.name, q,
 			ratio(q, qps[untuned]),
 			paired(r, byName[untuned], func(x result) float64 { return x.qps }),
 			paired(r, byName[untuned], func(x result) float64 { return x.cpuPer100k }),
@@ -62,7 +62,7 @@ func printTable(w io.Writer, title string, rows []row, untuned, unbound string) 
 			ms(median(pick(r.runs, func(x result) time.Duration { return x.p99 }))),
 			ms(median(pick(r.runs, func(x result) time.Duration { return x.max }))),
 			median(pick(r.runs, func(x result) float64 { return x.cpuPer100k })),
-			mib(r.s.idle.rss), mib(r.s.idle.anon), mib(slices.Max(pick(r.runs, func(x result) int64 { return x.hwm }))),
+			perReceive(r.runs), mib(r.s.idle.rss), mib(r.s.idle.anon), mib(slices.Max(pick(r.runs, func(x result) int64 { return x.hwm }))),
 			mib(slices.Max(pick(r.runs, func(x result) int64 { return x.anon }))),
 			slices.Max(pick(r.runs, func(x result) int64 { return x.lost })))
 	}
@@ -78,8 +78,17 @@ func printTable(w io.Writer, title string, rows []row, untuned, unbound string) 
 	}
 }
 
-// paired is the median over rounds of r's value divided by base's in the same round.
+// paired is the median over rounds of r's value divided by base's in the same round, formatted.
 func paired(r, base row, f func(result) float64) string {
+	v, ok := pairedRatio(r, base, f)
+	if !ok {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+// pairedRatio is the median over rounds of r's value divided by base's in the same round.
+func pairedRatio(r, base row, f func(result) float64) (float64, bool) {
 	var rs []float64
 	for i := range min(len(r.runs), len(base.runs)) {
 		if b := f(base.runs[i]); b != 0 {
@@ -87,9 +96,18 @@ func paired(r, base row, f func(result) float64) string {
 		}
 	}
 	if len(rs) == 0 {
+		return 0, false
+	}
+	return median(rs), true
+}
+
+// perReceive is the median batch size of the fast path's receive calls, "-" without a fast path.
+func perReceive(rs []result) string {
+	v := median(pick(rs, func(x result) float64 { return x.perReceive }))
+	if v == 0 {
 		return "-"
 	}
-	return fmt.Sprintf("%.2f", median(rs))
+	return fmt.Sprintf("%.1f", v)
 }
 
 func ratio(a, b float64) string {

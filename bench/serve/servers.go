@@ -18,21 +18,24 @@ import (
 
 // server is one DNS server under test, pinned to serverCPU.
 type server struct {
-	name    string
-	ip      string
-	cmd     *exec.Cmd
-	metrics string   // URL of CoreDNS's prometheus plugin; "" for unbound
-	idle    procStat // after start-up, before any query
+	name      string
+	ip        string
+	cmd       *exec.Cmd
+	metrics   string   // URL of CoreDNS's prometheus plugin; "" for unbound
+	idle      procStat // after start-up, before any query
+	resilient bool     // runs the resilient configuration (resilient.go)
 }
 
 // variant is a nodelocaldns configuration: the environment it runs with.
 type variant struct {
-	name     string
-	pgo      string // "" the default build (go build applies cmd/nodelocaldns/default.pgo), else go build's -pgo value
-	env      []string
-	hint     string                   // what differs, for the table's legend
-	mixed    bool                     // also run the mixed workload
-	corefile func(base string) string // an edit of the standard Corefile, for profiling only
+	name      string
+	pgo       string // "" the default build (go build applies cmd/nodelocaldns/default.pgo), else go build's -pgo value
+	bin       string // a prebuilt binary instead (-compare)
+	env       []string
+	hint      string                   // what differs, for the table's legend
+	mixed     bool                     // also run the mixed and the miss workload
+	corefile  func(base string) string // an edit of the standard Corefile (the resilient rows, profiling)
+	resilient bool                     // a row of the resilient workload
 }
 
 // goRuntimeEnv are the variables that change the Go runtime's behaviour; the servers start without any of them
@@ -81,7 +84,7 @@ func startNodeLocalDNS(bin, work string, v variant, n int, logTo io.Writer) (*se
 		"-basecorefile", filepath.Join(dir, "Corefile.base"), "-conf", filepath.Join(dir, "Corefile"),
 		"-metrics-listen-address", fmt.Sprintf("127.0.0.1:%d", 9353+n), "-health-port", "8080")
 	cmd.Env = cleanEnv(append([]string{"KUBE_DNS_UPSTREAM_SERVICE_HOST=" + upstreamIP}, v.env...))
-	s := &server{name: v.name, ip: ip, cmd: cmd, metrics: "http://" + ip + ":" + promPort + "/metrics"}
+	s := &server{name: v.name, ip: ip, cmd: cmd, metrics: "http://" + ip + ":" + promPort + "/metrics", resilient: v.resilient}
 	return s, s.start(logTo)
 }
 
@@ -116,16 +119,20 @@ forward-zone:
   forward-addr: %[4]s
 `
 
-func startUnbound(work string, n int, logTo io.Writer) (*server, error) {
+func startUnbound(work string, n int, logTo io.Writer, resilient bool) (*server, error) {
 	ip := fmt.Sprintf("169.254.20.%d", 10+n)
 	if err := sh("ip", "addr", "add", ip+"/32", "dev", "lo"); err != nil {
 		return nil, err
 	}
-	conf := filepath.Join(work, "unbound.conf")
-	if err := os.WriteFile(conf, []byte(fmt.Sprintf(unboundConf, ip, work, domain, upstreamIP)), 0o644); err != nil {
+	name, text := unboundName, fmt.Sprintf(unboundConf, ip, work, domain, upstreamIP)
+	if resilient {
+		name, text = unboundName+resilientSuffix, strings.Replace(text, "  prefetch: no\n", unboundResilient, 1)
+	}
+	conf := filepath.Join(work, strings.ReplaceAll(name, " ", "-")+".conf")
+	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
 		return nil, err
 	}
-	s := &server{name: "unbound", ip: ip, cmd: exec.Command("taskset", "-c", serverCPU, "unbound", "-d", "-c", conf)}
+	s := &server{name: name, ip: ip, resilient: resilient, cmd: exec.Command("taskset", "-c", serverCPU, "unbound", "-d", "-c", conf)}
 	return s, s.start(logTo)
 }
 
@@ -202,6 +209,12 @@ func (s *server) stat() (procStat, error) {
 
 // cacheEntries sums coredns_cache_entries of the given type (success or denial) over the server's zones.
 func (s *server) cacheEntries(typ string) (int64, error) {
+	v, err := s.metricSum("coredns_cache_entries{", `type="`+typ+`"`)
+	return int64(v), err
+}
+
+// metricSum sums the server's samples whose line starts with prefix and contains match; -1 for unbound.
+func (s *server) metricSum(prefix, match string) (float64, error) {
 	if s.metrics == "" {
 		return -1, nil
 	}
@@ -215,11 +228,17 @@ func (s *server) cacheEntries(typ string) (int64, error) {
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if strings.HasPrefix(line, "coredns_cache_entries{") && strings.Contains(line, `type="`+typ+`"`) {
-			_, val, _ := strings.Cut(line[strings.LastIndexByte(line, '}'):], " ")
-			v, _ := strconv.ParseFloat(val, 64)
+		if strings.HasPrefix(line, prefix) && strings.Contains(line, match) {
+			v, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
 			sum += v
 		}
 	}
-	return int64(sum), sc.Err()
+	return sum, sc.Err()
+}
+
+// receives is the fast path's receive calls and datagrams received so far (internal/fastpath/batch.go).
+func (s *server) receives() (calls, datagrams float64) {
+	calls, _ = s.metricSum("nodelocaldns_fastpath_receives_total ", "")
+	datagrams, _ = s.metricSum("nodelocaldns_fastpath_received_datagrams_total ", "")
+	return calls, datagrams
 }

@@ -33,7 +33,7 @@ type upstream struct {
 	seen map[string]int
 }
 
-func startUpstream(t *testing.T) *upstream {
+func startUpstream(t testing.TB) *upstream {
 	t.Helper()
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
@@ -74,7 +74,7 @@ var registerOnce sync.Once
 
 // startCoreDNS starts CoreDNS from a server block's body, with a fast path of the test's own, and returns the
 // UDP address both serve.
-func startCoreDNS(t *testing.T, body string) (*fastpath.Path, netip.AddrPort) {
+func startCoreDNS(t testing.TB, body string) (*fastpath.Path, netip.AddrPort) {
 	t.Helper()
 	registerOnce.Do(func() { // registers CoreDNS's server type and our directives with caddy
 		if _, err := dnsserver.New(zap.NewNop(), dnsserver.Options{}); err != nil {

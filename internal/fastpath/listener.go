@@ -2,7 +2,6 @@ package fastpath
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -29,11 +28,29 @@ type listener struct {
 	srv   *dns.Server
 	done  chan struct{} // closed by close: stops the sweeper
 	wg    sync.WaitGroup
+
+	hit    atomic.Pointer[hitFunc] // answers a datagram from the store: answerHit, or a test's
+	panics panicLog
+}
+
+// hitFunc builds the answer to q from the store into out, and reports whether there is one.
+type hitFunc func(q []byte, from netip.AddrPort, out []byte, now time.Time) ([]byte, bool)
+
+// unsent is a UDPConn without a socket: a write on it fails at once, without a system call. The hit path
+// answers through it, so that what it builds goes out with the batch's sendmmsg (batch.go) rather than one
+// sendto per answer.
+var unsent = new(net.UDPConn)
+
+// answerHit is the hit path: the current view's store.
+func (l *listener) answerHit(q []byte, from netip.AddrPort, out []byte, now time.Time) ([]byte, bool) {
+	return l.view.Load().answer(unsent, q, from, out, now)
 }
 
 func openListener(log *zap.Logger, addr netip.AddrPort, core []*net.UDPConn, v *view, n int) (*listener, error) {
 	l := &listener{log: log, addr: addr, core: core, done: make(chan struct{})}
 	l.view.Store(v)
+	hit := hitFunc(l.answerHit)
+	l.hit.Store(&hit)
 	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
 		var serr error
 		if err := c.Control(func(fd uintptr) {
@@ -53,7 +70,7 @@ func openListener(log *zap.Logger, addr netip.AddrPort, core []*net.UDPConn, v *
 	}
 	l.miss = newMissConn(l.conns[0])
 	// CoreDNS's UDP server (dnsserver.Server.ServePacket) with the fast path's handler around CoreDNS's.
-	l.srv = &dns.Server{PacketConn: l.miss, Net: "udp", Handler: l}
+	l.srv = &dns.Server{PacketConn: l.miss, Net: "udp", Handler: l, UDPSize: missRead}
 	l.wg.Go(func() {
 		if err := l.srv.ActivateAndServe(); err != nil {
 			log.Warn("fast path miss server", zap.Error(err))
@@ -72,23 +89,40 @@ func openListener(log *zap.Logger, addr netip.AddrPort, core []*net.UDPConn, v *
 	return l, nil
 }
 
-// read answers hits and hands the rest to CoreDNS, until the socket is closed.
+// read answers hits and hands the rest to CoreDNS, a batch at a time (batch.go), until the socket is closed.
 func (l *listener) read(c *net.UDPConn) {
-	in := make([]byte, 65535)
-	out := make([]byte, 0, 4096)
+	registerMetrics()
+	b, err := newBatch(c)
+	if err != nil {
+		l.log.Error("fast path reader", zap.Error(err))
+		return
+	}
 	for {
-		n, from, err := c.ReadFromUDPAddrPort(in)
+		n, err := b.recv()
 		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
+			if errClosed(err) {
 				return
 			}
 			continue
 		}
-		var ok bool
-		if out, ok = l.view.Load().answer(c, in[:n], from, out, time.Now()); !ok {
-			l.miss.put(in[:n], net.UDPAddrFromAddrPort(from))
+		for i := range n {
+			l.serve(b, i)
 		}
+		b.flush()
 	}
+}
+
+// serve answers the batch's i-th datagram or hands it to CoreDNS. A panic is contained (panic.go).
+func (l *listener) serve(b *batch, i int) {
+	q, from := b.datagram(i)
+	defer l.contain(q, from)
+	out, ok := (*l.hit.Load())(q, from, b.out[i], time.Now())
+	if !ok {
+		l.miss.put(q, from)
+		return
+	}
+	b.out[i] = out
+	b.queue(i, out)
 }
 
 // sweep drops what can no longer be served from the current view's store, every sweepEvery.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"net"
+	"net/netip"
 	"slices"
 	"sync"
 	"time"
@@ -35,10 +36,13 @@ func newMissConn(out *net.UDPConn) *missConn {
 	return &missConn{in: make(chan *packet, 1024), out: out, closed: make(chan struct{})}
 }
 
-// put hands a datagram to CoreDNS; it copies b. It blocks while CoreDNS's reader is behind, like a socket
-// buffer filling up, and drops the datagram once the conn is closed.
-func (m *missConn) put(b []byte, from *net.UDPAddr) {
-	p := &packet{addr: *from, raw: append([]byte(nil), b...)}
+// put hands a datagram to CoreDNS; it copies what CoreDNS reads of b (missRead bytes at most: a padded query
+// holds no more memory than with CoreDNS alone while it waits for its answer). It blocks while CoreDNS's reader
+// is behind, like a socket buffer filling up, and drops the datagram once the conn is closed.
+func (m *missConn) put(b []byte, from netip.AddrPort) {
+	a := from.Addr()
+	p := &packet{addr: net.UDPAddr{IP: a.AsSlice(), Port: int(from.Port()), Zone: a.Zone()},
+		raw: append([]byte(nil), b[:min(len(b), missRead)]...)}
 	select {
 	case m.in <- p:
 	case <-m.closed:

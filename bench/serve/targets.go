@@ -1,0 +1,79 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+)
+
+// The targets of issue 23, each a ratio measured in this run: paired per round (the median of per-round
+// ratios) where the workload has rounds, and the whole run's peak RSS for memory.
+type target struct {
+	what    string
+	table   int    // index into workloads' tables
+	row, vs string // server names: row's value over vs's
+	metric  string
+	f       func(result) float64
+	atMost  float64
+}
+
+var (
+	cpuPerQuery = func(x result) float64 { return x.cpuPer100k }
+	p99         = func(x result) float64 { return float64(x.p99) / float64(time.Millisecond) }
+)
+
+var targets = []target{
+	{what: "cache hits, standard Corefile", table: 0, row: tunedName, vs: unboundName, metric: "CPU/query", f: cpuPerQuery, atMost: 0.8},
+	{what: "cache hits, resilient Corefile", table: 1, row: tunedName + resilientSuffix, vs: unboundName + resilientSuffix, metric: "CPU/query", f: cpuPerQuery, atMost: 1.0},
+	{what: "mixed", table: 2, row: tunedName, vs: untunedName, metric: "CPU/query", f: cpuPerQuery, atMost: 0.5},
+	{what: "misses", table: 3, row: tunedName, vs: untunedName, metric: "CPU/query", f: cpuPerQuery, atMost: 1.0},
+	{what: "cache hits, standard Corefile", table: 0, row: tunedName, vs: untunedName, metric: "p99", f: p99, atMost: 1.0},
+	{what: "cache hits, standard Corefile", table: 0, row: tunedName, vs: unboundName, metric: "p99", f: p99, atMost: 1.0},
+	{what: "cache hits, resilient Corefile", table: 1, row: tunedName + resilientSuffix, vs: untunedName + resilientSuffix, metric: "p99", f: p99, atMost: 1.0},
+	{what: "mixed", table: 2, row: tunedName, vs: untunedName, metric: "p99", f: p99, atMost: 1.0},
+	{what: "misses", table: 3, row: tunedName, vs: untunedName, metric: "p99", f: p99, atMost: 1.0},
+}
+
+// printTargets prints every target as a ratio with its bound, and whether this run meets it.
+func printTargets(w io.Writer, tables []table, peaks map[string]int64, soakCPU map[string]float64) {
+	fmt.Fprintf(w, "\ntargets (issue 23), ratios of medians of per-round ratios\n")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "workload\tmetric\tratio\tat most\tmet\t")
+	for _, t := range targets {
+		if t.table >= len(tables) {
+			continue
+		}
+		rows := map[string]row{}
+		for _, r := range tables[t.table].rows {
+			rows[r.s.name] = r
+		}
+		a, okA := rows[t.row]
+		b, okB := rows[t.vs]
+		if !okA || !okB {
+			continue
+		}
+		v, ok := pairedRatio(a, b, t.f)
+		if !ok {
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s, %s / %s\t%.2f\t%.2f\t%s\t\n", t.what, t.metric, t.row, t.vs, v, t.atMost, met(v <= t.atMost))
+	}
+	if a, b := peaks[tunedName], peaks[untunedName]; a > 0 && b > 0 {
+		v := float64(a) / float64(b)
+		fmt.Fprintf(tw, "whole run incl. the memory soak\tpeak RSS, %s / %s (%s / %s MiB)\t%.2f\t%.2f\t%s\t\n",
+			tunedName, untunedName, mib(a), mib(b), v, 1.0, met(v <= 1.0))
+	}
+	if a, b := soakCPU[tunedName], soakCPU[untunedName]; a > 0 && b > 0 {
+		fmt.Fprintf(tw, "memory soak (mostly misses, the cache evicting)\tCPU/query, %s / %s (one run each)\t%.2f\t%.2f\t%s\t\n",
+			tunedName, untunedName, a/b, 1.0, met(a/b <= 1.0))
+	}
+	tw.Flush()
+}
+
+func met(ok bool) string {
+	if ok {
+		return "yes"
+	}
+	return "NO"
+}

@@ -1,0 +1,186 @@
+package fastpath
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
+
+	"github.com/miekg/dns"
+	"golang.org/x/sys/unix"
+)
+
+// A reader receives with recvmmsg and sends its answers with sendmmsg: under load, one system call each way
+// per batch of datagrams instead of one per datagram (receive and send were most of a hit's cost). It never
+// waits to fill a batch: the socket is non-blocking, so recvmmsg returns what is queued, one datagram or
+// batchSize, and the answers to a batch go out as soon as the batch is handled. An idle server's query costs
+// the same two system calls as before.
+const batchSize = 32
+
+// missRead is how much of a datagram CoreDNS reads: its UDP server reads into buffers of miekg/dns's default
+// UDPSize, and a longer datagram is truncated as recvfrom truncates it. The miss server is given the same size,
+// so a miss never holds more than CoreDNS alone would.
+const missRead = dns.MinMsgSize
+
+// slotSize is one receive buffer: one byte more than anything the fast path or CoreDNS reads, so that a longer
+// datagram shows as longer than maxQuery (it is a miss) and CoreDNS gets exactly the bytes it would read itself.
+const slotSize = max(maxQuery, missRead) + 1
+
+// receives and received count the readers' recvmmsg calls and the datagrams they returned: their ratio is the
+// batch size the load formed.
+var receives, received atomic.Uint64
+
+// registerMetrics exports the readers' counters (these and panic.go's) once per process.
+var registerMetrics = sync.OnceFunc(func() {
+	registerCounter("nodelocaldns_fastpath_receives_total", "The fast path readers' receive calls (recvmmsg).", &receives)
+	registerCounter("nodelocaldns_fastpath_received_datagrams_total", "Datagrams the fast path's readers received.", &received)
+	registerCounter("nodelocaldns_fastpath_panics_total",
+		"Panics the fast path recovered from while handling a datagram (the datagram went to CoreDNS).", &panics)
+})
+
+// mmsghdr is struct mmsghdr (recvmmsg(2)); Go's alignment pads it as C does.
+type mmsghdr struct {
+	hdr unix.Msghdr
+	n   uint32
+}
+
+// batch is one reader's receive and send state, preallocated so that a batch does not allocate.
+type batch struct {
+	rc syscall.RawConn
+
+	buf   [batchSize][slotSize]byte
+	names [batchSize]unix.RawSockaddrInet6 // large enough for either family
+	iov   [batchSize]unix.Iovec
+	hdrs  [batchSize]mmsghdr
+
+	out   [batchSize][]byte // answers built for the received datagrams, by slot; each grows as answers need
+	siov  [batchSize]unix.Iovec
+	shdrs [batchSize]mmsghdr
+	nsend int
+}
+
+func newBatch(c *net.UDPConn) (*batch, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil, fmt.Errorf("raw socket: %w", err)
+	}
+	b := &batch{rc: rc}
+	for i := range b.hdrs {
+		b.iov[i].Base = &b.buf[i][0]
+		b.iov[i].SetLen(slotSize)
+		b.hdrs[i].hdr.Name = (*byte)(unsafe.Pointer(&b.names[i]))
+		b.hdrs[i].hdr.Iov = &b.iov[i]
+		b.hdrs[i].hdr.SetIovlen(1)
+		b.out[i] = make([]byte, 0, 512)
+	}
+	return b, nil
+}
+
+// recv waits for at least one datagram and returns how many it received, at most batchSize.
+func (b *batch) recv() (int, error) {
+	for i := range b.hdrs {
+		b.hdrs[i].hdr.Namelen = unix.SizeofSockaddrInet6
+		b.hdrs[i].hdr.Flags = 0
+	}
+	var n int
+	var errno syscall.Errno
+	err := b.rc.Read(func(fd uintptr) bool {
+		r, e := mmsg(unix.SYS_RECVMMSG, fd, b.hdrs[:])
+		if e == unix.EAGAIN {
+			return false // the poller waits for the socket to be readable again
+		}
+		n, errno = r, e
+		return true
+	})
+	switch {
+	case err != nil:
+		return 0, err
+	case errno != 0:
+		return 0, errno
+	}
+	receives.Add(1)
+	received.Add(uint64(n))
+	return n, nil
+}
+
+// datagram is the i-th datagram received and its sender.
+func (b *batch) datagram(i int) ([]byte, netip.AddrPort) {
+	q := b.buf[i][:b.hdrs[i].n]
+	sa := &b.names[i]
+	switch sa.Family {
+	case unix.AF_INET:
+		sa4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
+		return q, netip.AddrPortFrom(netip.AddrFrom4(sa4.Addr), port(&sa4.Port))
+	case unix.AF_INET6:
+		a := netip.AddrFrom16(sa.Addr)
+		if sa.Scope_id != 0 {
+			a = a.WithZone(strconv.FormatUint(uint64(sa.Scope_id), 10)) // net resolves a numeric zone
+		}
+		return q, netip.AddrPortFrom(a, port(&sa.Port))
+	}
+	return q, netip.AddrPort{}
+}
+
+// port reads a sockaddr's port, which is in network byte order.
+func port(p *uint16) uint16 {
+	b := (*[2]byte)(unsafe.Pointer(p))
+	return uint16(b[0])<<8 | uint16(b[1])
+}
+
+// queue sends answer to the sender of the i-th datagram with the batch's next flush. answer must stay as it is
+// until then (it is b.out[i], or memory that lives as long).
+func (b *batch) queue(i int, answer []byte) {
+	if len(answer) == 0 {
+		return
+	}
+	k := b.nsend
+	b.siov[k].Base = &answer[0]
+	b.siov[k].SetLen(len(answer))
+	b.shdrs[k].hdr = unix.Msghdr{Name: b.hdrs[i].hdr.Name, Namelen: b.hdrs[i].hdr.Namelen, Iov: &b.siov[k]}
+	b.shdrs[k].hdr.SetIovlen(1)
+	b.nsend++
+}
+
+// flush sends what was queued. As with CoreDNS's UDP server, a failed write is not retried: sendmmsg stops at
+// a message it cannot send, which is then skipped.
+func (b *batch) flush() {
+	for sent := 0; sent < b.nsend; {
+		var n int
+		var errno syscall.Errno
+		err := b.rc.Write(func(fd uintptr) bool {
+			r, e := mmsg(unix.SYS_SENDMMSG, fd, b.shdrs[sent:b.nsend])
+			if e == unix.EAGAIN {
+				return false
+			}
+			n, errno = r, e
+			return true
+		})
+		switch {
+		case err != nil:
+			sent = b.nsend // the socket is closed: nothing more goes out
+		case errno != 0 || n == 0:
+			sent++ // the first message failed: drop it, send the rest
+		default:
+			sent += n
+		}
+	}
+	b.nsend = 0
+}
+
+// mmsg is recvmmsg or sendmmsg on hdrs, retried when a signal interrupts it.
+func mmsg(trap, fd uintptr, hdrs []mmsghdr) (int, syscall.Errno) {
+	for {
+		r, _, e := unix.Syscall6(trap, fd, uintptr(unsafe.Pointer(&hdrs[0])), uintptr(len(hdrs)), 0, 0, 0)
+		if e != unix.EINTR {
+			return int(r), e
+		}
+	}
+}
+
+// errClosed reports whether err is the socket closing under a reader.
+func errClosed(err error) bool { return errors.Is(err, net.ErrClosed) }
