@@ -13,6 +13,7 @@ import (
 
 	// The plugins the agent compiles in register CoreDNS's metrics with the default registry, as in the agent
 	// (chart_values_test.go imports the package for its directive list).
+	"github.com/nodelocaldns/nodelocaldns/internal/dnsserver"
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 )
 
@@ -23,6 +24,7 @@ var metricName = regexp.MustCompile(`\b(?:coredns|nodelocaldns)_[a-z0-9_]+`)
 // CoreDNS 1.15's, as its plugins register them (not the pre-1.7 names the community dashboards still query),
 // or the agent's own. A name is known when registering a probe of that name fails as a duplicate.
 func TestChartMetricNamesExist(t *testing.T) {
+	dnsserver.Plugins() // registers our plugins, as the agent does at start: our cache's series among them
 	agent := prometheus.NewRegistry()
 	if _, err := metrics.New(agent, nil); err != nil {
 		t.Fatal(err)

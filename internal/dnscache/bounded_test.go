@@ -12,8 +12,8 @@ import (
 // answered but not cached (CoreDNS's would keep it, up to 64 KiB of TCP message, as parsed records).
 func TestEntriesAreBounded(t *testing.T) {
 	s := build(t, dnscache.Setup, "cache 30", "dns://bounded", map[string]string{
-		"fits.example.":  "big 400", // ~6.4 KB
-		"large.example.": "big 600", // ~9.6 KB
+		"fits.example.":  "big 200", // ~3.2 KB
+		"large.example.": "big 300", // ~4.8 KB
 	})
 	for _, tc := range []struct {
 		name  string
@@ -29,7 +29,10 @@ func TestEntriesAreBounded(t *testing.T) {
 			t.Errorf("%s asked twice: %d upstream queries, want %d", tc.name, n, tc.calls)
 		}
 	}
-	if dnscache.EntryWorstCaseBytes < 2*dnscache.MaxMsgBytes {
-		t.Errorf("EntryWorstCaseBytes %d < two entries of MaxMsgBytes", dnscache.EntryWorstCaseBytes)
+	if got := dnscache.KeyWorstCaseBytes(false); got < dnscache.MaxMsgBytes {
+		t.Errorf("KeyWorstCaseBytes(false) %d < one entry of MaxMsgBytes", got)
+	}
+	if got := dnscache.KeyWorstCaseBytes(true); got < 2*dnscache.MaxMsgBytes {
+		t.Errorf("KeyWorstCaseBytes(true) %d < two entries of MaxMsgBytes (prefer_positive keeps a second answer)", got)
 	}
 }

@@ -7,7 +7,7 @@
 // type, compared by pointer, with a public API that says whether a hit would be a plain one (ServeFast), and a
 // context value through which ServeDNS reports which entry answered (WithReport). It differs from CoreDNS's in
 // one way, on purpose: an entry holds its response packed and at most MaxMsgBytes of it, so that the memory a
-// cache can take is bounded (EntryWorstCaseBytes a key), where CoreDNS's holds any response as parsed records.
+// cache can take is bounded (KeyWorstCaseBytes a key), where CoreDNS's holds any response as parsed records.
 package dnscache
 
 import (

@@ -12,16 +12,26 @@ import (
 
 // MaxMsgBytes bounds what one entry holds: the packed (compressed) sections of a response larger than this are
 // not cached, and every such query goes to the next plugin. CoreDNS's cache keeps any response, up to a 64 KiB
-// TCP message, as parsed records (several times its wire size once names are decompressed). 8 KiB holds every
-// answer a UDP client gets with the largest common EDNS buffer (4096) twice over, and a headless Service of
-// about 450 endpoints over TCP (16 bytes an A record, compressed).
-const MaxMsgBytes = 8192
+// TCP message, as parsed records (several times its wire size once names are decompressed). 4 KiB holds every
+// answer a UDP client can be sent with the largest common EDNS buffer (4096); only TCP clients get larger ones
+// (a headless Service of more than about 250 endpoints, 16 bytes an A record, compressed), and those go to the
+// next plugin each time. The bound is what lets the agent's memory limit hold full caches: node-cache's
+// standard Corefile, 8 caches of 9984 entries, takes at most about 370 MiB of entries with it (internal/memcheck).
+const MaxMsgBytes = 4096
 
-// EntryWorstCaseBytes is the most memory one cache key can hold in a Cache: its entry (MaxMsgBytes of wire,
-// the question name, the struct and its map slot in the cache's shard) and, under serve_stale_policy
-// prefer_positive, the last-known-good answer it keeps beside it. Multiply by a block's success and denial
+// EntryWorstCaseBytes is the most memory one cached response takes in a Cache: MaxMsgBytes of wire, the
+// question name, the struct and its map slot in the cache's shard.
+const EntryWorstCaseBytes = MaxMsgBytes + maxNameBytes + entryOverheadBytes
+
+// KeyWorstCaseBytes is the most memory one cache key can hold: its entry and, under serve_stale_policy
+// prefer_positive, the last-known-good answer kept beside it. Multiply by a block's success and denial
 // capacities for the block's worst case.
-const EntryWorstCaseBytes = 2 * (MaxMsgBytes + maxNameBytes + entryOverheadBytes)
+func KeyWorstCaseBytes(preferPositive bool) int64 {
+	if preferPositive {
+		return 2 * EntryWorstCaseBytes
+	}
+	return EntryWorstCaseBytes
+}
 
 // maxNameBytes is the longest domain name (RFC 1035 section 2.3.4), the question's copy an entry keeps.
 const maxNameBytes = 255

@@ -32,6 +32,10 @@ var sharedMetrics = sync.OnceValue(func() *cacheMetrics {
 	}
 })
 
+// RegisterMetrics registers the coredns_cache_* series now rather than at the first `cache` directive's setup:
+// the agent does it with the other compiled-in plugins, whose series CoreDNS registers at init.
+func RegisterMetrics() { sharedMetrics() }
+
 func counter(name, help string, labels ...string) *prometheus.CounterVec {
 	return register(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace, Subsystem: "cache", Name: name, Help: help}, labels))

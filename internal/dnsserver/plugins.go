@@ -46,6 +46,7 @@ var register = sync.OnceFunc(func() {
 	plugin.Register("health", setupHealth)
 	plugin.Register("loop", setupLoop)
 	plugin.Register("cache", dnscache.Setup)
+	dnscache.RegisterMetrics()
 	compiled := registered()
 	dnsserver.Directives = slices.DeleteFunc(slices.Clone(dnsserver.Directives), func(d string) bool {
 		return !slices.Contains(compiled, d)

@@ -27,6 +27,9 @@ type entry struct {
 const EntryWorstCaseBytes = maxQuery + dnscache.MaxMsgBytes + 2*(dnscache.MaxMsgBytes/11) + 1024 +
 	dnscache.EntryWorstCaseBytes
 
+// StoreWorstCaseBytes is the most memory one store (one listener address's) takes: maxEntries of the worst.
+const StoreWorstCaseBytes = maxEntries * EntryWorstCaseBytes
+
 // store holds the entries of one view, sharded: at most maxEntries, and never more than its blocks' caches hold
 // together. Entries that can no longer be served (expired, or their item gone from the cache plugin) are swept
 // every sweepEvery, and first when a shard is full; then an arbitrary one goes, as in the cache plugin.

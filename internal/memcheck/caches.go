@@ -3,6 +3,7 @@ package memcheck
 import (
 	"bytes"
 	"strconv"
+	"strings"
 
 	"github.com/coredns/caddy/caddyfile"
 )
@@ -19,6 +20,7 @@ const (
 type Cache struct {
 	Line            int
 	Success, Denial int64 // capacities as the cache rounds them
+	PreferPositive  bool  // serve_stale_policy prefer_positive: each key may keep a second answer
 }
 
 // Caches returns the `cache` directives of corefile with their capacities, in the order of the server blocks.
@@ -47,6 +49,10 @@ func Caches(corefile []byte, directives []string) ([]Cache, error) {
 					depth++
 				case "}":
 					depth--
+				case "serve_stale_policy":
+					if depth == 1 && j+1 < len(toks) && toks[j+1].Line == t.Line && strings.EqualFold(toks[j+1].Text, "prefer_positive") {
+						c.PreferPositive = true
+					}
 				case "success", "denial":
 					if depth == 1 && j+1 < len(toks) && toks[j+1].Line == t.Line {
 						if n, err := strconv.ParseInt(toks[j+1].Text, 10, 64); err == nil && n > 0 {

@@ -6,26 +6,24 @@ package memcheck
 
 import (
 	"fmt"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/dnscache"
+	"github.com/nodelocaldns/nodelocaldns/internal/fastpath"
 )
 
-// The worst case of one entry, in one place until the caches' own packages say it (the lead joins them).
-const (
-	// CacheEntryWorstCase bounds one entry of CoreDNS's cache: the item keeps the answer's records as Go values
-	// (each RR a few hundred bytes) plus its key and bookkeeping. internal/dnscache will expose its own bound.
-	CacheEntryWorstCase = 4 << 10
-	// StoreWorstCase bounds the fast path's store for one `cache` directive: at most 1024 entries
-	// (internal/fastpath maxEntries), each an answer of up to a UDP payload of 4096 bytes plus its key.
-	StoreWorstCase = 1024 * (4096 + 256)
-	// Baseline is the agent with CoreDNS and empty caches: about 30 MiB resident idle, with headroom for a
-	// burst of queries in flight (bounded per forward by corefile.ForwardMaxConcurrent).
-	Baseline = 64 << 20
-)
+// Baseline is the agent with CoreDNS and empty caches: about 30 MiB resident idle, with headroom for a burst of
+// queries in flight (bounded per forward by corefile.ForwardMaxConcurrent).
+const Baseline = 64 << 20
+
+// StoreWorstCase is the fast path's store beside one `cache` directive at its fullest (a store is per listener
+// address, for every block on it, so one per directive over-counts in the usual Corefile: never under).
+const StoreWorstCase = fastpath.StoreWorstCaseBytes
 
 // Estimate is a Corefile's worst case against a limit.
 type Estimate struct {
 	Caches    int   // `cache` directives
 	Entries   int64 // their success + denial capacities
-	WorstCase int64 // bytes: Baseline + Entries × CacheEntryWorstCase + Caches × StoreWorstCase
+	WorstCase int64 // bytes: Baseline + each cache's Entries × dnscache.KeyWorstCaseBytes + Caches × StoreWorstCase
 	Limit     int64 // the cgroup's memory limit; 0 for none
 }
 
@@ -35,10 +33,11 @@ func (e Estimate) Fits() bool { return e.Limit == 0 || e.WorstCase <= e.Limit }
 // New computes the worst case of caches against limit.
 func New(caches []Cache, limit int64) Estimate {
 	e := Estimate{Caches: len(caches), Limit: limit}
+	e.WorstCase = Baseline + int64(e.Caches)*StoreWorstCase
 	for _, c := range caches {
 		e.Entries += c.Success + c.Denial
+		e.WorstCase += (c.Success + c.Denial) * dnscache.KeyWorstCaseBytes(c.PreferPositive)
 	}
-	e.WorstCase = Baseline + e.Entries*CacheEntryWorstCase + int64(e.Caches)*StoreWorstCase
 	return e
 }
 
