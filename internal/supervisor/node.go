@@ -72,6 +72,10 @@ type node struct {
 	// aside are the local IPs we step aside for (foreign.go), as our table has them once we serve; only the
 	// goroutine that calls serve and then the reconcile runner touch it, one after the other.
 	aside []netip.Addr
+	// seen is the last look at the instance tables (a pass, a start-up step, a leave): /ready answers from it,
+	// never from the kernel, so a probe costs nothing whatever the node holds. Other instances' tables
+	// changing trigger a pass (their notifications), which refreshes it.
+	seen atomic.Pointer[[]nft.Instance]
 }
 
 // table names our table for logs, "" when we have none.
@@ -169,6 +173,7 @@ func (n *node) count(ins []nft.Instance) {
 		}
 	}
 	n.others.Store(int32(others))
+	n.seen.Store(&ins)
 	withMetrics(n.m, func(m *metrics.Metrics) { m.Instances.Set(float64(len(ins))) })
 }
 
@@ -239,7 +244,8 @@ func b2f(b bool) float64 {
 }
 
 // ready says whether this instance serves and every live instance on the node does: whichever pod answers
-// the shared health address, no pod is reported Ready while any instance is still starting.
+// the shared health address, no pod is reported Ready while any instance is still starting. It reads the last
+// look (seen), not the kernel; our own state is ours to know, whatever that look said of our table.
 func (n *node) ready() error {
 	if s := n.current(); s != stateServing {
 		return fmt.Errorf("instance %s", s)
@@ -247,15 +253,15 @@ func (n *node) ready() error {
 	if n.reg == nil {
 		return nil
 	}
-	ins, err := n.reg.Instances()
-	if err != nil {
-		return err
+	seen := n.seen.Load()
+	if seen == nil {
+		return errors.New("no look at the instance tables yet")
 	}
 	var starting []string
 	self := false
-	for _, in := range ins {
+	for _, in := range *seen {
 		self = self || in.Self
-		if !in.Serving {
+		if !in.Self && !in.Serving {
 			starting = append(starting, in.Table)
 		}
 	}
