@@ -59,7 +59,7 @@ func TestBigNode(t *testing.T) {
 	var healthBad atomic.Int64
 	var healthLast atomic.Value
 	var down atomic.Int64 // the address is off while this is odd: a probe then meets no route, not the agent
-	wg.Go(func() { // the kubelet: one /health every 200 ms, on a fresh connection, with its 2 s timeout
+	wg.Go(func() {        // the kubelet: one /health every 200 ms, on a fresh connection, with its 2 s timeout
 		c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 		for ctx.Err() == nil {
 			before := down.Load()
