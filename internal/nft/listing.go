@@ -14,7 +14,7 @@ import (
 // names are few and ours (names.go); the table dump ([Conn.Instances]) stays, since tables are few on any
 // node and the instance tables' names are handed out in the order the kernel lists them.
 
-// instanceChains is every chain an instance table may hold ([Build], [Registration]), the ones that say
+// instanceChains is every chain an instance table may hold ([Build], [Listening], [Registration]), the ones that say
 // "serving" first (see [servingChains]).
 var instanceChains = []string{
 	ChainRawPrerouting, ChainServing, ChainMarkPrerouting, ChainRawOutput, ChainFilterInput, ChainFilterOutput,
@@ -22,7 +22,7 @@ var instanceChains = []string{
 }
 
 // servingChains are the chains whose presence says an instance serves: all but mark-output, which is there
-// from registration on.
+// once the listeners are bound ([Listening]).
 func servingChains() []string { return instanceChains[:len(instanceChains)-1] }
 
 // chainsOf returns those of names that exist in inet table t, asking for each by name. A table that is
