@@ -88,7 +88,7 @@ func perCall(size, n int) (perCallRow, error) {
 		if err := timed(&r.newApply, func() error { return c.Apply(rs) }); err != nil {
 			return r, fmt.Errorf("apply: %w", err)
 		}
-		if err := timed(&r.drops, func() error { _, err := c.ForeignDrops(c.Table()); return err }); err != nil {
+		if err := timed(&r.drops, func() error { _, err := c.ForeignDrops(53, c.Table()); return err }); err != nil {
 			return r, fmt.Errorf("foreign drops: %w", err)
 		}
 	}
