@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -57,6 +58,7 @@ type node struct {
 	reg    registry    // nil: the agent touches no kernel state at all
 	links  linkManager // nil: -setupinterface=false
 	ifname string
+	specMu sync.Mutex // guards spec.Unbound, which reloads change (listeners.go), and aside; held while programming either
 	spec   nft.Spec
 	// quiesce, when set, is how the last instance out lets queries already steered to it be answered before
 	// the interface goes: it must also make sure nothing of ours listens on the addresses afterwards (the
@@ -111,7 +113,7 @@ func (n *node) listen() error {
 	if n.reg == nil {
 		return nil
 	}
-	if err := n.reg.Apply(nft.Listening(n.spec)); err != nil {
+	if err := n.reg.Apply(nft.Listening(n.specNow())); err != nil {
 		return fmt.Errorf("mark host-network queries taken: %w", err)
 	}
 	return nil
@@ -187,7 +189,7 @@ func (n *node) serve() error {
 	if n.reg == nil {
 		return n.to(stateServing)
 	}
-	spec := n.spec
+	spec := n.specNow()
 	spec.StepAside = n.aside
 	err := n.reg.Apply(nft.Build(spec))
 	gated := err == nil && !spec.NoInterception
@@ -201,7 +203,9 @@ func (n *node) serve() error {
 		return fmt.Errorf("program table: %w", err)
 	}
 	n.gated.Store(gated)
-	n.spec.Ungated = spec.Ungated // kept when the table is programmed again (stepAside)
+	n.specMu.Lock()
+	n.spec.Ungated = spec.Ungated // kept when the table is programmed again (stepAside, rebind)
+	n.specMu.Unlock()
 	n.reportFailOpen()
 	return n.to(stateServing)
 }
@@ -221,6 +225,8 @@ func (n *node) foreignFound(f foreignFindings) error {
 	if n.notrack.Swap(f.notrack) != f.notrack && n.current() == stateServing {
 		n.reportFailOpen()
 	}
+	n.specMu.Lock() // with rebind (listeners.go): each programs the latest of both
+	defer n.specMu.Unlock()
 	if slices.Equal(n.aside, f.aside) {
 		return nil
 	}

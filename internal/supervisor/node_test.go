@@ -41,6 +41,7 @@ type fakeReg struct {
 	k          *fakeKernel
 	name       string
 	refuseGate bool                 // the kernel has no nft_socket
+	last       *nft.Ruleset         // the last ruleset applied
 	step       func(request string) // nil, or called before each request reaches the kernel (interleave_test.go)
 }
 
@@ -61,6 +62,7 @@ func (r *fakeReg) Apply(rs *nft.Ruleset) error {
 		}
 	}
 	t := &fakeTable{}
+	r.last = rs
 	if old := r.k.tables[r.name]; old != nil {
 		t.applies = old.applies
 	}
