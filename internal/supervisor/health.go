@@ -2,7 +2,9 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 
@@ -70,10 +72,21 @@ func (h *health) unhealthy(reason string) {
 
 // probeDNS sends one message with no question to addr over TCP. Any answer proves that CoreDNS's server
 // accepts, reads, dispatches and writes (it answers without consulting a plugin or an upstream, so the probe
-// depends on nothing outside this process).
+// depends on nothing outside this process). A reload replaces CoreDNS's servers and resets connections the old
+// one held: a connection that fails without timing out is tried once more, within the same time budget.
 func probeDNS(addr string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	defer cancel()
+	var err error
+	for range 2 {
+		if err = exchangeTCP(ctx, addr); err == nil || ctx.Err() != nil || isTimeout(err) {
+			break
+		}
+	}
+	return err
+}
+
+func exchangeTCP(ctx context.Context, addr string) error {
 	m := new(dns.Msg)
 	m.Id = dns.Id()
 	c := &dns.Client{Net: "tcp", Timeout: probeTimeout}
@@ -85,6 +98,11 @@ func probeDNS(addr string) error {
 		return fmt.Errorf("dns listener %s answered another query (id %d, want %d)", addr, r.Id, m.Id)
 	}
 	return nil
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // flight runs one call at a time and hands its result to every caller that arrived while it ran.
