@@ -251,10 +251,38 @@ func checkProbes(t *testing.T, c *corev1.Container, port int, host string) {
 			continue
 		}
 		g := p.probe.HTTPGet
+		if p.name == "livenessProbe" {
+			checkLivenessGap(t, p.probe)
+		}
 		if g.Host != host || g.Port.IntValue() != port || g.Path != p.path {
 			t.Errorf("%s: GET http://%s%s, want http://%s%s",
 				p.name, net.JoinHostPort(g.Host, g.Port.String()), g.Path, net.JoinHostPort(host, strconv.Itoa(port)), p.path)
 		}
+	}
+}
+
+// maxStoppedGap bounds how long a stopped agent blackholes DNS: from the stop to the SIGKILL that makes the
+// kernel drop its table (docs/failure-model.md).
+const maxStoppedGap = 15
+
+// checkLivenessGap: the liveness probe's worst case from a stop to the kill (period x failures, the last
+// probe's timeout, the probe's own grace) stays within maxStoppedGap seconds.
+func checkLivenessGap(t *testing.T, p *corev1.Probe) {
+	t.Helper()
+	period, failures := int32(10), int32(3) // the kubelet's defaults when unset
+	if p.PeriodSeconds > 0 {
+		period = p.PeriodSeconds
+	}
+	if p.FailureThreshold > 0 {
+		failures = p.FailureThreshold
+	}
+	grace := int32(30) // the pod's terminationGracePeriodSeconds when the probe sets none
+	if p.TerminationGracePeriodSeconds != nil {
+		grace = int32(*p.TerminationGracePeriodSeconds)
+	}
+	if gap := period*failures + p.TimeoutSeconds + grace; gap > maxStoppedGap {
+		t.Errorf("livenessProbe: a stopped agent blackholes DNS for up to %d s (period %d x %d failures + timeout %d + grace %d), want <= %d",
+			gap, period, failures, p.TimeoutSeconds, grace, maxStoppedGap)
 	}
 }
 

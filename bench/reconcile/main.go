@@ -41,6 +41,7 @@ func run() (code int) {
 	n := flag.Int("n", 20, "trials per tamper")
 	only := flag.String("tamper", "", "run only the tamper of this name (e.g. \"flush set\"; \"none\" for none)")
 	foreignN := flag.Int("foreign-n", 11, "transactions per row of the foreign-churn table (0 skips it)")
+	perCallN := flag.Int("percall-n", 21, "calls per cell of the per-call table (0 skips it)")
 	flag.Parse()
 	if !testenv.IsRoot() || !testenv.InThrowawayNetNS() {
 		fmt.Fprintln(os.Stderr, "bench/reconcile: needs root, to run in a throwaway network namespace")
@@ -58,6 +59,12 @@ func run() (code int) {
 		return 1
 	}
 	print(rows, *n, startLoad)
+	if *perCallN > 0 {
+		if err := runPerCall(*perCallN); err != nil {
+			fmt.Fprintf(os.Stderr, "bench/reconcile: per call: %v\n", err)
+			return 1
+		}
+	}
 	if *foreignN > 0 {
 		if err := runForeign(*foreignN); err != nil {
 			fmt.Fprintf(os.Stderr, "bench/reconcile: foreign churn: %v\n", err)

@@ -12,6 +12,7 @@ import (
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/pkg/reuseport"
 	"go.uber.org/zap"
+	"golang.org/x/net/netutil"
 )
 
 // The `health` directive keeps upstream's syntax (`health [ADDRESS] { lameduck DURATION }`) but its HTTP
@@ -25,6 +26,15 @@ import (
 // interface in place).
 
 const defaultHealthAddr = ":8080"
+
+// Bounds of the health listener, which every pod on the node can reach: /ready answers from memory and
+// /health within its probe's timeout (supervisor/health.go), so these bound only slow or hostile clients.
+const (
+	healthMaxConns     = 32
+	healthReadTimeout  = time.Second     // the whole request, headers included
+	healthWriteTimeout = 2 * time.Second // /health's own DNS probe takes up to 900 ms
+	healthMaxHeader    = 4 << 10
+)
 
 func setupHealth(c *caddy.Controller) error {
 	addr, lameduck := defaultHealthAddr, time.Duration(0)
@@ -81,12 +91,16 @@ func (s *Server) syncHealth(wanted map[string]bool) error {
 		}
 		hl := &healthListener{ln: ln, srv: &http.Server{
 			Handler:           s.healthMux(),
-			ReadHeaderTimeout: 5 * time.Second,
-			ReadTimeout:       5 * time.Second,
-			WriteTimeout:      5 * time.Second,
-			IdleTimeout:       5 * time.Second,
+			ReadHeaderTimeout: healthReadTimeout,
+			ReadTimeout:       healthReadTimeout,
+			WriteTimeout:      healthWriteTimeout,
+			MaxHeaderBytes:    healthMaxHeader,
 		}}
-		go hl.srv.Serve(ln)
+		// Every pod can reach this address. A connection serves one request and closes, so no client holds a
+		// slot between requests, and at most healthMaxConns are served at once: the next waits in the kernel's
+		// accept queue, the kubelet's probe among them, behind requests that each end within the timeouts.
+		hl.srv.SetKeepAlivesEnabled(false)
+		go hl.srv.Serve(netutil.LimitListener(ln, healthMaxConns))
 		s.health[addr] = hl
 		s.log.Info("health listening", zap.String("address", ln.Addr().String()))
 	}

@@ -9,6 +9,13 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/reuseport"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/net/netutil"
+)
+
+// Bounds of the metrics listener (-metrics-listen-address).
+const (
+	maxConns    = 8
+	idleTimeout = 5 * time.Second
 )
 
 // Serve serves g on addr at /metrics until ctx is done. The listener uses SO_REUSEPORT so that two instances
@@ -20,14 +27,17 @@ func Serve(ctx context.Context, addr string, g prometheus.Gatherer) error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	// A scrape is one request at a time per scraper: a few connections, each bounded in time, and an idle
+	// one closed soon (Prometheus reconnects on its next scrape).
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 2 * time.Second, ReadTimeout: 5 * time.Second,
+		WriteTimeout: 10 * time.Second, IdleTimeout: idleTimeout, MaxHeaderBytes: 8 << 10}
 	go func() {
 		<-ctx.Done()
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		srv.Shutdown(shutdownCtx)
 	}()
-	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+	if err := srv.Serve(netutil.LimitListener(ln, maxConns)); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil

@@ -26,7 +26,7 @@ type nftOps interface {
 	DelRule(*nftables.Rule) error
 	Flush() error
 	ListTablesOfFamily(nftables.TableFamily) ([]*nftables.Table, error)
-	ListChains() ([]*nftables.Chain, error)
+	ListChains() ([]*nftables.Chain, error) // every chain of every table: only the foreign-drop check (listing.go)
 	ListChain(*nftables.Table, string) (*nftables.Chain, error)
 	GetSets(*nftables.Table) ([]*nftables.Set, error)
 	GetSetElements(*nftables.Set) ([]nftables.SetElement, error)
@@ -205,16 +205,14 @@ const ErrNoOwnerFlag = "nodelocaldns needs NFT_TABLE_F_OWNER (Linux 5.12 or late
 
 // queueClear queues the removal of everything in our table. Called with c.mu held.
 func (c *Conn) queueClear(t *nftables.Table) error {
-	chains, err := c.ops.ListChains()
+	chains, err := c.chainsOf(t, instanceChains, false) // by name: never a dump of the node's chains (listing.go)
 	if err != nil {
-		return fmt.Errorf("list chains: %w", err)
+		return err
 	}
-	for _, ch := range chains {
-		if ch.Table != nil && ch.Table.Name == t.Name && ch.Table.Family == t.Family {
-			ch := &nftables.Chain{Name: ch.Name, Table: t}
-			c.ops.FlushChain(ch)
-			c.ops.DelChain(ch)
-		}
+	for _, name := range chains {
+		ch := &nftables.Chain{Name: name, Table: t}
+		c.ops.FlushChain(ch)
+		c.ops.DelChain(ch)
 	}
 	sets, err := c.ops.GetSets(t)
 	if err != nil {

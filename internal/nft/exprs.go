@@ -22,20 +22,17 @@ const (
 // the nfproto and l4proto checks are the dependencies nft adds for `ip daddr` and `tcp dport` in an inet
 // table, which is what lets `nft list` print the rule back in its short form.
 func (r Rule) exprs() []expr.Any {
-	nfproto, set, addrLen := byte(unix.NFPROTO_IPV4), SetLocal4, uint32(4)
+	nfproto, set, addrLen := byte(unix.NFPROTO_IPV4), r.set(), uint32(4)
 	addrOff := uint32(ip4DaddrOffset)
 	if r.Dir == DirFrom {
 		addrOff = ip4SaddrOffset
 	}
 	if r.IPv6 {
-		nfproto, set, addrLen = unix.NFPROTO_IPV6, SetLocal6, 16
+		nfproto, addrLen = unix.NFPROTO_IPV6, 16
 		addrOff = ip6DaddrOffset
 		if r.Dir == DirFrom {
 			addrOff = ip6SaddrOffset
 		}
-	}
-	if r.Aside {
-		set = map[bool]string{false: SetAside4, true: SetAside6}[r.IPv6]
 	}
 	l4proto := byte(unix.IPPROTO_TCP)
 	if r.Proto == ProtoUDP {

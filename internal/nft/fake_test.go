@@ -20,6 +20,7 @@ type fakeKernel struct {
 	createErr error
 	flushes   int
 	discards  int
+	dumps     int         // full chain dumps (ListChains): listing.go keeps them off every hot path
 	deadlines []time.Time // every deadline set on the socket, in order
 }
 
@@ -255,6 +256,7 @@ func (k *fakeKernel) ListTablesOfFamily(f nftables.TableFamily) ([]*nftables.Tab
 }
 
 func (k *fakeKernel) ListChains() ([]*nftables.Chain, error) {
+	k.dumps++
 	var out []*nftables.Chain
 	for _, ft := range k.tables {
 		out = append(out, ft.chains...)

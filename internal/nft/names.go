@@ -20,6 +20,10 @@ const (
 	// Sets of the local IPs the instance steps aside for (ruleset.go, stepAside); only there while it does.
 	SetAside4 = "aside4"
 	SetAside6 = "aside6"
+	// SetBound4 and SetBound6 hold the local IPs a DNS listener is bound to, and exist only while some local
+	// IP has none (Spec.Unbound): host-network clients' rules then match them instead of local4 and local6.
+	SetBound4 = "bound4"
+	SetBound6 = "bound6"
 
 	// Chains, named by purpose and hook.
 	ChainRawPrerouting = "raw-prerouting"

@@ -87,7 +87,8 @@ func hasOwner(flags uint32) bool {
 }
 
 // Instances lists the live instances on the node: every inet table with an instance name and the owner flag.
-// A table being created may have no sets yet; it needs no address yet either. Sorted by table name.
+// A table being created may have no sets yet; it needs no address yet either. Sorted by table name. It reads
+// the instance tables only, by name (listing.go): its cost does not grow with the node's other chains.
 func (c *Conn) Instances() ([]Instance, error) {
 	c.lock()
 	defer c.mu.Unlock()
@@ -95,24 +96,16 @@ func (c *Conn) Instances() ([]Instance, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list inet tables: %w", err)
 	}
-	chains, err := c.ops.ListChains()
-	if err != nil {
-		return nil, fmt.Errorf("list chains: %w", err)
-	}
-	withChains := map[string]bool{}
-	for _, ch := range chains {
-		// mark-output is there once the listeners are bound ([Listening]); every other chain only once the
-		// instance serves.
-		if ch.Table != nil && ch.Table.Family == nftables.TableFamilyINet && ch.Name != ChainMarkOutput {
-			withChains[ch.Table.Name] = true
-		}
-	}
 	var out []Instance
 	for _, t := range tables {
 		if !isInstanceTableName(t.Name) || !hasOwner(t.Flags) {
 			continue
 		}
-		in := Instance{Table: t.Name, Serving: withChains[t.Name], Self: t.Name == c.table}
+		serving, err := c.chainsOf(tableNamed(t.Name), servingChains(), true)
+		if err != nil {
+			return nil, err
+		}
+		in := Instance{Table: t.Name, Serving: len(serving) > 0, Self: t.Name == c.table}
 		sets, err := c.ops.GetSets(tableNamed(t.Name))
 		if IsNotExist(err) {
 			continue // gone while we looked: its owner exited

@@ -3,6 +3,7 @@ package nft
 import (
 	"net/netip"
 	"slices"
+	"strings"
 )
 
 // Ruleset is the desired content of table inet nodelocaldns: a plain value, built by [Build], printed by
@@ -51,6 +52,34 @@ type Rule struct {
 	Comment string
 	// Aside matches the step-aside sets (aside4, aside6) instead of the local ones.
 	Aside bool
+	// Bound matches the bound sets (bound4, bound6) instead of local4 and local6: host-network clients' rules
+	// while some local IP has no listener ([Spec.Unbound]).
+	Bound bool
+}
+
+// set is the set r matches its address against.
+func (r Rule) set() string {
+	switch {
+	case r.Aside && r.IPv6:
+		return SetAside6
+	case r.Aside:
+		return SetAside4
+	case r.Bound && r.IPv6:
+		return SetBound6
+	case r.Bound:
+		return SetBound4
+	case r.IPv6:
+		return SetLocal6
+	}
+	return SetLocal4
+}
+
+// hostRules marks host-network clients' rules to match only the bound addresses, when some are not.
+func hostRules(s Spec, rules []Rule) []Rule {
+	for i := range rules {
+		rules[i].Bound = len(s.Unbound) > 0
+	}
+	return rules
 }
 
 // Gate makes a rule match only while a DNS server listens on the packet's destination address and port, so
@@ -148,6 +177,13 @@ func Build(s Spec) *Ruleset {
 			rule(DirFrom, s.DNSPort, VerdictAccept, CommentAllowDNS, purposeReplies, ProtoTCP, ProtoUDP),
 		)},
 	}
+	for _, ch := range r.Chains {
+		for i, rl := range ch.Rules {
+			if ch.Name == ChainRawOutput && strings.HasSuffix(rl.Comment, purposeHostQueries) {
+				ch.Rules[i].Bound = len(s.Unbound) > 0
+			}
+		}
+	}
 	stepAside(r, s)
 	return r
 }
@@ -193,10 +229,24 @@ func Registration(s Spec) *Ruleset {
 			v6 = append(v6, ip)
 		}
 	}
-	return &Ruleset{Sets: []Set{
+	r := &Ruleset{Sets: []Set{
 		{Name: SetLocal4, Elements: sortedUnique(v4)},
 		{Name: SetLocal6, IPv6: true, Elements: sortedUnique(v6)},
 	}}
+	if len(s.Unbound) > 0 {
+		var b4, b6 []netip.Addr
+		for _, ip := range s.LocalIPs {
+			switch {
+			case slices.Contains(s.Unbound, ip):
+			case ip.Is4():
+				b4 = append(b4, ip)
+			default:
+				b6 = append(b6, ip)
+			}
+		}
+		r.Sets = append(r.Sets, Set{Name: SetBound4, Elements: sortedUnique(b4)}, Set{Name: SetBound6, IPv6: true, Elements: sortedUnique(b6)})
+	}
+	return r
 }
 
 // Listening is the table of an instance whose listeners are bound and which does not serve yet: the
@@ -217,9 +267,9 @@ func Listening(s Spec) *Ruleset {
 
 // markOutput marks host-network clients' queries to the local IPs taken (Listening says from when).
 func markOutput(s Spec) Chain {
-	return Chain{Name: ChainMarkOutput, Hook: HookOutput, Priority: priorityRaw, Rules: perFamily(
+	return Chain{Name: ChainMarkOutput, Hook: HookOutput, Priority: priorityRaw, Rules: hostRules(s, perFamily(
 		rule(DirTo, s.DNSPort, VerdictMarkTaken, CommentTaken, purposeHostQueries, ProtoTCP, ProtoUDP),
-	)}
+	))}
 }
 
 // group is a set of rules that differ only in family and protocol.

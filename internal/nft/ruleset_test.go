@@ -33,6 +33,8 @@ var goldenCases = []struct {
 	// A foreign drop covers the ClusterIP (supervisor/foreign.go): its queries are left to kube-dns.
 	{"step-aside", Spec{LocalIPs: ips("169.254.20.10", "10.96.0.10", "fd00::a"), DNSPort: 53, HealthPort: 8080, StepAside: ips("10.96.0.10")}},
 	{"no-interception", Spec{LocalIPs: ips("169.254.20.10", "10.96.0.10"), DNSPort: 53, HealthPort: 8080, NoInterception: true}},
+	// A Corefile whose bind leaves the ClusterIP out: host-network clients' rules match the bound sets.
+	{"partial-bind", Spec{LocalIPs: ips("169.254.20.10", "10.96.0.10"), DNSPort: 53, HealthPort: 8080, Unbound: ips("10.96.0.10")}},
 }
 
 func ips(ss ...string) []netip.Addr {

@@ -24,6 +24,11 @@ type Spec struct {
 	// StepAside are local IPs the instance does not intercept (a foreign drop covers them; the supervisor's
 	// foreign.go): their queries go to kube-dns as if no instance served them.
 	StepAside []netip.Addr
+	// Unbound are the local IPs no DNS listener is bound to (a Corefile whose `bind` leaves them out). Pods'
+	// queries to them already go to kube-dns (the prerouting rules are gated on a listener); the host-network
+	// rules, which cannot be gated so, leave them alone too: the ClusterIP then goes through kube-proxy and the
+	// link-local address through the fallback, instead of being refused.
+	Unbound []netip.Addr
 }
 
 // Validate reports the first reason the spec cannot be programmed, naming the bad value.

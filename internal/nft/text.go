@@ -69,12 +69,9 @@ func writeSet(b *strings.Builder, s Set) {
 
 // String prints the rule as nft lists it.
 func (r Rule) String() string {
-	l3, set := "ip", SetLocal4
+	l3, set := "ip", r.set()
 	if r.IPv6 {
-		l3, set = "ip6", SetLocal6
-	}
-	if r.Aside {
-		set = map[bool]string{false: SetAside4, true: SetAside6}[r.IPv6]
+		l3 = "ip6"
 	}
 	addr, port := "daddr", "dport"
 	if r.Dir == DirFrom {

@@ -2,7 +2,10 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
+	"sync"
 	"time"
 
 	"github.com/miekg/dns"
@@ -32,10 +35,20 @@ type health struct {
 	reconcile *runner
 	reload    *runner
 	probeAddr string // host:port of our first DNS listener
+	probe     flight // the probe in flight, shared by concurrent /health requests
 }
 
-// liveness is /health: the reconcile and reload loops are not stuck in a pass, and CoreDNS answers a query on
-// our first listen address. Unlike /ready it says nothing about the node: only whether this process works.
+// liveness is /health: the reconcile and reload loops are not stuck in a pass, and CoreDNS's server accepts and
+// answers a query on our first listen address. Unlike /ready it says nothing about the node: only whether this
+// process works. It must tell a hang from overload, since a restart under load sheds the node's whole cache:
+//   - the probe goes over TCP, not UDP. A query flood fills the UDP socket's queue, where a UDP probe would be
+//     dropped like any query; TCP has its own accept queue and CoreDNS serves each connection on a goroutine of
+//     its own, so under UDP overload the probe still says whether the process schedules, accepts and
+//     dispatches. A stopped or deadlocked process answers neither.
+//   - concurrent /health requests share one probe (probeOnce): a pod looping on /health costs one probe at a
+//     time, not one per request.
+//
+// The probe asks nothing of a plugin or an upstream, so an upstream outage never fails liveness either.
 func (h *health) liveness(ctx context.Context) error {
 	for _, r := range []struct {
 		name string
@@ -46,7 +59,7 @@ func (h *health) liveness(ctx context.Context) error {
 			return fmt.Errorf("%s pass running for %v", r.name, d.Round(time.Second))
 		}
 	}
-	if err := probeDNS(ctx, h.probeAddr); err != nil {
+	if err := h.probe.do(ctx, func() error { return probeDNS(h.probeAddr) }); err != nil {
 		h.unhealthy("dns")
 		return err
 	}
@@ -57,23 +70,74 @@ func (h *health) unhealthy(reason string) {
 	withMetrics(h.m, func(m *metrics.Metrics) { m.LivenessFailures.WithLabelValues(reason).Inc() })
 }
 
-// probeDNS sends one message with no question to addr over UDP. Any answer proves that CoreDNS's server
-// reads, dispatches and writes (it answers FORMERR without consulting a plugin or an upstream, so the probe
-// depends on nothing outside this process).
-func probeDNS(ctx context.Context, addr string) error {
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+// probeDNS sends one message with no question to addr over TCP. Any answer proves that CoreDNS's server
+// accepts, reads, dispatches and writes (it answers without consulting a plugin or an upstream, so the probe
+// depends on nothing outside this process). A reload replaces CoreDNS's servers and resets connections the old
+// one held: a connection that fails without timing out is tried once more, within the same time budget.
+func probeDNS(addr string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	defer cancel()
+	var err error
+	for range 2 {
+		if err = exchangeTCP(ctx, addr); err == nil || ctx.Err() != nil || isTimeout(err) {
+			break
+		}
+	}
+	return err
+}
+
+func exchangeTCP(ctx context.Context, addr string) error {
 	m := new(dns.Msg)
 	m.Id = dns.Id()
-	c := &dns.Client{Net: "udp", Timeout: probeTimeout}
+	c := &dns.Client{Net: "tcp", Timeout: probeTimeout}
 	r, _, err := c.ExchangeContext(ctx, m, addr)
 	switch {
 	case err != nil:
-		return fmt.Errorf("dns listener %s does not answer: %w", addr, err)
+		return fmt.Errorf("dns listener %s does not answer over tcp: %w", addr, err)
 	case r.Id != m.Id:
 		return fmt.Errorf("dns listener %s answered another query (id %d, want %d)", addr, r.Id, m.Id)
 	}
 	return nil
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// flight runs one call at a time and hands its result to every caller that arrived while it ran.
+type flight struct {
+	mu  sync.Mutex
+	cur *call // the call in flight; nil when none runs
+}
+
+type call struct {
+	done chan struct{} // closed when err is set
+	err  error
+}
+
+// do runs fn unless a call is in flight, then waits for that one's result, or for ctx.
+func (f *flight) do(ctx context.Context, fn func() error) error {
+	f.mu.Lock()
+	c := f.cur
+	if c == nil {
+		c = &call{done: make(chan struct{})}
+		f.cur = c
+		go func() {
+			c.err = fn()
+			f.mu.Lock()
+			f.cur = nil
+			f.mu.Unlock()
+			close(c.done)
+		}()
+	}
+	f.mu.Unlock()
+	select {
+	case <-c.done:
+		return c.err
+	case <-ctx.Done():
+		return fmt.Errorf("liveness probe: %w", ctx.Err())
+	}
 }
 
 // readiness is /ready: CoreDNS serves (checked by dnsserver), this instance and every other live one serve

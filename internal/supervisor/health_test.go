@@ -2,11 +2,18 @@ package supervisor
 
 import (
 	"context"
+	"net"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 )
 
 // /health fails while a reconcile or reload pass runs longer than passHung, whatever DNS does.
@@ -27,4 +34,120 @@ func TestLivenessFailsOnAHungPass(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Liveness tells overload from a hang. Overload: a UDP socket whose queue nobody drains (what a query flood
+// does to CoreDNS's), beside a TCP server that answers: 64 concurrent /health checks pass and share one probe
+// at a time. A hang: a TCP listener that accepts and never answers: liveness fails within the probe's
+// timeout, and counts it.
+func TestLivenessToldOverloadFromHang(t *testing.T) {
+	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer udp.Close()
+	addr := udp.LocalAddr().String()
+	flood, err := net.Dial("udp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer flood.Close()
+	for range 20000 { // fill the receive queue: every further datagram, a UDP probe included, is dropped
+		flood.Write(make([]byte, 512))
+	}
+	tcp, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// miekg/dns answers a message without a question FORMERR itself, as CoreDNS's server does: count the
+	// connections, and make each accept slow, as on a busy server, so concurrent checks overlap one probe.
+	probes := &countingListener{Listener: tcp, delay: 50 * time.Millisecond}
+	srv := &dns.Server{Listener: probes, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {})}
+	go srv.ActivateAndServe()
+	defer srv.Shutdown()
+
+	idle := func() *runner { return newRunner(runnerConfig{maxInterval: time.Hour}, nil) }
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &health{m: m, reconcile: idle(), reload: idle(), probeAddr: addr}
+	var wg sync.WaitGroup
+	var failed atomic.Int32
+	for range 64 {
+		wg.Go(func() {
+			if err := h.liveness(context.Background()); err != nil {
+				failed.Add(1)
+				t.Errorf("liveness under overload: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := probes.n.Load(); n == 0 || n > 8 {
+		t.Errorf("%d probes for 64 concurrent checks, want a few (one at a time)", n)
+	}
+
+	hung, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hung.Close()
+	go func() {
+		for {
+			c, err := hung.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open, never answered
+		}
+	}()
+	h = &health{m: m, reconcile: idle(), reload: idle(), probeAddr: hung.Addr().String()}
+	start := time.Now()
+	if err := h.liveness(context.Background()); err == nil {
+		t.Fatal("liveness passed with a listener that never answers")
+	}
+	if d := time.Since(start); d > 2*probeTimeout {
+		t.Errorf("a hang took %v to fail liveness, want about %v", d, probeTimeout)
+	}
+	if got := livenessFailures(t, reg, "dns"); got != 1 {
+		t.Errorf("liveness failures (dns) = %v, want 1", got)
+	}
+}
+
+type countingListener struct {
+	net.Listener
+	delay time.Duration
+	n     atomic.Int32
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.n.Add(1)
+		time.Sleep(l.delay)
+	}
+	return c, err
+}
+
+// livenessFailures reads nodelocaldns_liveness_failures_total{reason} from reg.
+func livenessFailures(t *testing.T, reg *prometheus.Registry, reason string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "nodelocaldns_liveness_failures_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reason" && l.GetValue() == reason {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }

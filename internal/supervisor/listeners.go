@@ -4,48 +4,107 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 
 	"go.uber.org/zap"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
+	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 )
 
-// checkListeners finds local IPs that no DNS listener is bound to. The interception gate only sees a socket
-// bound to the address itself (nft.Gate): a Corefile whose servers listen on the wildcard address serves, but
-// nothing sent to our addresses from a pod is ever intercepted. Some such addresses: a loud error and
-// nodelocaldns_unbound_local_ip; all of them: start-up fails, since the agent would then intercept nothing at
-// all while looking healthy.
+// checkListeners finds local IPs that no DNS listener is bound to, at start-up and after every reload. The
+// interception gate only sees a socket bound to the address itself (nft.Gate): a Corefile whose servers
+// listen on the wildcard address, or whose `bind` leaves an address out, serves, but nothing sent to that
+// address from a pod is intercepted (it goes to kube-dns). Host-network clients' rules cannot be gated so; they
+// are kept to the bound addresses (nft.Spec.Unbound), so an unbound address goes to kube-dns for them too: the
+// ClusterIP through kube-proxy, the link-local address through the fallback. Some such addresses: a loud error
+// and nodelocaldns_unbound_local_ip; all of them at start-up: start-up fails, since the agent would then
+// intercept nothing at all while looking healthy.
 func (s *Supervisor) checkListeners() error {
 	if !s.opts.SetupNftables {
 		return nil
 	}
+	unbound := unboundIPs(s.dns.Addrs(), s.opts.LocalIPs, s.opts.DNSPort)
+	for _, ip := range s.opts.LocalIPs {
+		withMetrics(s.m, func(m *metrics.Metrics) {
+			m.UnboundLocalIP.WithLabelValues(ip.String()).Set(b2f(slices.Contains(unbound, ip)))
+		})
+	}
+	if len(unbound) == len(s.opts.LocalIPs) && s.node.current() != stateServing {
+		return fmt.Errorf("no DNS listener is bound to any local IP (%v) on port %d: the Corefile's servers need `bind` "+
+			"to them, the interception only takes queries for an address a listener is bound to", unbound, s.opts.DNSPort)
+	}
+	if !s.node.setUnbound(unbound) {
+		return nil
+	}
+	if len(unbound) > 0 {
+		s.log.Error("no DNS listener bound to these local IPs: queries to them, from pods and host-network clients, are not intercepted and go to kube-dns (add them to `bind`)",
+			zap.Stringers("ips", unbound), zap.Uint16("port", s.opts.DNSPort))
+	} else {
+		s.log.Info("a DNS listener is bound to every local IP again", zap.Stringers("ips", s.opts.LocalIPs))
+	}
+	if err := s.node.rebind(); err != nil {
+		setupError(s.m, metrics.ErrNftables)
+		return err
+	}
+	return nil
+}
+
+// unboundIPs are those of local that no listener in addrs (host:port) is bound to on port, in local's order.
+func unboundIPs(addrs []string, local []netip.Addr, port uint16) []netip.Addr {
 	bound := map[netip.Addr]bool{}
-	for _, a := range s.dns.Addrs() {
-		host, port, err := net.SplitHostPort(a)
-		if err != nil || port != strconv.Itoa(int(s.opts.DNSPort)) {
+	for _, a := range addrs {
+		host, p, err := net.SplitHostPort(a)
+		if err != nil || p != strconv.Itoa(int(port)) {
 			continue
 		}
 		if ip, err := netip.ParseAddr(host); err == nil {
 			bound[ip.Unmap()] = true
 		}
 	}
-	var unbound []string
-	for _, ip := range s.opts.LocalIPs {
-		b := bound[ip]
-		withMetrics(s.m, func(m *metrics.Metrics) { m.UnboundLocalIP.WithLabelValues(ip.String()).Set(b2f(!b)) })
-		if !b {
-			unbound = append(unbound, ip.String())
+	var out []netip.Addr
+	for _, ip := range local {
+		if !bound[ip] {
+			out = append(out, ip)
 		}
 	}
-	switch {
-	case len(unbound) == 0:
-		return nil
-	case len(unbound) == len(s.opts.LocalIPs):
-		return fmt.Errorf("no DNS listener is bound to any local IP (%v) on port %d: the Corefile's servers need `bind` "+
-			"to them, the interception only takes queries for an address a listener is bound to", unbound, s.opts.DNSPort)
+	return out
+}
+
+// setUnbound records the local IPs without a listener; it reports whether they changed.
+func (n *node) setUnbound(ips []netip.Addr) bool {
+	n.specMu.Lock()
+	defer n.specMu.Unlock()
+	if slices.Equal(n.spec.Unbound, ips) {
+		return false
 	}
-	s.log.Error("no DNS listener bound to these local IPs: queries to them are not intercepted and go to kube-dns (add them to `bind`)",
-		zap.Strings("ips", unbound), zap.Uint16("port", s.opts.DNSPort))
+	n.spec.Unbound = ips
+	return true
+}
+
+// specNow is the spec with the latest unbound addresses.
+func (n *node) specNow() nft.Spec {
+	n.specMu.Lock()
+	defer n.specMu.Unlock()
+	s := n.spec
+	s.Unbound = slices.Clone(s.Unbound)
+	return s
+}
+
+// rebind re-applies our table for the latest unbound addresses, in the state the instance is in: a table that
+// marks host-network queries (listening or serving) keeps doing so, for the bound addresses only. Before it
+// listens, there is nothing to change yet (listen and serve read the spec when they apply).
+func (n *node) rebind() error {
+	if n.reg == nil || n.current() != stateServing {
+		return nil
+	}
+	n.specMu.Lock()
+	defer n.specMu.Unlock()
+	spec := n.spec // Ungated as serve found the kernel
+	spec.StepAside = n.aside
+	if err := n.reg.Apply(nft.Build(spec)); err != nil {
+		return fmt.Errorf("keep host-network rules to the bound addresses: %w", err)
+	}
 	return nil
 }

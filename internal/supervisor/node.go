@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -57,6 +58,7 @@ type node struct {
 	reg    registry    // nil: the agent touches no kernel state at all
 	links  linkManager // nil: -setupinterface=false
 	ifname string
+	specMu sync.Mutex // guards spec.Unbound, which reloads change (listeners.go), and aside; held while programming either
 	spec   nft.Spec
 	// quiesce, when set, is how the last instance out lets queries already steered to it be answered before
 	// the interface goes: it must also make sure nothing of ours listens on the addresses afterwards (the
@@ -72,6 +74,10 @@ type node struct {
 	// aside are the local IPs we step aside for (foreign.go), as our table has them once we serve; only the
 	// goroutine that calls serve and then the reconcile runner touch it, one after the other.
 	aside []netip.Addr
+	// seen is the last look at the instance tables (a pass, a start-up step, a leave): /ready answers from it,
+	// never from the kernel, so a probe costs nothing whatever the node holds. Other instances' tables
+	// changing trigger a pass (their notifications), which refreshes it.
+	seen atomic.Pointer[[]nft.Instance]
 }
 
 // table names our table for logs, "" when we have none.
@@ -107,7 +113,7 @@ func (n *node) listen() error {
 	if n.reg == nil {
 		return nil
 	}
-	if err := n.reg.Apply(nft.Listening(n.spec)); err != nil {
+	if err := n.reg.Apply(nft.Listening(n.specNow())); err != nil {
 		return fmt.Errorf("mark host-network queries taken: %w", err)
 	}
 	return nil
@@ -169,6 +175,7 @@ func (n *node) count(ins []nft.Instance) {
 		}
 	}
 	n.others.Store(int32(others))
+	n.seen.Store(&ins)
 	withMetrics(n.m, func(m *metrics.Metrics) { m.Instances.Set(float64(len(ins))) })
 }
 
@@ -182,7 +189,7 @@ func (n *node) serve() error {
 	if n.reg == nil {
 		return n.to(stateServing)
 	}
-	spec := n.spec
+	spec := n.specNow()
 	spec.StepAside = n.aside
 	err := n.reg.Apply(nft.Build(spec))
 	gated := err == nil && !spec.NoInterception
@@ -196,7 +203,9 @@ func (n *node) serve() error {
 		return fmt.Errorf("program table: %w", err)
 	}
 	n.gated.Store(gated)
-	n.spec.Ungated = spec.Ungated // kept when the table is programmed again (stepAside)
+	n.specMu.Lock()
+	n.spec.Ungated = spec.Ungated // kept when the table is programmed again (stepAside, rebind)
+	n.specMu.Unlock()
 	n.reportFailOpen()
 	return n.to(stateServing)
 }
@@ -216,6 +225,8 @@ func (n *node) foreignFound(f foreignFindings) error {
 	if n.notrack.Swap(f.notrack) != f.notrack && n.current() == stateServing {
 		n.reportFailOpen()
 	}
+	n.specMu.Lock() // with rebind (listeners.go): each programs the latest of both
+	defer n.specMu.Unlock()
 	if slices.Equal(n.aside, f.aside) {
 		return nil
 	}
@@ -239,7 +250,8 @@ func b2f(b bool) float64 {
 }
 
 // ready says whether this instance serves and every live instance on the node does: whichever pod answers
-// the shared health address, no pod is reported Ready while any instance is still starting.
+// the shared health address, no pod is reported Ready while any instance is still starting. It reads the last
+// look (seen), not the kernel; our own state is ours to know, whatever that look said of our table.
 func (n *node) ready() error {
 	if s := n.current(); s != stateServing {
 		return fmt.Errorf("instance %s", s)
@@ -247,15 +259,15 @@ func (n *node) ready() error {
 	if n.reg == nil {
 		return nil
 	}
-	ins, err := n.reg.Instances()
-	if err != nil {
-		return err
+	seen := n.seen.Load()
+	if seen == nil {
+		return errors.New("no look at the instance tables yet")
 	}
 	var starting []string
 	self := false
-	for _, in := range ins {
+	for _, in := range *seen {
 		self = self || in.Self
-		if !in.Serving {
+		if !in.Self && !in.Serving {
 			starting = append(starting, in.Table)
 		}
 	}

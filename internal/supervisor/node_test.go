@@ -41,6 +41,7 @@ type fakeReg struct {
 	k          *fakeKernel
 	name       string
 	refuseGate bool                 // the kernel has no nft_socket
+	last       *nft.Ruleset         // the last ruleset applied
 	step       func(request string) // nil, or called before each request reaches the kernel (interleave_test.go)
 }
 
@@ -61,6 +62,7 @@ func (r *fakeReg) Apply(rs *nft.Ruleset) error {
 		}
 	}
 	t := &fakeTable{}
+	r.last = rs
 	if old := r.k.tables[r.name]; old != nil {
 		t.applies = old.applies
 	}
@@ -253,6 +255,10 @@ func TestReadinessWaitsForEveryInstance(t *testing.T) {
 	b, _ := newInstance(t, k, "169.254.20.10")
 	b.register()
 	b.ensureLink()
+	if err := a.ready(); err != nil {
+		t.Errorf("a before its next look = %v: /ready answers from the last look, not from the kernel", err)
+	}
+	a.addresses() // b's table notification triggers a pass of a's, which looks
 	if err := a.ready(); err == nil || !strings.Contains(err.Error(), "nodelocaldns-1") {
 		t.Errorf("a while b is still starting = %v, want not ready naming b's table", err)
 	}
@@ -261,6 +267,7 @@ func TestReadinessWaitsForEveryInstance(t *testing.T) {
 	}
 	b.serve()
 	for name, n := range map[string]*node{"a": a, "b": b} {
+		n.addresses()
 		if err := n.ready(); err != nil {
 			t.Errorf("%s with both serving: %v", name, err)
 		}

@@ -36,6 +36,8 @@ type reloader struct {
 	config *renderer
 	dns    coreDNS
 	runner *runner
+	// reloaded, when set, is called after each reload that changed the configuration (listeners.go).
+	reloaded func()
 
 	// fatal receives a loop in the first configuration: start-up fails.
 	fatal chan error
@@ -96,6 +98,9 @@ func (r *reloader) pass(_ context.Context, reasons []string) (changed bool, err 
 		r.config.write(cf)
 		withMetrics(r.m, func(m *metrics.Metrics) { m.ReloadDuration.Observe(time.Since(start).Seconds()) })
 		r.log.Info("reloaded coredns", zap.Strings("triggers", reasons), zap.Duration("elapsed", time.Since(start)))
+		if r.reloaded != nil {
+			r.reloaded()
+		}
 	case kdErr != nil:
 		result = "error" // the change was the refused kube-dns ConfigMap: nothing of it applied
 	default:
@@ -136,6 +141,9 @@ func (r *reloader) revertLoop() bool {
 	}
 	r.config.write(r.prev)
 	r.log.Error("reload refused: the new configuration forwards to itself; the previous one serves again")
+	if r.reloaded != nil {
+		r.reloaded()
+	}
 	return true
 }
 

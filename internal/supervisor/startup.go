@@ -106,6 +106,11 @@ func (s *Supervisor) startCoreDNS(cf []byte) error {
 	// Start runs the health listener and the loop probes on CoreDNS's goroutines, and they call back: they
 	// are handed the objects they read, all built here, before Start, and never replaced.
 	s.reload = newReloader(s.log, s.m, s.config, dns)
+	s.reload.reloaded = func() { // a reload's `bind` may add or drop a local IP (listeners.go)
+		if err := s.checkListeners(); err != nil {
+			s.log.Error("re-check listeners after reload", zap.Error(err))
+		}
+	}
 	h := &health{
 		m: s.m, node: s.node, lastPass: &s.reconcile.lastPass, reconcile: s.reconcile.runner, reload: s.reload.runner,
 		probeAddr: net.JoinHostPort(s.opts.LocalIPs[0].String(), strconv.Itoa(int(s.opts.DNSPort))),

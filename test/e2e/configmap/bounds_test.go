@@ -46,14 +46,15 @@ func TestFailedReloadIsRetried(t *testing.T) {
 }
 
 // /health is the agent's own liveness: it fails while our DNS listener does not answer (here a foreign
-// nftables rule drops the agent's own probe on its way to the listener) and recovers when it answers again.
+// nftables rule drops the agent's own probe on its way to the listener, over UDP and TCP) and recovers when it
+// answers again.
 func TestHealthFailsWhileDNSDoesNotAnswer(t *testing.T) {
 	e := start(t, setup{})
 	c := &http.Client{Timeout: 3 * time.Second}
 	if err := health(c); err != nil {
 		t.Fatalf("/health before: %v", err)
 	}
-	testenv.Run(t, "nft", "add table inet blockdns { chain out { type filter hook output priority 0; ip daddr "+localIP+" udp dport 53 drop; }; }")
+	testenv.Run(t, "nft", "add table inet blockdns { chain out { type filter hook output priority 0; ip daddr "+localIP+" meta l4proto { tcp, udp } th dport 53 drop; }; }")
 	t.Cleanup(func() { exec.Command("nft", "delete", "table", "inet", "blockdns").Run() })
 	var last error
 	testenv.Eventually(t, 10*time.Second, "/health to fail", func() bool {
