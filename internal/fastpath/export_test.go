@@ -13,7 +13,11 @@ func (p *Path) Answer(addr netip.AddrPort, q []byte, from netip.AddrPort, out []
 	if l == nil {
 		return out, false
 	}
-	return l.view.Load().answer(l.conns[0], q, from, out, time.Now())
+	out, ok := l.view.Load().answer(q, out, time.Now())
+	if ok {
+		l.conns[0].WriteToUDPAddrPort(out, from)
+	}
+	return out, ok
 }
 
 // Stored is how many answers the listener on addr holds.

@@ -2,8 +2,6 @@ package fastpath
 
 import (
 	"encoding/binary"
-	"net"
-	"net/netip"
 	"time"
 )
 
@@ -22,9 +20,10 @@ func (e *entry) build(out []byte, q []byte, ttl uint32) []byte {
 	return out
 }
 
-// answer answers q from the store if it can, with conn, and records the metrics CoreDNS would have. It does
-// not allocate. It returns false when the query must go to CoreDNS.
-func (v *view) answer(conn *net.UDPConn, q []byte, from netip.AddrPort, out []byte, start time.Time) ([]byte, bool) {
+// answer builds the answer to q from the store into out if it can, and records the metrics CoreDNS would
+// have: the caller sends it (a failed send is not retried and the query still counts, as with CoreDNS's UDP
+// server). It does not allocate. It returns false when the query must go to CoreDNS.
+func (v *view) answer(q []byte, out []byte, start time.Time) ([]byte, bool) {
 	if len(q) < 12 || len(q) > maxQuery || q[2]&0x80 != 0 { // too short, too long, or a response
 		return out, false
 	}
@@ -39,8 +38,6 @@ func (v *view) answer(conn *net.UDPConn, q []byte, from netip.AddrPort, out []by
 		return out, false
 	}
 	out = e.build(out, q, ttl)
-	// A failed write is not retried and the query still counts, as with CoreDNS's UDP server.
-	conn.WriteToUDPAddrPort(out, from)
 	e.series.record(start, e.size, e.reqLen)
 	return out, true
 }

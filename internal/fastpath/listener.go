@@ -36,14 +36,10 @@ type listener struct {
 // hitFunc builds the answer to q from the store into out, and reports whether there is one.
 type hitFunc func(q []byte, from netip.AddrPort, out []byte, now time.Time) ([]byte, bool)
 
-// unsent is a UDPConn without a socket: a write on it fails at once, without a system call. The hit path
-// answers through it, so that what it builds goes out with the batch's sendmmsg (batch.go) rather than one
-// sendto per answer.
-var unsent = new(net.UDPConn)
-
-// answerHit is the hit path: the current view's store.
-func (l *listener) answerHit(q []byte, from netip.AddrPort, out []byte, now time.Time) ([]byte, bool) {
-	return l.view.Load().answer(unsent, q, from, out, now)
+// answerHit is the hit path: the current view's store. What it builds goes out with the batch's sendmmsg
+// (batch.go).
+func (l *listener) answerHit(q []byte, _ netip.AddrPort, out []byte, now time.Time) ([]byte, bool) {
+	return l.view.Load().answer(q, out, now)
 }
 
 func openListener(log *zap.Logger, addr netip.AddrPort, core []*net.UDPConn, v *view, n int) (*listener, error) {

@@ -71,7 +71,11 @@ func TestPaddedQueriesHoldNoMemory(t *testing.T) {
 		t.Errorf("live heap grew by %.1f MiB with %d padded queries in flight, want < 4 MiB", heap, storm)
 	}
 	// The RSS, apart from the stacks of the goroutines CoreDNS's UDP server runs for each query in flight
-	// (CoreDNS alone has them too: about 7 MiB for 800 queries).
+	// (CoreDNS alone has them too: about 7 MiB for 800 queries). Not under the race detector (make test-race),
+	// whose shadow memory is most of the RSS; the plain pass of make test asserts it.
+	if raceDetector {
+		return
+	}
 	if rss := float64(grown)/1024 - stacks; rss >= 10 {
 		t.Errorf("peak RSS grew by %.1f MiB during the storm beyond the stacks, want < 10 MiB", rss)
 	}
