@@ -206,6 +206,53 @@ func lifecycleCases(ctx context.Context, c *cluster, r *results) {
 		func() error { return localInFlight("SIGKILL", res) })
 	fallbackCase(c, r, "SIGKILL: host-network queries to "+localDNSIP+" answered by kube-dns on node-2 (UDP and TCP)",
 		func() error { return answeredByKubeDNS(res) })
+
+	stopCase(ctx, c, r)
+}
+
+// stoppedGapMax bounds how long a stopped agent blackholes its addresses: the liveness probe's settings allow
+// 15 s from the stop to the kubelet's kill (deploy/invariants_test.go), plus one query's timeout.
+const stoppedGapMax = 15*time.Second + loadTimeout
+
+// stopCase: SIGSTOP of the agent through the runtime. A stopped agent keeps its sockets and its table, so its
+// addresses answer nothing until the kubelet's liveness probe fails and the container is killed (then the
+// table goes with the process and everything fails open). The gap, measured: the span of each load's losses.
+func stopCase(ctx context.Context, c *cluster, r *results) {
+	loads := []load{podLoad("dns-client"), hostLoad}
+	before, err := currentAgent(ctx, c, c.local)
+	var res map[string]loadResult
+	var took time.Duration
+	if err == nil {
+		res, took, err = underLoad(ctx, c, 45*time.Second, loads, func() error {
+			if _, err := c.local.ctr(ctx, "tasks", "kill", "-s", "SIGSTOP", before.containerID); err != nil {
+				return err
+			}
+			return poll(ctx, 38*time.Second, 200*time.Millisecond, func() (bool, error) {
+				a, err := currentAgent(ctx, c, c.local)
+				return err == nil && a.restarts > before.restarts, err
+			})
+		})
+	}
+	if !r.check("SIGSTOP under load: the kubelet's liveness probe restarts the stopped agent", "figures below", err) {
+		return
+	}
+	reportLoad(r, "SIGSTOP (ctr tasks kill)", res, took)
+	var bad []string
+	for _, k := range sortedKeys(res) {
+		l := res[k]
+		gap := time.Duration(l.LastMs-l.FirstMs) * time.Millisecond
+		if l.Failed > 0 {
+			r.figure("SIGSTOP: blackholed, "+k, "%.1f s", gap.Seconds())
+		}
+		if l.Bad > 0 || (l.Failed > 0 && gap > stoppedGapMax) {
+			bad = append(bad, fmt.Sprintf("%s: %s", k, l))
+		}
+	}
+	var gapErr error
+	if len(bad) > 0 {
+		gapErr = fmt.Errorf("losses spread over more than %v: %s", stoppedGapMax, strings.Join(bad, "; "))
+	}
+	r.check(fmt.Sprintf("SIGSTOP: every address answers again within %v of the stop", stoppedGapMax), "", gapErr)
 }
 
 // rolloutCase: `kubectl rollout restart` replaces the agent on both nodes, one at a time (the base's surge
