@@ -127,31 +127,35 @@ func TestChartOwnOptions(t *testing.T) {
 	}
 }
 
-// TestChartLinkLocalFallbackOff: linkLocalFallback.enabled=false passes -linklocal-fallback=false. The agent's
-// parser is asked too once it knows the flag (the link-local fallback lands beside this chart).
-func TestChartLinkLocalFallbackOff(t *testing.T) {
-	out, err := helmTemplate(t, nil, "linkLocalFallback.enabled=false")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := decodeChart(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	args := r.daemonSets["kube-system/node-local-dns"].Spec.Template.Spec.Containers[0].Args
-	if !slices.Contains(args, "-linklocal-fallback=false") {
-		t.Errorf("args %q lack -linklocal-fallback=false", args)
-	}
-	def := renderChart(t, nil)
-	if a := def.daemonSets["kube-system/node-local-dns"].Spec.Template.Spec.Containers[0].Args; slices.ContainsFunc(a, func(s string) bool { return strings.Contains(s, "linklocal") }) {
-		t.Errorf("default args %q name the fallback: the agent's default (on) needs no flag", a)
-	}
-	if _, err := options.Parse([]string{"-localip", localDNS, "-linklocal-fallback=false"}, io.Discard); err != nil {
-		t.Logf("the agent does not know -linklocal-fallback yet (%v); args checked as text only", err)
-		return
-	}
-	if _, err := options.Parse(args, io.Discard); err != nil {
-		t.Errorf("options.Parse(%q): %v", args, err)
+// TestChartFlagsOff: each value that turns an agent default off passes its flag, only then, and the agent's
+// parser takes the args.
+func TestChartFlagsOff(t *testing.T) {
+	for _, tc := range []struct{ value, flag string }{
+		{"linkLocalFallback.enabled=false", "-linklocal-fallback=false"},
+		{"foreignDropStepAside=false", "-foreign-drop-step-aside=false"},
+	} {
+		t.Run(tc.value, func(t *testing.T) {
+			out, err := helmTemplate(t, nil, tc.value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := decodeChart(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			args := r.daemonSets["kube-system/node-local-dns"].Spec.Template.Spec.Containers[0].Args
+			if !slices.Contains(args, tc.flag) {
+				t.Errorf("args %q lack %s", args, tc.flag)
+			}
+			name, _, _ := strings.Cut(tc.flag, "=")
+			def := renderChart(t, nil)
+			if a := def.daemonSets["kube-system/node-local-dns"].Spec.Template.Spec.Containers[0].Args; slices.ContainsFunc(a, func(s string) bool { return strings.HasPrefix(s, name) }) {
+				t.Errorf("default args %q name %s: the agent's default needs no flag", a, name)
+			}
+			if _, err := options.Parse(args, io.Discard); err != nil {
+				t.Errorf("options.Parse(%q): %v", args, err)
+			}
+		})
 	}
 }
 

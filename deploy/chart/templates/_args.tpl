@@ -34,5 +34,8 @@ that differs from the agent's default (so the default args are the base's exactl
 {{- if not .Values.linkLocalFallback.enabled -}}
 {{- $args = append $args "-linklocal-fallback=false" -}}
 {{- end -}}
+{{- if not .Values.foreignDropStepAside -}}
+{{- $args = append $args "-foreign-drop-step-aside=false" -}}
+{{- end -}}
 {{- toJson $args -}}
 {{- end -}}
