@@ -144,8 +144,8 @@ func TestChartCommunityValues(t *testing.T) {
 			if got := ipStrings(v.opts); !slices.Equal(got, []string{"169.254.0.53", "10.0.0.10"}) {
 				t.Errorf("-localip %q", got)
 			}
-			if g := v.ctr.LivenessProbe.HTTPGet.Host; g != "169.254.0.53" {
-				t.Errorf("liveness probe host %q, want localDns", g)
+			if g, s := v.ctr.LivenessProbe.HTTPGet.Host, v.ctr.StartupProbe.HTTPGet.Host; g != "169.254.0.53" || s != g {
+				t.Errorf("liveness probe host %q, startup probe host %q, want localDns", g, s)
 			}
 		}},
 		{"commProtocol", `config: {commProtocol: prefer_udp}`, func(t *testing.T, v *releaseView) {
@@ -185,7 +185,8 @@ func TestChartCommunityValues(t *testing.T) {
 		}},
 		{"healthPort", `config: {healthPort: 9090}`, func(t *testing.T, v *releaseView) {
 			if v.opts.HealthPort != 9090 || v.directive(t, "cluster.local:53", "health") != "health 169.254.20.25:9090" ||
-				v.ctr.LivenessProbe.HTTPGet.Port.IntValue() != 9090 || v.ctr.ReadinessProbe.HTTPGet.Port.IntValue() != 9090 {
+				v.ctr.LivenessProbe.HTTPGet.Port.IntValue() != 9090 || v.ctr.ReadinessProbe.HTTPGet.Port.IntValue() != 9090 ||
+				v.ctr.StartupProbe.HTTPGet.Port.IntValue() != 9090 {
 				t.Errorf("-health-port %d, health %q, probes on %v and %v: want 9090 everywhere", v.opts.HealthPort,
 					v.directive(t, "cluster.local:53", "health"), v.ctr.LivenessProbe.HTTPGet.Port, v.ctr.ReadinessProbe.HTTPGet.Port)
 			}

@@ -238,14 +238,14 @@ func checkCorefile(t *testing.T, cf *corefile, opts *options.Options, v variant)
 	}
 }
 
-// checkProbes: liveness on /health and readiness on /ready, both where the Corefile's health listens.
+// checkProbes: startup and liveness on /health and readiness on /ready, all where the Corefile's health listens.
 func checkProbes(t *testing.T, c *corev1.Container, port int, host string) {
 	t.Helper()
 	for _, p := range []struct {
 		name  string
 		probe *corev1.Probe
 		path  string
-	}{{"livenessProbe", c.LivenessProbe, "/health"}, {"readinessProbe", c.ReadinessProbe, "/ready"}} {
+	}{{"startupProbe", c.StartupProbe, "/health"}, {"livenessProbe", c.LivenessProbe, "/health"}, {"readinessProbe", c.ReadinessProbe, "/ready"}} {
 		if p.probe == nil || p.probe.HTTPGet == nil {
 			t.Errorf("%s: missing or not httpGet", p.name)
 			continue
@@ -280,9 +280,11 @@ func checkLivenessGap(t *testing.T, p *corev1.Probe) {
 	if p.TerminationGracePeriodSeconds != nil {
 		grace = int32(*p.TerminationGracePeriodSeconds)
 	}
-	if gap := period*failures + p.TimeoutSeconds + grace; gap > maxStoppedGap {
-		t.Errorf("livenessProbe: a stopped agent blackholes DNS for up to %d s (period %d x %d failures + timeout %d + grace %d), want <= %d",
-			gap, period, failures, p.TimeoutSeconds, grace, maxStoppedGap)
+	// From the start: a startup probe hands over to liveness once the agent answers, where a fixed initial
+	// delay leaves a wedge in the agent's first seconds undetected for that long on top.
+	if gap := p.InitialDelaySeconds + period*failures + p.TimeoutSeconds + grace; gap > maxStoppedGap {
+		t.Errorf("livenessProbe: a stopped agent blackholes DNS for up to %d s (initial delay %d + period %d x %d failures + timeout %d + grace %d), want <= %d",
+			gap, p.InitialDelaySeconds, period, failures, p.TimeoutSeconds, grace, maxStoppedGap)
 	}
 }
 

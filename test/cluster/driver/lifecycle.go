@@ -223,11 +223,13 @@ func stopCase(ctx context.Context, c *cluster, r *results) {
 	var res map[string]loadResult
 	var took time.Duration
 	if err == nil {
-		res, took, err = underLoad(ctx, c, 45*time.Second, loads, func() error {
+		// The restart comes after the kubelet's crash-loop back-off (10 s, then 20 s: this is the container's
+		// third start), well after the addresses failed open at the kill.
+		res, took, err = underLoad(ctx, c, 60*time.Second, loads, func() error {
 			if _, err := c.local.ctr(ctx, "tasks", "kill", "-s", "SIGSTOP", before.containerID); err != nil {
 				return err
 			}
-			return poll(ctx, 38*time.Second, 200*time.Millisecond, func() (bool, error) {
+			return poll(ctx, 50*time.Second, 200*time.Millisecond, func() (bool, error) {
 				a, err := currentAgent(ctx, c, c.local)
 				return err == nil && a.restarts > before.restarts, err
 			})
