@@ -197,15 +197,7 @@ func stepAside(r *Ruleset, s Spec) {
 	if len(s.StepAside) == 0 {
 		return
 	}
-	var v4, v6 []netip.Addr
-	for _, ip := range s.StepAside {
-		if ip.Is4() {
-			v4 = append(v4, ip)
-		} else {
-			v6 = append(v6, ip)
-		}
-	}
-	r.Sets = append(r.Sets, Set{Name: SetAside4, Elements: sortedUnique(v4)}, Set{Name: SetAside6, IPv6: true, Elements: sortedUnique(v6)})
+	r.Sets = append(r.Sets, setPair(SetAside4, SetAside6, s.StepAside)...)
 	aside := perFamily(rule(DirTo, s.DNSPort, VerdictReturn, CommentStepAside, purposeQueries, ProtoTCP, ProtoUDP))
 	for i := range aside {
 		aside[i].Aside = true
@@ -221,32 +213,25 @@ func stepAside(r *Ruleset, s Spec) {
 // Registration is the table an instance creates first: its sets (which addresses it needs on the shared
 // interface) and no chain, so it marks and steers nothing yet ("registered, starting").
 func Registration(s Spec) *Ruleset {
+	r := &Ruleset{Sets: setPair(SetLocal4, SetLocal6, s.LocalIPs)}
+	if len(s.Unbound) > 0 {
+		bound := slices.DeleteFunc(slices.Clone(s.LocalIPs), func(ip netip.Addr) bool { return slices.Contains(s.Unbound, ip) })
+		r.Sets = append(r.Sets, setPair(SetBound4, SetBound6, bound)...)
+	}
+	return r
+}
+
+// setPair is the IPv4 set name4 and the IPv6 set name6 holding ips, each sorted and deduplicated.
+func setPair(name4, name6 string, ips []netip.Addr) []Set {
 	var v4, v6 []netip.Addr
-	for _, ip := range s.LocalIPs {
+	for _, ip := range ips {
 		if ip.Is4() {
 			v4 = append(v4, ip)
 		} else {
 			v6 = append(v6, ip)
 		}
 	}
-	r := &Ruleset{Sets: []Set{
-		{Name: SetLocal4, Elements: sortedUnique(v4)},
-		{Name: SetLocal6, IPv6: true, Elements: sortedUnique(v6)},
-	}}
-	if len(s.Unbound) > 0 {
-		var b4, b6 []netip.Addr
-		for _, ip := range s.LocalIPs {
-			switch {
-			case slices.Contains(s.Unbound, ip):
-			case ip.Is4():
-				b4 = append(b4, ip)
-			default:
-				b6 = append(b6, ip)
-			}
-		}
-		r.Sets = append(r.Sets, Set{Name: SetBound4, Elements: sortedUnique(b4)}, Set{Name: SetBound6, IPv6: true, Elements: sortedUnique(b6)})
-	}
-	return r
+	return []Set{{Name: name4, Elements: sortedUnique(v4)}, {Name: name6, IPv6: true, Elements: sortedUnique(v6)}}
 }
 
 // Listening is the table of an instance whose listeners are bound and which does not serve yet: the
