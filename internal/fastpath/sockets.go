@@ -1,15 +1,14 @@
 package fastpath
 
 import (
-	"fmt"
 	"net"
 	"net/netip"
 	"os"
-	"strconv"
-	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/handover"
 )
 
 // coreSockets finds CoreDNS's UDP sockets on addr among the process's own file descriptors: UDP sockets bound
@@ -18,67 +17,40 @@ import (
 // is returned as a *net.UDPConn on a duplicate of the descriptor (the same socket: internal/handover's
 // connect acts on the socket, not on the descriptor); closing it leaves CoreDNS's open.
 func coreSockets(addr netip.AddrPort, own map[uint64]bool) ([]*net.UDPConn, error) {
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		return nil, fmt.Errorf("list file descriptors: %w", err)
-	}
 	var out []*net.UDPConn
 	seen := map[uint64]bool{}
-	for _, ent := range ents {
-		fd, err := strconv.Atoi(ent.Name())
-		if err != nil {
-			continue
-		}
-		if link, err := os.Readlink("/proc/self/fd/" + ent.Name()); err != nil || !strings.HasPrefix(link, "socket:") {
-			continue
+	err := handover.OwnUDPSockets(func(fd int, bound netip.AddrPort) error {
+		if bound != addr {
+			return nil
 		}
 		dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 		if err != nil {
-			continue // closed since the listing
+			return nil // closed since the listing
 		}
 		// Checked on the duplicate: the number may have been reused between the listing and the dup.
 		ck := cookie(dup)
-		if !isUDPOn(dup, addr) || own[ck] || seen[ck] { // seen: a duplicate of one already found (ours too)
+		if b, ok := handover.BoundUDP(dup); !ok || b != addr || own[ck] || seen[ck] { // seen: a duplicate of one already found (ours too)
 			unix.Close(dup)
-			continue
+			return nil
 		}
 		seen[ck] = true
 		f := os.NewFile(uintptr(dup), "coredns-udp")
 		pc, err := net.FilePacketConn(f)
 		f.Close()
 		if err != nil {
-			continue
+			return nil
 		}
 		if uc, ok := pc.(*net.UDPConn); ok {
 			out = append(out, uc)
 		} else {
 			pc.Close()
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
-}
-
-func isUDPOn(fd int, addr netip.AddrPort) bool {
-	if t, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE); err != nil || t != unix.SOCK_DGRAM {
-		return false
-	}
-	if p, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PROTOCOL); err != nil || p != unix.IPPROTO_UDP {
-		return false
-	}
-	sa, err := unix.Getsockname(fd)
-	if err != nil {
-		return false
-	}
-	var got netip.AddrPort
-	switch sa := sa.(type) {
-	case *unix.SockaddrInet4:
-		got = netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port))
-	case *unix.SockaddrInet6:
-		got = netip.AddrPortFrom(netip.AddrFrom16(sa.Addr).Unmap(), uint16(sa.Port))
-	default:
-		return false
-	}
-	return got == addr
 }
 
 // cookie is the socket's SO_COOKIE, or 0.

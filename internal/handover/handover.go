@@ -26,10 +26,7 @@ package handover
 import (
 	"fmt"
 	"net/netip"
-	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"syscall"
 	"unsafe"
 )
@@ -80,43 +77,20 @@ func control(c syscall.RawConn, f func(fd int) error) error {
 // finds them among the process's descriptors (/proc/self/fd) by their bound address, because the listeners
 // belong to the embedded CoreDNS, which does not hand them out.
 func DetachBound(ips []netip.Addr, port uint16) (int, error) {
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		return 0, fmt.Errorf("list own descriptors: %w", err)
-	}
 	n := 0
-	for _, e := range ents {
-		fd, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err != nil || !strings.HasPrefix(target, "socket:") {
-			continue
-		}
-		if typ, err := syscall.GetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_TYPE); err != nil || typ != syscall.SOCK_DGRAM {
-			continue
+	err := OwnUDPSockets(func(fd int, bound netip.AddrPort) error {
+		if bound.Port() != port || !slices.Contains(ips, bound.Addr()) {
+			return nil
 		}
 		sa, err := syscall.Getsockname(fd)
 		if err != nil {
-			continue
-		}
-		var addr netip.Addr
-		var p int
-		switch a := sa.(type) {
-		case *syscall.SockaddrInet4:
-			addr, p = netip.AddrFrom4(a.Addr), a.Port
-		case *syscall.SockaddrInet6:
-			addr, p = netip.AddrFrom16(a.Addr), a.Port
-		default:
-			continue
-		}
-		if p != int(port) || !slices.Contains(ips, addr.Unmap()) {
-			continue
+			return nil // closed since the listing
 		}
 		if err := syscall.Connect(fd, sa); err != nil {
-			return n, fmt.Errorf("detach udp listener %s: %w", netip.AddrPortFrom(addr, port), err)
+			return fmt.Errorf("detach udp listener %s: %w", bound, err)
 		}
 		n++
-	}
-	return n, nil
+		return nil
+	})
+	return n, err
 }
