@@ -56,7 +56,7 @@ func TestBigNode(t *testing.T) {
 			}
 		})
 	}
-	var healthBad atomic.Int64
+	var healthBad, healthExcused atomic.Int64
 	var healthLast atomic.Value
 	var down atomic.Int64 // the address is off while this is odd: a probe then meets no route, not the agent
 	wg.Go(func() {        // the kubelet: one /health every 200 ms, on a fresh connection, with its 2 s timeout
@@ -66,6 +66,11 @@ func TestBigNode(t *testing.T) {
 			resp, err := c.Get("http://" + LocalIP + ":8080/health")
 			switch {
 			case before%2 == 1 || down.Load() != before:
+				// The agent's own DNS probe may have met the missing address too, and counted a liveness
+				// failure that this /health reported: excused below as well.
+				if err != nil || resp.StatusCode != http.StatusOK {
+					healthExcused.Add(1)
+				}
 			case err != nil:
 				healthBad.Add(1)
 				healthLast.Store(err.Error())
@@ -101,16 +106,19 @@ func TestBigNode(t *testing.T) {
 	cancel()
 	wg.Wait()
 	liveAfter, _ := a.Metric(`nodelocaldns_liveness_failures_total{reason="dns"}`)
-	t.Logf("%d foreign chains, %d /ready clients: %d answers (%d errors), slowest of %d repairs %v, %d bad /health",
-		foreign, clients, readies.Load(), readyErrs.Load(), repairs, worst, healthBad.Load())
+	t.Logf("%d foreign chains, %d /ready clients: %d answers (%d errors), slowest of %d repairs %v, %d bad /health (%d more while the address was gone)",
+		foreign, clients, readies.Load(), readyErrs.Load(), repairs, worst, healthBad.Load(), healthExcused.Load())
 	if worst > repairMax {
 		t.Errorf("slowest interface repair %v, want under %v", worst, repairMax)
 	}
 	if n := healthBad.Load(); n > 0 {
 		t.Errorf("%d /health probes failed (last: %v), want none", n, healthLast.Load())
 	}
-	if liveAfter != liveBefore {
-		t.Errorf("liveness failures went from %v to %v, want no change", liveBefore, liveAfter)
+	// Only this test's loop asks for /health, and every liveness failure answers one /health with an error: the
+	// failures outside the address's gaps are those the loop did not excuse.
+	if d := liveAfter - liveBefore; d > float64(healthExcused.Load()) {
+		t.Errorf("liveness failures went from %v to %v, %d of them while the address was gone, want no others",
+			liveBefore, liveAfter, healthExcused.Load())
 	}
 	if readies.Load() == 0 {
 		t.Error("no /ready answered at all")
