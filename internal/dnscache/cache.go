@@ -118,31 +118,39 @@ func stateKey(state request.Request) uint64 {
 	return Key(state.Name(), state.QType(), state.QClass(), state.Do(), state.Req.CheckingDisabled)
 }
 
+// question is state's question, or none: what lookup compares an entry with.
+func question(state request.Request) dns.Question {
+	if state.Req == nil || len(state.Req.Question) == 0 {
+		return dns.Question{}
+	}
+	return state.Req.Question[0]
+}
+
 // usable reports whether an entry with ttl may be served: fresh, or within serve_stale's window.
 func (c *Cache) usable(ttl int) bool {
 	return ttl > 0 || (c.staleUpTo > 0 && -ttl < int(c.staleUpTo.Seconds()))
 }
 
-// lookup is the entry that answers state at now, and its cache type, without counting anything. Under
+// lookup is the entry that answers q (keyed k) at now, and its cache type, without counting anything. Under
 // prefer_positive an answering positive entry wins; otherwise the denial cache is looked at first, and a
 // SERVFAIL there does not shadow a usable positive entry.
-func (c *Cache) lookup(k uint64, state request.Request, now time.Time) (*Entry, string) {
+func (c *Cache) lookup(k uint64, q dns.Question, now time.Time) (*Entry, string) {
 	if c.preferPositive && c.staleUpTo > 0 {
 		if e, ok := c.pcache.Get(k); ok {
-			if e = e.answeringEntry(state); e != nil && c.usable(e.TTL(now)) {
+			if e = e.answeringEntry(q); e != nil && c.usable(e.TTL(now)) {
 				return e, Success
 			}
 		}
 	}
-	if e, ok := c.ncache.Get(k); ok && e.matches(state) && c.usable(e.TTL(now)) {
+	if e, ok := c.ncache.Get(k); ok && e.matches(q) && c.usable(e.TTL(now)) {
 		if e.rcode == dns.RcodeServerFailure {
-			if p, ok := c.pcache.Get(k); ok && p.matches(state) && c.usable(p.TTL(now)) {
+			if p, ok := c.pcache.Get(k); ok && p.matches(q) && c.usable(p.TTL(now)) {
 				return p, Success
 			}
 		}
 		return e, Denial
 	}
-	if e, ok := c.pcache.Get(k); ok && e.matches(state) && c.usable(e.TTL(now)) {
+	if e, ok := c.pcache.Get(k); ok && e.matches(q) && c.usable(e.TTL(now)) {
 		return e, Success
 	}
 	return nil, ""
@@ -151,7 +159,7 @@ func (c *Cache) lookup(k uint64, state request.Request, now time.Time) (*Entry, 
 // get is lookup, counted as CoreDNS counts a cache request.
 func (c *Cache) get(now time.Time, state request.Request, server string) (*Entry, string) {
 	c.metrics.requests.WithLabelValues(server, c.zonesLabel, c.viewLabel).Inc()
-	e, typ := c.lookup(stateKey(state), state, now)
+	e, typ := c.lookup(stateKey(state), question(state), now)
 	if e == nil {
 		c.metrics.misses.WithLabelValues(server, c.zonesLabel, c.viewLabel).Inc()
 		return nil, ""

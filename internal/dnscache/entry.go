@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/coredns/coredns/request"
 	"github.com/miekg/dns"
 )
 
@@ -138,16 +137,18 @@ func setTTL(rrs []dns.RR, ttl uint32) []dns.RR {
 	return rrs
 }
 
-func (e *Entry) matches(state request.Request) bool {
-	return state.QType() == e.qtype && state.QClass() == e.qclass && strings.EqualFold(state.QName(), e.name)
+func (e *Entry) matches(q dns.Question) bool {
+	// The name as request.Request.QName gives it (escaped), compared with the one stored, as CoreDNS's cache
+	// compares them.
+	return q.Qtype == e.qtype && q.Qclass == e.qclass && strings.EqualFold(dns.Name(q.Name).String(), e.name)
 }
 
 // answeringEntry is e, or the last-known-good answer it keeps, if either answers state's question.
-func (e *Entry) answeringEntry(state request.Request) *Entry {
-	if e.answering && e.matches(state) {
+func (e *Entry) answeringEntry(q dns.Question) *Entry {
+	if e.answering && e.matches(q) {
 		return e
 	}
-	if k := e.lastKnownGood; k != nil && k.answering && k.matches(state) {
+	if k := e.lastKnownGood; k != nil && k.answering && k.matches(q) {
 		return k
 	}
 	return nil

@@ -32,10 +32,8 @@ func reportHit(ctx context.Context, c *Cache, e *Entry, typ, server string, stat
 	if !ok {
 		return
 	}
-	q := state.Req.Question[0]
 	h := &Hit{
-		Cache: c, entry: e, typ: typ, key: stateKey(state),
-		state:    request.Request{Req: &dns.Msg{Question: []dns.Question{q}}},
+		Cache: c, entry: e, typ: typ, key: stateKey(state), q: question(state),
 		requests: c.metrics.requests.WithLabelValues(server, c.zonesLabel, c.viewLabel),
 		hits:     c.metrics.hits.WithLabelValues(server, typ, c.zonesLabel, c.viewLabel),
 	}
@@ -48,7 +46,7 @@ type Hit struct {
 	entry          *Entry
 	typ            string
 	key            uint64
-	state          request.Request // the question alone
+	q              dns.Question // what the entry answers; kept alone (not the request) to keep a Hit small
 	requests, hits prometheus.Counter
 }
 
@@ -60,7 +58,7 @@ func (h *Hit) Type() string { return h.typ }
 // counted nothing, otherwise: the request is then ServeDNS's.
 func (h *Hit) Serve(now time.Time) (uint32, bool) {
 	c, e := h.Cache, h.entry
-	if cur, typ := c.lookup(h.key, h.state, now); cur != e || typ != h.typ {
+	if cur, typ := c.lookup(h.key, h.q, now); cur != e || typ != h.typ {
 		return 0, false
 	}
 	ttl := e.TTL(now)
@@ -81,7 +79,7 @@ func (h *Hit) Serve(now time.Time) (uint32, bool) {
 // Valid reports whether the entry is still the one a request would be answered from at now, fresh; it
 // counts nothing (the fast path sweeps with it).
 func (h *Hit) Valid(now time.Time) bool {
-	cur, typ := h.Cache.lookup(h.key, h.state, now)
+	cur, typ := h.Cache.lookup(h.key, h.q, now)
 	return cur == h.entry && typ == h.typ && h.entry.TTL(now) > 0
 }
 

@@ -164,7 +164,7 @@ func (w *ResponseWriter) set(m *dns.Msg, key uint64, mt response.Type, d time.Du
 		if w.preferPositive && !e.answering {
 			// A non-answer does not destroy the last answer known good.
 			if prev, ok := w.pcache.Get(key); ok {
-				e.lastKnownGood = prev.answeringEntry(w.state)
+				e.lastKnownGood = prev.answeringEntry(question(w.state))
 			}
 		}
 		if w.pcache.Add(key, e) {
