@@ -135,22 +135,29 @@ func (c *Cache) usable(ttl int) bool {
 // prefer_positive an answering positive entry wins; otherwise the denial cache is looked at first, and a
 // SERVFAIL there does not shadow a usable positive entry.
 func (c *Cache) lookup(k uint64, q dns.Question, now time.Time) (*Entry, string) {
+	return c.lookupKnowing(k, q, nil, now)
+}
+
+// lookupKnowing is lookup for a caller that knows that entry known answers q (a Hit's entry): known is not
+// compared with q again, which is most of a repeated lookup's work. Entries never change their question.
+func (c *Cache) lookupKnowing(k uint64, q dns.Question, known *Entry, now time.Time) (*Entry, string) {
+	matches := func(e *Entry) bool { return e == known || e.matches(q) }
 	if c.preferPositive && c.staleUpTo > 0 {
 		if e, ok := c.pcache.Get(k); ok {
-			if e = e.answeringEntry(q); e != nil && c.usable(e.TTL(now)) {
+			if e = e.answeringEntryBy(matches); e != nil && c.usable(e.TTL(now)) {
 				return e, Success
 			}
 		}
 	}
-	if e, ok := c.ncache.Get(k); ok && e.matches(q) && c.usable(e.TTL(now)) {
+	if e, ok := c.ncache.Get(k); ok && matches(e) && c.usable(e.TTL(now)) {
 		if e.rcode == dns.RcodeServerFailure {
-			if p, ok := c.pcache.Get(k); ok && p.matches(q) && c.usable(p.TTL(now)) {
+			if p, ok := c.pcache.Get(k); ok && matches(p) && c.usable(p.TTL(now)) {
 				return p, Success
 			}
 		}
 		return e, Denial
 	}
-	if e, ok := c.pcache.Get(k); ok && e.matches(q) && c.usable(e.TTL(now)) {
+	if e, ok := c.pcache.Get(k); ok && matches(e) && c.usable(e.TTL(now)) {
 		return e, Success
 	}
 	return nil, ""

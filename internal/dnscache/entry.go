@@ -145,10 +145,15 @@ func (e *Entry) matches(q dns.Question) bool {
 
 // answeringEntry is e, or the last-known-good answer it keeps, if either answers state's question.
 func (e *Entry) answeringEntry(q dns.Question) *Entry {
-	if e.answering && e.matches(q) {
+	return e.answeringEntryBy(func(x *Entry) bool { return x.matches(q) })
+}
+
+// answeringEntryBy is answeringEntry with the question compared by matches.
+func (e *Entry) answeringEntryBy(matches func(*Entry) bool) *Entry {
+	if e.answering && matches(e) {
 		return e
 	}
-	if k := e.lastKnownGood; k != nil && k.answering && k.matches(q) {
+	if k := e.lastKnownGood; k != nil && k.answering && matches(k) {
 		return k
 	}
 	return nil

@@ -58,7 +58,7 @@ func (h *Hit) Type() string { return h.typ }
 // counted nothing, otherwise: the request is then ServeDNS's.
 func (h *Hit) Serve(now time.Time) (uint32, bool) {
 	c, e := h.Cache, h.entry
-	if cur, typ := c.lookup(h.key, h.q, now); cur != e || typ != h.typ {
+	if cur, typ := c.lookupKnowing(h.key, h.q, e, now); cur != e || typ != h.typ {
 		return 0, false
 	}
 	ttl := e.TTL(now)
@@ -79,7 +79,7 @@ func (h *Hit) Serve(now time.Time) (uint32, bool) {
 // Valid reports whether the entry is still the one a request would be answered from at now, fresh; it
 // counts nothing (the fast path sweeps with it).
 func (h *Hit) Valid(now time.Time) bool {
-	cur, typ := h.Cache.lookup(h.key, h.q, now)
+	cur, typ := h.Cache.lookupKnowing(h.key, h.q, h.entry, now)
 	return cur == h.entry && typ == h.typ && h.entry.TTL(now) > 0
 }
 
