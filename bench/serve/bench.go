@@ -152,14 +152,13 @@ func bench(p params) (err error) {
 			return err
 		}
 	}
-	var peaks map[string]int64
-	var soakCPU map[string]float64
+	var mem memory
 	if p.soak > 0 {
-		if peaks, soakCPU, err = soak(work, p, slices.DeleteFunc(slices.Clone(servers), func(s *server) bool { return s.resilient })); err != nil {
+		if mem, err = soak(work, p, slices.DeleteFunc(slices.Clone(servers), func(s *server) bool { return s.resilient }), logTo); err != nil {
 			return err
 		}
 	}
-	printTargets(os.Stdout, tables, peaks, soakCPU)
+	printTargets(os.Stdout, tables, mem)
 	return nil
 }
 

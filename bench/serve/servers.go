@@ -67,7 +67,10 @@ func startNodeLocalDNS(bin, work string, v variant, n int, logTo io.Writer) (*se
 			return nil, err
 		}
 	}
-	dir := filepath.Join(work, v.name)
+	// One level below work: the agent's config watcher also watches the parent of the Corefile's directory (to
+	// see it replaced), and work is where dnsperf writes every query's latency (load.go). Beside it, each of
+	// dnsperf's writes woke every agent's watcher: 7% of an agent's CPU per cache hit, which unbound never paid.
+	dir := filepath.Join(work, "servers", v.name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -157,6 +160,15 @@ func (s *server) start(logTo io.Writer) error {
 	var err error
 	s.idle, err = s.stat()
 	return err
+}
+
+// restart stops the server and starts the same command again: a fresh process, its high-water mark its own.
+func (s *server) restart(logTo io.Writer) error {
+	s.stop()
+	c := exec.Command(s.cmd.Path, s.cmd.Args[1:]...)
+	c.Args[0], c.Env = s.cmd.Args[0], s.cmd.Env
+	s.cmd = c
+	return s.start(logTo)
 }
 
 func (s *server) stop() {
