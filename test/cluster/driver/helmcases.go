@@ -82,13 +82,22 @@ func upgradeCase(ctx context.Context, c *cluster, r *results, h *helmRun) {
 	})
 	if err == nil {
 		for _, k := range sortedKeys(res) {
-			if l := res[k]; l.Sent == 0 || l.Failed+l.Bad > 0 {
+			l := res[k]
+			switch {
+			case strings.HasSuffix(k, "/tcp"):
+				// The old instance's TCP listener leaves the SO_REUSEPORT group only by closing: the kernel
+				// resets the connections still queued on it, and CoreDNS's shutdown closes those it accepted
+				// but has not read. The host's TCP queries may lose those in flight at that instant. UDP is
+				// handed over (internal/handover) and loses nothing.
+				err = errors.Join(err, inFlight(k, l))
+			case l.Sent == 0 || l.Failed+l.Bad > 0:
 				err = errors.Join(err, fmt.Errorf("%s: %s", k, l))
 			}
 		}
 	}
 	reportLoad(r, "helm upgrade", res, took)
-	r.check("helm: upgrade (second build, one more address) under load loses no query", fmt.Sprintf("%.1f s", took.Seconds()), err)
+	r.check("helm: upgrade (second build, one more address) under load loses no query (over TCP, none but those in flight at the old listener's close)",
+		fmt.Sprintf("%.1f s", took.Seconds()), err)
 
 	var imgs []string
 	err = poll(ctx, 60*time.Second, time.Second, func() (bool, error) {

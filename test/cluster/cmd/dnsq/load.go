@@ -22,6 +22,8 @@ type loadResult struct {
 	Bad     int    `json:"bad"`     // an answer, but not NOERROR with an address
 	FirstMs int64  `json:"firstMs"` // first failure, milliseconds after the start (-1: none)
 	LastMs  int64  `json:"lastMs"`  // last failure
+	// FailMs are the failures' send times, milliseconds after the start, in no order: the first maxFailTimes.
+	FailMs []int64 `json:"failMs,omitempty"`
 	// Answers counts the good answers by the first A record's address: which upstream resolved a name shows in
 	// it when each upstream answers another address.
 	Answers map[string]int `json:"answers"`
@@ -72,6 +74,10 @@ func load(args []string) int {
 	return 0
 }
 
+// maxFailTimes bounds the failure times a result lists: enough to tell losses at a few instants from losses
+// spread over time.
+const maxFailTimes = 64
+
 func runLoad(r *loadResult, name string, rate int, duration, timeout time.Duration) {
 	c := &dns.Client{Timeout: timeout, Net: r.Proto}
 	var mu sync.Mutex
@@ -101,6 +107,9 @@ func runLoad(r *loadResult, name string, rate int, duration, timeout time.Durati
 				}
 				if ms > r.LastMs {
 					r.LastMs = ms
+				}
+				if len(r.FailMs) < maxFailTimes {
+					r.FailMs = append(r.FailMs, ms)
 				}
 			case resp.Rcode != dns.RcodeSuccess || len(resp.Answer) == 0:
 				r.Bad++
