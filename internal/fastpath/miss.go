@@ -125,11 +125,14 @@ func (v *view) probe(w dns.ResponseWriter, r *dns.Msg) *probe {
 }
 
 // learn stores what CoreDNS answered pr with, if it came fresh from an entry of a block the fast path serves,
-// and that entry is still the one the cache answers from.
+// that entry is still the one the cache answers from, and CoreDNS answered pr from its cache before.
 func (v *view) learn(pr *probe, hit *dnscache.Hit, cw *capture) {
 	b := v.servable(hit.Cache)
 	if b == nil || cw.writes != 1 || cw.err != nil || len(cw.data) > dnscache.MaxMsgBytes || !hit.Valid(time.Now()) {
 		return
+	}
+	if !v.store.admit(pr.query[2:]) {
+		return // the first answer from the cache: stored the next time (store.admit)
 	}
 	ttls, _, ok := ttlOffsets(cw.data)
 	if !ok {

@@ -19,13 +19,14 @@ func TestServesPrefetch(t *testing.T) {
 	up.ttl.Store(4)
 	p, addr := startCoreDNS(t, "cache 30 {\n success 1024 30 0\n prefetch 2 1m 50%\n }\n forward . "+up.addr)
 	start := time.Now()
-	ask(t, addr, "pf.example.")
-	ask(t, addr, "pf.example.") // a hit: learned
+	for range 3 { // a miss, two hits: learned
+		ask(t, addr, "pf.example.")
+	}
 	waitStored(t, p, addr, 1)
 	if !fastAnswers(t, p, addr, "pf.example.") {
 		t.Fatal("the fast path does not answer a fresh hit in a block with prefetch")
 	}
-	// At 2.5 s the entry has 1 s of its 4 left (under 50%) and 3 hits: the next hit is due for a prefetch, which
+	// At 2.5 s the entry has 1 s of its 4 left (under 50%) and 3 hits (over 2): the next hit is due for a prefetch, which
 	// only the cache starts. The fast path must hand it over.
 	time.Sleep(time.Until(start.Add(2500 * time.Millisecond)))
 	if fastAnswers(t, p, addr, "pf.example.") {
@@ -47,8 +48,9 @@ func TestServesStale(t *testing.T) {
 			up := startUpstream(t)
 			up.ttl.Store(1)
 			p, addr := startCoreDNS(t, "cache 30 {\n success 1024 30 0\n "+tc.opts+"\n }\n forward . "+up.addr)
-			ask(t, addr, "st.example.")
-			ask(t, addr, "st.example.")
+			for range 3 { // a miss, two hits: learned
+				ask(t, addr, "st.example.")
+			}
 			waitStored(t, p, addr, 1)
 			if !fastAnswers(t, p, addr, "st.example.") {
 				t.Fatal("the fast path does not answer a fresh hit in a block with serve_stale")

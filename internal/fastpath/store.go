@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/dnscache"
@@ -27,15 +28,22 @@ type entry struct {
 const EntryWorstCaseBytes = maxQuery + dnscache.MaxMsgBytes + 2*(dnscache.MaxMsgBytes/11) + 1024 +
 	dnscache.EntryWorstCaseBytes
 
-// StoreWorstCaseBytes is the most memory one store (one listener address's) takes: maxEntries of the worst.
-const StoreWorstCaseBytes = maxEntries * EntryWorstCaseBytes
+// StoreWorstCaseBytes is the most memory one store (one listener address's) takes: maxEntries of the worst,
+// and its doorkeeper.
+const StoreWorstCaseBytes = maxEntries*EntryWorstCaseBytes + seenSlots*8
 
 // store holds the entries of one view, sharded: at most maxEntries, and never more than its blocks' caches hold
 // together. Entries that can no longer be served (expired, or their item gone from the cache plugin) are swept
 // every sweepEvery, and first when a shard is full; then an arbitrary one goes, as in the cache plugin.
+//
+// An answer is stored the second time CoreDNS answers its query from the cache, not the first (admit): a name
+// asked once more before the cache evicts it costs the store nothing. In the bench's memory soak (40,000 names
+// at 5,000 qps against 9,984 cache entries, about 2.5 queries per name) most answers are asked once from the
+// cache and never again, and storing each filled the store with entries that answered nothing.
 type store struct {
 	seed   maphash.Seed
 	shards [storeShards]storeShard
+	seen   [seenSlots]atomic.Uint64 // the doorkeeper: hashes of queries CoreDNS answered once from the cache
 }
 
 const (
@@ -50,6 +58,9 @@ const (
 	// sweepEvery: under a miss-heavy load the cache plugin evicts most items within seconds, and an entry
 	// keeps its evicted item alive until swept. A sweep of a full store costs ~0.1 ms.
 	sweepEvery = time.Second
+	// seenSlots is the doorkeeper's size: a query's hash in its slot says it was answered from the cache
+	// before. Two queries sharing a slot each push the other out, which only delays storing either.
+	seenSlots = 4096
 )
 
 type storeShard struct {
@@ -76,6 +87,18 @@ func (s *store) get(q []byte) *entry {
 		return nil
 	}
 	return e
+}
+
+// admit reports whether the answer to q (the query from its flags on) may be stored: CoreDNS answered q from
+// its cache before. Otherwise it remembers q, and the next answer from the cache is stored.
+func (s *store) admit(q []byte) bool {
+	h := maphash.Bytes(s.seed, q) | 1 // never 0, an empty slot
+	slot := &s.seen[h%seenSlots]
+	if slot.Load() == h {
+		return true
+	}
+	slot.Store(h)
+	return false
 }
 
 func (s *store) put(e *entry) {
