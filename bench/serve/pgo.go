@@ -23,7 +23,7 @@ func collectPGO(p params, out string) (err error) {
 		return err
 	}
 	defer os.RemoveAll(work)
-	bin, err := buildBinary(work, "nodelocaldns-pgo", "off")
+	bin, err := buildBinary(work, "nodelocaldns-pgo", "off", "")
 	if err != nil {
 		return err
 	}

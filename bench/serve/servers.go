@@ -30,6 +30,7 @@ type server struct {
 type variant struct {
 	name      string
 	pgo       string // "" the default build (go build applies cmd/nodelocaldns/default.pgo), else go build's -pgo value
+	tags      string // go build's -tags: "corednscache" links CoreDNS's cache plugin instead of ours
 	bin       string // a prebuilt binary instead (-compare)
 	env       []string
 	hint      string                   // what differs, for the table's legend

@@ -9,8 +9,6 @@ import (
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
 
-	"github.com/nodelocaldns/nodelocaldns/internal/dnscache"
-
 	// The compiled-in plugins: node-cache's set (kubernetes-sigs/node-local-dns), plus ready. This import list
 	// is the one place they are named; Plugins and Directives read what these packages registered. reload,
 	// health and loop are ours (reload.go, health.go, loop.go): the upstream ones misbehave when CoreDNS is
@@ -45,8 +43,7 @@ var register = sync.OnceFunc(func() {
 	plugin.Register("reload", setupReload)
 	plugin.Register("health", setupHealth)
 	plugin.Register("loop", setupLoop)
-	plugin.Register("cache", dnscache.Setup)
-	dnscache.RegisterMetrics()
+	registerCache()
 	compiled := registered()
 	dnsserver.Directives = slices.DeleteFunc(slices.Clone(dnsserver.Directives), func(d string) bool {
 		return !slices.Contains(compiled, d)
