@@ -47,7 +47,7 @@ func (l loadResult) String() string {
 	s := fmt.Sprintf("%d sent, %d lost, %d wrong", l.Sent, l.Failed, l.Bad)
 	if l.Failed+l.Bad > 0 && l.FirstMs >= 0 {
 		s += fmt.Sprintf(" (losses from %.1f s to %.1f s after start", float64(l.FirstMs)/1000, float64(l.LastMs)/1000)
-		if len(l.FailMs) > 0 {
+		if len(l.FailMs) > 0 && len(l.FailMs) == l.Failed { // the list holds the first 64 only
 			s += fmt.Sprintf(", at %d instant(s)", instants(l.FailMs, inFlightWindow))
 		}
 		s += ")"
