@@ -214,18 +214,7 @@ func lifecycleCases(ctx context.Context, c *cluster, r *results) {
 	}
 
 	// SIGKILL of the container through the runtime: no shutdown at all; the kubelet restarts the container.
-	before, err = currentAgent(ctx, c, c.local)
-	if err == nil {
-		res, took, err = underLoad(ctx, c, 25*time.Second, loads, func() error {
-			if _, err := c.local.ctr(ctx, "tasks", "kill", "-s", "SIGKILL", before.containerID); err != nil {
-				return err
-			}
-			return poll(ctx, 30*time.Second, 200*time.Millisecond, func() (bool, error) {
-				a, err := currentAgent(ctx, c, c.local)
-				return err == nil && a.restarts > before.restarts, err
-			})
-		})
-	}
+	res, took, err = signalUnderLoad(ctx, c, loads, "SIGKILL", 25*time.Second, 30*time.Second)
 	if !r.check("SIGKILL under load: the restarted container serves", "figures below", err) {
 		return
 	}
@@ -244,6 +233,24 @@ func lifecycleCases(ctx context.Context, c *cluster, r *results) {
 	stopCase(ctx, c, r)
 }
 
+// signalUnderLoad sends sig to node-1's agent container through the runtime while loads run for loadFor, and
+// waits up to restartWithin for the kubelet to restart the container.
+func signalUnderLoad(ctx context.Context, c *cluster, loads []load, sig string, loadFor, restartWithin time.Duration) (map[string]loadResult, time.Duration, error) {
+	before, err := currentAgent(ctx, c, c.local)
+	if err != nil {
+		return nil, 0, err
+	}
+	return underLoad(ctx, c, loadFor, loads, func() error {
+		if _, err := c.local.ctr(ctx, "tasks", "kill", "-s", sig, before.containerID); err != nil {
+			return err
+		}
+		return poll(ctx, restartWithin, 200*time.Millisecond, func() (bool, error) {
+			a, err := currentAgent(ctx, c, c.local)
+			return err == nil && a.restarts > before.restarts, err
+		})
+	})
+}
+
 // stoppedGapMax bounds how long a stopped agent blackholes its addresses: the liveness probe's settings allow
 // 15 s from the stop to the kubelet's kill (deploy/invariants_test.go), plus one query's timeout.
 const stoppedGapMax = 15*time.Second + loadTimeout
@@ -253,22 +260,9 @@ const stoppedGapMax = 15*time.Second + loadTimeout
 // table goes with the process and everything fails open). The gap, measured: the span of each load's losses.
 func stopCase(ctx context.Context, c *cluster, r *results) {
 	loads := []load{podLoad("dns-client"), hostLoad}
-	before, err := currentAgent(ctx, c, c.local)
-	var res map[string]loadResult
-	var took time.Duration
-	if err == nil {
-		// The restart comes after the kubelet's crash-loop back-off (10 s, then 20 s: this is the container's
-		// third start), well after the addresses failed open at the kill.
-		res, took, err = underLoad(ctx, c, 60*time.Second, loads, func() error {
-			if _, err := c.local.ctr(ctx, "tasks", "kill", "-s", "SIGSTOP", before.containerID); err != nil {
-				return err
-			}
-			return poll(ctx, 50*time.Second, 200*time.Millisecond, func() (bool, error) {
-				a, err := currentAgent(ctx, c, c.local)
-				return err == nil && a.restarts > before.restarts, err
-			})
-		})
-	}
+	// The restart comes after the kubelet's crash-loop back-off (10 s, then 20 s: this is the container's third
+	// start), well after the addresses failed open at the kill.
+	res, took, err := signalUnderLoad(ctx, c, loads, "SIGSTOP", 60*time.Second, 50*time.Second)
 	if !r.check("SIGSTOP under load: the kubelet's liveness probe restarts the stopped agent", "figures below", err) {
 		return
 	}
