@@ -126,7 +126,7 @@ func oldInstances(c *nftables.Conn) (int, error) {
 	}
 	withChains := map[string]bool{}
 	for _, ch := range chains {
-		if ch.Table != nil && ch.Table.Family == nftables.TableFamilyINet && ch.Name != nft.ChainMarkOutput {
+		if ch.Table != nil && ch.Table.Family == nftables.TableFamilyINet && ch.Name != nft.ChainRawOutput {
 			withChains[ch.Table.Name] = true
 		}
 	}

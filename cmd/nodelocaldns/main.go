@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
@@ -21,7 +20,6 @@ import (
 	// and a `forward . tls://` upstream must still verify its server.
 	_ "golang.org/x/crypto/x509roots/fallback"
 
-	"github.com/nodelocaldns/nodelocaldns/internal/corefile"
 	"github.com/nodelocaldns/nodelocaldns/internal/dnsserver"
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
@@ -52,13 +50,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, strings.Join(dnsserver.Plugins(), "\n"))
 		return 0
 	case options.ModePrintRules:
-		spec := nft.Spec{LocalIPs: o.LocalIPs, DNSPort: o.DNSPort, HealthPort: o.HealthPort}
+		vote, fallback, why := supervisor.PrintFallback(o, os.Getenv)
+		spec := nft.Spec{LocalIPs: o.LocalIPs, DNSPort: o.DNSPort, HealthPort: o.HealthPort, Fallback: vote}
 		if err := spec.Validate(); err != nil {
 			fmt.Fprintf(stderr, "nodelocaldns: %v\n", err)
 			return 2
 		}
 		fmt.Fprint(stdout, nft.Build(spec).Text(nft.TableName))
-		printFallback(o, os.Getenv, stdout, stderr)
+		if fallback == nil {
+			fmt.Fprintf(stderr, "nodelocaldns: no link-local fallback table: %s\n", why)
+		} else {
+			fmt.Fprintf(stdout, "\n# link-local fallback %s\n%s", why, fallback)
+		}
 		printPreflight(stderr)
 		return 0
 	}
@@ -105,26 +108,6 @@ func serve(o *options.Options, log *zap.Logger, t tuning) int {
 		return 1
 	}
 	return 0
-}
-
-// printFallback prints the link-local fallback table these flags and the environment give, after the
-// instance table, or says on stderr why there is none.
-func printFallback(o *options.Options, getenv func(string) string, stdout, stderr io.Writer) {
-	if !o.LinkLocalFallback {
-		return
-	}
-	env := corefile.ServiceHostEnv(o.UpstreamSvc)
-	up, err := netip.ParseAddr(getenv(env))
-	if err != nil {
-		fmt.Fprintf(stderr, "nodelocaldns: no link-local fallback table: $%s is not an IP address (%q)\n", env, getenv(env))
-		return
-	}
-	spec := nft.FallbackSpec{LocalIPs: o.LocalIPs, Upstream: up, DNSPort: o.DNSPort}
-	if err := spec.Validate(); err != nil {
-		fmt.Fprintf(stderr, "nodelocaldns: no link-local fallback table: %v\n", err)
-		return
-	}
-	fmt.Fprint(stdout, "\n", nft.BuildFallback(spec).String())
 }
 
 // teardown is `-teardown`: the same leaving sequence as a stopping instance (supervisor.Teardown). It exits 1

@@ -16,6 +16,7 @@ type fakeLink struct {
 	index int
 	up    bool
 	addrs []netip.Prefix
+	alias string
 }
 
 // fakeKernel is a map-backed linkOps that answers like the kernel and the netlink library do: lookups of a
@@ -48,7 +49,7 @@ func (k *fakeKernel) add(name, kind string, up bool, addrs ...string) {
 }
 
 func (k *fakeKernel) view(name string, l *fakeLink) netlink.Link {
-	attrs := netlink.LinkAttrs{Name: name, Index: l.index}
+	attrs := netlink.LinkAttrs{Name: name, Index: l.index, Alias: l.alias}
 	if l.up {
 		attrs.Flags = net.FlagUp
 	}
@@ -81,6 +82,19 @@ func (k *fakeKernel) LinkByName(name string) (netlink.Link, error) {
 		return nil, netlink.LinkNotFoundError{}
 	}
 	return k.view(name, l), nil
+}
+
+func (k *fakeKernel) LinkSetAlias(link netlink.Link, alias string) error {
+	if err := k.fail["LinkSetAlias"]; err != nil {
+		return err
+	}
+	_, l, err := k.lookup(link)
+	if err != nil {
+		return err
+	}
+	l.alias = alias
+	k.writes = append(k.writes, "LinkSetAlias "+alias)
+	return nil
 }
 
 func (k *fakeKernel) LinkAdd(link netlink.Link) error {

@@ -145,21 +145,29 @@ func (m *Manager) apply(name string, l netlink.Link, p plan) (int, error) {
 	return done, nil
 }
 
-// create adds the link and returns the kernel's view of it (with its index). EEXIST means another writer
-// created it between our lookup and now: we adopt it and let the next pass judge it.
+// create adds the link, marks it ours ([OwnerAlias]: the kernel takes no alias in the message that creates
+// a link), and returns the kernel's view of it (with its index). EEXIST means another writer created it
+// between our lookup and now: we adopt it, unmarked, and let the next pass judge it.
 func (m *Manager) create(name string) (netlink.Link, error) {
-	if err := m.ops.LinkAdd(newLink(m.kind, name)); err != nil && !isExist(err) {
+	err := m.ops.LinkAdd(newLink(m.kind, name))
+	if err != nil && !isExist(err) {
 		return nil, fmt.Errorf("create %s link %q: %w", m.kind, name, err)
 	}
-	l, err := m.ops.LinkByName(name)
-	if err != nil {
-		return nil, fmt.Errorf("look up link %q after creating it: %w", name, err)
+	l, lerr := m.ops.LinkByName(name)
+	if lerr != nil {
+		return nil, fmt.Errorf("look up link %q after creating it: %w", name, lerr)
+	}
+	if err == nil {
+		if err := m.ops.LinkSetAlias(l, OwnerAlias); err != nil {
+			return nil, fmt.Errorf("mark link %q ours (alias %q): %w", name, OwnerAlias, err)
+		}
 	}
 	return l, nil
 }
 
-// Remove deletes the link named name. A link that is already gone is not an error; a link of a foreign kind
-// is left alone (it is not ours).
+// Remove deletes the link named name if we created it. A link that is already gone is not an error; one we
+// did not create (a foreign kind, or without [OwnerAlias]: node-cache's, after a rollback) is left alone, and
+// the error says so ([ErrNotOurs]).
 func (m *Manager) Remove(name string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -171,7 +179,10 @@ func (m *Manager) Remove(name string) error {
 		return fmt.Errorf("look up link %q: %w", name, err)
 	}
 	if k := l.Type(); k != KindDummy && k != KindIfb {
-		return fmt.Errorf("remove link %q: it is of kind %q, not ours", name, k)
+		return fmt.Errorf("remove link %q: it is of kind %q: %w", name, k, ErrNotOurs)
+	}
+	if a := l.Attrs().Alias; a != OwnerAlias {
+		return fmt.Errorf("remove link %q: its alias is %q, not %q: %w", name, a, OwnerAlias, ErrNotOurs)
 	}
 	if err := m.ops.LinkDel(l); err != nil && !isNotFound(err) {
 		return fmt.Errorf("remove link %q: %w", name, err)

@@ -238,7 +238,18 @@ func TestRemove(t *testing.T) {
 	if err := m.Remove("nodelocaldns"); err != nil {
 		t.Fatalf("Remove of an absent link: %v", err)
 	}
+	// node-cache's dummy of the same name (a rollback): not ours, left alone.
 	k.add("nodelocaldns", KindDummy, true, "169.254.20.10/32")
+	if err := m.Remove("nodelocaldns"); !errors.Is(err, ErrNotOurs) {
+		t.Fatalf("Remove of a dummy we did not create = %v, want ErrNotOurs", err)
+	}
+	if _, ok := k.links["nodelocaldns"]; !ok {
+		t.Fatal("Remove deleted a dummy we did not create")
+	}
+	delete(k.links, "nodelocaldns")
+	if _, err := m.Ensure(testSpec()); err != nil {
+		t.Fatal(err)
+	}
 	if err := m.Remove("nodelocaldns"); err != nil {
 		t.Fatalf("Remove: %v", err)
 	}
@@ -246,6 +257,7 @@ func TestRemove(t *testing.T) {
 		t.Fatal("link still there after Remove")
 	}
 	k.add("nodelocaldns", KindIfb, true)
+	k.links["nodelocaldns"].alias = OwnerAlias
 	k.fail["LinkDel"] = unix.EPERM
 	if err := m.Remove("nodelocaldns"); !errors.Is(err, unix.EPERM) || !strings.Contains(err.Error(), `"nodelocaldns"`) {
 		t.Fatalf("Remove error = %v, want EPERM naming the link", err)

@@ -17,6 +17,7 @@ type linkOps interface {
 	LinkAdd(link netlink.Link) error
 	LinkDel(link netlink.Link) error
 	LinkSetUp(link netlink.Link) error
+	LinkSetAlias(link netlink.Link, alias string) error
 	AddrList(link netlink.Link, family int) ([]netlink.Addr, error)
 	AddrReplace(link netlink.Link, addr *netlink.Addr) error
 	AddrDel(link netlink.Link, addr *netlink.Addr) error
@@ -43,6 +44,14 @@ func isNotSupported(err error) bool { return errors.Is(err, unix.EOPNOTSUPP) }
 func isAddrGone(err error) bool {
 	return errors.Is(err, unix.EADDRNOTAVAIL) || errors.Is(err, unix.ENOENT)
 }
+
+// OwnerAlias is the alias (IFLA_IFALIAS, `ip link show` prints it) every link we create carries from its
+// creation on, in the same message: the mark that it is ours. A link of our name without it (node-cache's own
+// dummy, after a rollback) is never removed by us.
+const OwnerAlias = "created by nodelocaldns"
+
+// ErrNotOurs says a link of our name was not created by us: another kind, or no OwnerAlias.
+var ErrNotOurs = errors.New("not created by nodelocaldns")
 
 // newLink returns an unsent link value of kind, named name.
 func newLink(kind, name string) netlink.Link {

@@ -34,8 +34,8 @@ func TestFakeApplyTwiceKeepsOneCopy(t *testing.T) {
 	if len(k.tables) != 1 || k.flushes != 2 {
 		t.Fatalf("%d tables after %d flushes, want 1 table after 2 (one batch per Apply)", len(k.tables), k.flushes)
 	}
-	if n := fakeRules(k.tables[0]); n != 32 || len(k.tables[0].elems[SetLocal4]) != 3 {
-		t.Errorf("%d rules and %d local4 elements, want 32 (node-cache's 12 per family and 8 taken marks) and 3", n, len(k.tables[0].elems[SetLocal4]))
+	if n := fakeRules(k.tables[0]); n != 24 || len(k.tables[0].elems[SetLocal4]) != 3 {
+		t.Errorf("%d rules and %d local4 elements, want 24 (node-cache's 12 per family) and 3", n, len(k.tables[0].elems[SetLocal4]))
 	}
 	counters, err := c.TableCounters(c.Table(), OurChains()...)
 	if err != nil || len(counters) != 24 || counters[0].Packets != 7 || counters[0].Bytes != 700 {

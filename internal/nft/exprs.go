@@ -1,6 +1,8 @@
 package nft
 
 import (
+	"net/netip"
+
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
@@ -46,8 +48,6 @@ func (r Rule) exprs() []expr.Any {
 	switch r.Verdict {
 	case VerdictAccept:
 		verdict = []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}}
-	case VerdictMarkTaken:
-		verdict = setMarkField(markTaken).exprs
 	case VerdictReturn:
 		verdict = []expr.Any{&expr.Verdict{Kind: expr.VerdictReturn}}
 	}
@@ -82,14 +82,35 @@ func tableNamed(name string) *nftables.Table {
 
 func nftSet(t *nftables.Table, s Set) (*nftables.Set, []nftables.SetElement) {
 	set := &nftables.Set{Table: t, Name: s.Name, KeyType: nftables.TypeIPAddr}
-	if s.IPv6 {
+	switch {
+	case s.Concat:
+		set.KeyType, set.Concatenation = nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetService), true
+	case s.IPv6:
 		set.KeyType = nftables.TypeIP6Addr
 	}
-	elems := make([]nftables.SetElement, 0, len(s.Elements))
+	set.HasTimeout = s.Timeout > 0
+	elems := make([]nftables.SetElement, 0, len(s.Elements)+len(s.Pairs))
 	for _, ip := range s.Elements {
 		elems = append(elems, nftables.SetElement{Key: ip.AsSlice()})
 	}
+	for _, p := range s.Pairs {
+		elems = append(elems, nftables.SetElement{Key: pairKey(p), Timeout: s.Timeout})
+	}
 	return set, elems
+}
+
+// pairKey is an `ipv4_addr . inet_service` element's key: each field padded to 4 bytes, the port big endian.
+func pairKey(p netip.AddrPort) []byte {
+	a := p.Addr().As4()
+	return []byte{a[0], a[1], a[2], a[3], byte(p.Port() >> 8), byte(p.Port()), 0, 0}
+}
+
+// pairOf reads an element key pairKey wrote.
+func pairOf(key []byte) (netip.AddrPort, bool) {
+	if len(key) != 8 {
+		return netip.AddrPort{}, false
+	}
+	return netip.AddrPortFrom(netip.AddrFrom4([4]byte(key[:4])), uint16(key[4])<<8|uint16(key[5])), true
 }
 
 func nftChain(t *nftables.Table, c Chain) *nftables.Chain {

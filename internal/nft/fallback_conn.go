@@ -1,7 +1,10 @@
 package nft
 
 import (
+	"errors"
 	"fmt"
+	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/google/nftables"
@@ -9,8 +12,9 @@ import (
 )
 
 // ApplyFallback makes table inet [FallbackTableName] hold exactly f, in one transaction whatever is there:
-// add the table (a no-op when it exists), delete it, add it again with f's chains and rules. Packets see the
-// old table or the new one, never none. The table is not owned: it stays when c's socket closes.
+// add the table (a no-op when it exists), delete it, add it again with f's set, chains and rules. Packets see
+// the old table or the new one, never none, and every covered pair starts a new lease. The table is not
+// owned: it stays when c's socket closes.
 func (c *Conn) ApplyFallback(f *Fallback) error {
 	c.lock()
 	defer c.mu.Unlock()
@@ -22,6 +26,12 @@ func (c *Conn) ApplyFallback(f *Fallback) error {
 	c.ops.AddTable(t)
 	c.ops.DelTable(t)
 	c.ops.AddTable(t)
+	set, elems := nftSet(t, f.Set)
+	if err := c.ops.AddSet(set, elems); err != nil {
+		c.ops.DelTable(t) // a marshalling error: nothing sent yet, and this batch must not apply half a table
+		c.ops.Discard()
+		return fmt.Errorf("queue set %s: %w", f.Set.Name, err)
+	}
 	rules := 0
 	for _, fc := range f.Chains {
 		ch := c.ops.AddChain(fallbackChain(t, fc))
@@ -39,13 +49,17 @@ func (c *Conn) ApplyFallback(f *Fallback) error {
 	return nil
 }
 
-// FallbackInSync reports whether the kernel's table inet [FallbackTableName] holds exactly f: the same
-// chains (type, hook, priority) and, chain by chain, the same rules expression by expression (counter
-// values and handles aside). It asks for those chains and their rules only, whatever else the node holds.
+// FallbackInSync reports whether the kernel's table inet [FallbackTableName] holds exactly f: the same pairs
+// with the same timeout (whatever is left of it: see [Conn.FallbackLease]), the same chains (type, hook,
+// priority) and, chain by chain, the same rules expression by expression (counter values and handles aside).
+// It asks for that set and those chains only, whatever else the node holds.
 func (c *Conn) FallbackInSync(f *Fallback) (bool, error) {
 	c.lock()
 	defer c.mu.Unlock()
 	t := tableNamed(FallbackTableName)
+	if ok, err := c.setHolds(t, f.Set); !ok || err != nil {
+		return false, err
+	}
 	for _, fc := range f.Chains {
 		have, err := c.ops.ListChain(t, fc.Name)
 		if IsNotExist(err) {
@@ -57,8 +71,8 @@ func (c *Conn) FallbackInSync(f *Fallback) (bool, error) {
 		if !sameBaseChain(have, fallbackChain(t, fc)) {
 			return false, nil
 		}
-		rules, err := c.ops.GetRules(t, have)
-		if IsNotExist(err) {
+		rules, err := c.ops.DumpRules(t, have)
+		if IsNotExist(err) || errors.Is(err, errUnknownExpr) {
 			return false, nil
 		}
 		if err != nil {
@@ -74,6 +88,50 @@ func (c *Conn) FallbackInSync(f *Fallback) (bool, error) {
 		}
 	}
 	return true, nil
+}
+
+// setHolds reports whether set want's elements in table t are exactly want's pairs, each with want's
+// timeout. Called with c.mu held.
+func (c *Conn) setHolds(t *nftables.Table, want Set) (bool, error) {
+	elems, err := c.ops.GetSetElements(&nftables.Set{Table: t, Name: want.Name,
+		KeyType: nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetService), Concatenation: true})
+	if IsNotExist(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("list elements of set %s %s: %w", FallbackTableName, want.Name, err)
+	}
+	var have []netip.AddrPort
+	for _, e := range elems {
+		p, ok := pairOf(e.Key)
+		if !ok || e.Timeout != want.Timeout {
+			return false, nil
+		}
+		have = append(have, p)
+	}
+	return slices.Equal(sortedPairs(have), want.Pairs), nil
+}
+
+// FallbackLease reports the least time left on the lease of table inet [FallbackTableName]'s covered pairs
+// (the first to expire), and whether it has any.
+func (c *Conn) FallbackLease() (time.Duration, bool, error) {
+	c.lock()
+	defer c.mu.Unlock()
+	elems, err := c.ops.GetSetElements(&nftables.Set{Table: tableNamed(FallbackTableName), Name: SetCovered4,
+		KeyType: nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetService), Concatenation: true})
+	if IsNotExist(err) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("list elements of set %s %s: %w", FallbackTableName, SetCovered4, err)
+	}
+	var least time.Duration
+	for i, e := range elems {
+		if i == 0 || e.Expires < least {
+			least = e.Expires
+		}
+	}
+	return least, len(elems) > 0, nil
 }
 
 // StopFallback empties the fallback's rewrite chains (pod-prerouting, host-output) in one transaction: no new

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"testing"
+	"time"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
@@ -12,8 +13,8 @@ import (
 // TestFallbackThroughIPVS is the fallback in front of kube-proxy's IPVS mode, where the pods' only nameserver
 // is the link-local address: kube-proxy holds every ClusterIP on its kube-ipvs0 interface and serves it at
 // input through an IPVS virtual service (NAT forwarding, conntrack on). With no listener, a pod's query to the
-// link-local address is rewritten to the upstream ClusterIP, taken by IPVS to kube-dns, and answered from the
-// link-local address; with an instance serving, it is answered locally. Needs ip_vs, which Debian's stock kernel has
+// link-local address is rewritten to the kube-dns ClusterIP, taken by IPVS to kube-dns, and answered from the
+// link-local address (IPVS un-NATs the reply to the ClusterIP; the reply rule writes the original address back); with an instance serving, it is answered locally. Needs ip_vs, which Debian's stock kernel has
 // (the kernel VM, `make test-kernel`) and the development kernel has not.
 func TestFallbackThroughIPVS(t *testing.T) {
 	if _, err := os.Stat("/proc/net/ip_vs"); err != nil {
@@ -28,7 +29,7 @@ func TestFallbackThroughIPVS(t *testing.T) {
 	if err := os.WriteFile("/proc/sys/net/ipv4/vs/conntrack", []byte("1"), 0o644); err != nil {
 		t.Fatalf("IPVS conntrack: %v", err)
 	}
-	const upstream = "10.96.0.11"
+	const upstream = "10.96.0.10" // kube-dns's ClusterIP
 	testenv.Run(t, "ip", "addr", "add", linkLocalIP+"/32", "dev", podLink)
 	// kube-ipvs0 is a dummy interface holding every ClusterIP, down, as kube-proxy makes it.
 	testenv.Run(t, "ip", "link", "add", "kube-ipvs0", "type", "dummy")
@@ -51,7 +52,7 @@ func TestFallbackThroughIPVS(t *testing.T) {
 	expect(upstream, "IPVS alone (the observer works)", kubeDNSAnswer)
 	expect(linkLocalIP, "no fallback, no listener", "")
 	ll := netip.MustParseAddr(linkLocalIP)
-	if err := c.ApplyFallback(BuildFallback(FallbackSpec{LocalIPs: []netip.Addr{ll}, Upstream: netip.MustParseAddr(upstream), DNSPort: 53})); err != nil {
+	if err := c.ApplyFallback(BuildFallback(FallbackSpec{Target: netip.MustParseAddr(upstream), Covered: []netip.AddrPort{netip.AddrPortFrom(ll, 53)}, Lease: time.Hour})); err != nil {
 		t.Fatalf("ApplyFallback: %v", err)
 	}
 	expect(linkLocalIP, "fallback, no instance", kubeDNSAnswer)

@@ -4,8 +4,10 @@ import (
 	"net/netip"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
@@ -13,6 +15,46 @@ import (
 func listFallback(t *testing.T) string {
 	t.Helper()
 	return testenv.Run(t, "nft", "-s", "list", "table", "inet", FallbackTableName)
+}
+
+// sortElements sorts the element lines of every concatenated set in a listing: the kernel lists a hash set's
+// elements in its hash's order, which no printer can know.
+func sortElements(listing string) string {
+	lines := strings.Split(listing, "\n")
+	for i := 0; i < len(lines); i++ {
+		rest, ok := strings.CutPrefix(lines[i], "\t\telements = { ")
+		if !ok {
+			continue
+		}
+		var elems []string
+		j := i
+		for {
+			e := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSpace(rest), " }"), ",")
+			elems = append(elems, e)
+			if strings.HasSuffix(rest, " }") || j+1 == len(lines) {
+				break
+			}
+			j++
+			rest = lines[j]
+		}
+		slices.Sort(elems)
+		for k, e := range elems {
+			switch {
+			case k == 0:
+				e = "\t\telements = { " + e
+			default:
+				e = "\t\t\t     " + e
+			}
+			if k == len(elems)-1 {
+				e += " }"
+			} else {
+				e += ","
+			}
+			lines[i+k] = e
+		}
+		i = j
+	}
+	return strings.Join(lines, "\n")
 }
 
 func TestApplyFallbackListsAsGolden(t *testing.T) {
@@ -25,7 +67,7 @@ func TestApplyFallbackListsAsGolden(t *testing.T) {
 					t.Fatalf("ApplyFallback: %v", err)
 				}
 			}
-			if got, want := listFallback(t), readGolden(t, tc.name); got != want {
+			if got, want := sortElements(listFallback(t)), sortElements(readGolden(t, tc.name)); got != want {
 				t.Errorf("nft -s list table differs from golden %s:\n--- kernel\n%s--- golden\n%s", tc.name, got, want)
 			}
 			if ok, err := c.FallbackInSync(f); !ok || err != nil {
@@ -57,6 +99,16 @@ func TestFallbackInSyncSeesChanges(t *testing.T) {
 		}},
 		{"chain flushed", func(t *testing.T) {
 			testenv.Run(t, "nft", "flush", "chain", "inet", FallbackTableName, ChainHostOutput)
+		}},
+		{"element deleted", func(t *testing.T) {
+			testenv.Run(t, "nft", "delete", "element", "inet", FallbackTableName, SetCovered4, "{ 169.254.20.10 . 53 }")
+		}},
+		{"element added", func(t *testing.T) {
+			testenv.Run(t, "nft", "add", "element", "inet", FallbackTableName, SetCovered4, "{ 10.0.0.1 . 53 timeout 15m }")
+		}},
+		{"element with another timeout", func(t *testing.T) {
+			testenv.Run(t, "nft", "delete", "element", "inet", FallbackTableName, SetCovered4, "{ 169.254.20.10 . 53 }")
+			testenv.Run(t, "nft", "add", "element", "inet", FallbackTableName, SetCovered4, "{ 169.254.20.10 . 53 timeout 30d }")
 		}},
 		{"chain deleted", func(t *testing.T) {
 			testenv.Run(t, "nft", "flush", "chain", "inet", FallbackTableName, ChainHostReply)
@@ -122,36 +174,42 @@ func TestFallbackOutlivesConn(t *testing.T) {
 	}
 }
 
-// TestFallbackTraffic is the fallback with real packets: with no listener on the link-local address, a pod's
+// TestFallbackTraffic is the fallback with real packets: with nothing taking the link-local address, a pod's
 // and a host-network client's queries to it are answered by kube-dns through a kube-proxy-like DNAT of the
-// upstream ClusterIP, from the link-local address; with an instance taking them (pods': serving and
-// listening; the host's: registered) they are answered locally; with the instance gone, by kube-dns again,
-// even while the listener stays. UDP and TCP.
+// kube-dns ClusterIP, from the link-local address; with an instance taking them (pods': serving and
+// listening; the host's: listening) they are answered locally; with the instance gone, by kube-dns again,
+// even while the listener stays; with node-cache's NOTRACK in place (a rollback), locally by node-cache.
+// UDP and TCP. Then the lease runs out: the table matches nothing more.
 func TestFallbackTraffic(t *testing.T) {
 	c := freshConn(t)
 	pn := testenv.NewPodNetwork(t)
 	pod, podLink := pn.Pod, pn.Pod.HostIf
-	const upstream = "10.96.0.11"
+	const kubeDNS = "10.96.0.10"
 	testenv.Run(t, "ip", "addr", "add", linkLocalIP+"/32", "dev", podLink)
 	testenv.Run(t, "ip", "route", "add", "10.96.0.0/16", "via", kubeDNSPodIP) // every node routes the service range
 	pn.KubeDNS.Do(t, func() { startDNS(t, kubeDNSPodIP, kubeDNSAnswer) })
 	testenv.NftApply(t, `table inet kube-proxy {
 	chain nat-prerouting {
 		type nat hook prerouting priority dstnat; policy accept;
-		ip daddr `+upstream+` meta l4proto { tcp, udp } th dport 53 dnat ip to `+kubeDNSPodIP+`:53
+		ip daddr `+kubeDNS+` meta l4proto { tcp, udp } th dport 53 dnat ip to `+kubeDNSPodIP+`:53
 	}
 	chain nat-output {
 		type nat hook output priority -100; policy accept;
-		ip daddr `+upstream+` meta l4proto { tcp, udp } th dport 53 dnat ip to `+kubeDNSPodIP+`:53
+		ip daddr `+kubeDNS+` meta l4proto { tcp, udp } th dport 53 dnat ip to `+kubeDNSPodIP+`:53
 	}
 }
 `)
 	ll := netip.MustParseAddr(linkLocalIP)
-	if err := c.ApplyFallback(BuildFallback(FallbackSpec{LocalIPs: []netip.Addr{ll}, Upstream: netip.MustParseAddr(upstream), DNSPort: 53})); err != nil {
-		t.Fatalf("ApplyFallback: %v", err)
+	fallback := func(lease time.Duration) {
+		t.Helper()
+		f := BuildFallback(FallbackSpec{Target: netip.MustParseAddr(kubeDNS), Covered: []netip.AddrPort{netip.AddrPortFrom(ll, 53)}, Lease: lease})
+		if err := c.ApplyFallback(f); err != nil {
+			t.Fatalf("ApplyFallback: %v", err)
+		}
 	}
+	fallback(time.Hour)
 	fromHost := func(tcp bool) string {
-		args := []string{"+short", "+tries=1", "+time=2", "@" + linkLocalIP, "test.example.", "A"}
+		args := []string{"+short", "+tries=1", "+time=1", "@" + linkLocalIP, "test.example.", "A"}
 		if tcp {
 			args = append(args, "+tcp")
 		}
@@ -191,11 +249,39 @@ func TestFallbackTraffic(t *testing.T) {
 		t.Fatalf("Apply: %v", err)
 	}
 	expect("instance serving", localAnswer, localAnswer)
-	stop()
 	if err := c.Teardown(); err != nil { // what the kernel does when the instance dies
 		t.Fatalf("Teardown: %v", err)
 	}
-	expect("instance gone", kubeDNSAnswer, kubeDNSAnswer)
-	startDNS(t, linkLocalIP, localAnswer)
-	expect("listener back, no instance table yet", kubeDNSAnswer, kubeDNSAnswer)
+	expect("instance gone, its listener still bound", kubeDNSAnswer, kubeDNSAnswer)
+	// node-cache back (a rollback): its NOTRACK in raw PREROUTING and OUTPUT, as iptables-nft writes them, and
+	// its listener. Untracked is taken: the fallback leaves node-cache its queries.
+	testenv.NftApply(t, `table ip raw {
+	chain PREROUTING {
+		type filter hook prerouting priority raw; policy accept;
+		ip daddr `+linkLocalIP+` udp dport 53 notrack
+		ip daddr `+linkLocalIP+` tcp dport 53 notrack
+	}
+	chain OUTPUT {
+		type filter hook output priority raw; policy accept;
+		ip saddr `+linkLocalIP+` udp sport 53 notrack
+		ip saddr `+linkLocalIP+` tcp sport 53 notrack
+		ip daddr `+linkLocalIP+` udp dport 53 notrack
+		ip daddr `+linkLocalIP+` tcp dport 53 notrack
+	}
+}
+`)
+	expect("node-cache's NOTRACK and listener", localAnswer, localAnswer)
+	testenv.Run(t, "nft", "delete", "table", "ip", "raw")
+	stop()
+	const lease = 3 * time.Second
+	fallback(lease) // a new lease, short
+	applied := time.Now()
+	expect("nothing listening again", kubeDNSAnswer, kubeDNSAnswer)
+	// The lease: nobody renews it, and once it has run out the rules match nothing; the pod's query is refused
+	// as it would be on a node that never had us.
+	time.Sleep(time.Until(applied.Add(lease + time.Second)))
+	if l := listFallback(t); strings.Contains(l, "elements") {
+		t.Errorf("the covered pairs outlived their lease (%v):\n%s", lease, l)
+	}
+	expect("after the lease", "", "")
 }

@@ -17,23 +17,18 @@ type stmt struct {
 	exprs []expr.Any
 }
 
-// The mark field (see fallback.go): bits 4-6 of the packet and connection mark. Values 1..6 name a covered
-// address; markTaken (all three bits) says an instance takes the packet (see [VerdictMarkTaken]).
-const (
-	fallbackMarkMask  = 0x70
-	fallbackMarkShift = 4
-	markTaken         = fallbackMarkMask
-)
-
-// nft's rendering of ct states and directions, and the kernel's values.
+// nft's rendering of ct directions, and the kernel's values.
 const (
 	ctOriginal = 0 // IP_CT_DIR_ORIGINAL
 	ctReply    = 1 // IP_CT_DIR_REPLY
 )
 
-const reg = 1 // NFT_REG_1, the register every statement uses in turn
-
-func u32(v uint32) []byte { return binaryutil.NativeEndian.PutUint32(v) }
+const (
+	reg = 1 // NFT_REG_1, the register every statement uses in turn
+	// regPort is where a concatenation's second field goes after an IPv4 address in reg: the next 32-bit
+	// register (NFT_REG32_01), as nft lays out `ip daddr . udp dport`.
+	regPort = 9
+)
 
 func l3(ip netip.Addr) (name string, nfproto byte) {
 	if ip.Is4() {
@@ -62,7 +57,21 @@ func dirWord(dir Dir) string {
 	return "saddr"
 }
 
-// matchAddr is `ip daddr 169.254.20.10` (DirTo) or `ip saddr ...` (DirFrom).
+func portWord(dir Dir) (string, uint32) {
+	if dir == DirTo {
+		return "dport", dportOffset
+	}
+	return "sport", sportOffset
+}
+
+func l4(p Proto) byte {
+	if p == ProtoTCP {
+		return unix.IPPROTO_TCP
+	}
+	return unix.IPPROTO_UDP
+}
+
+// matchAddr is `ip saddr 10.96.0.10` (DirFrom) or `ip daddr ...` (DirTo).
 func matchAddr(dir Dir, ip netip.Addr) stmt {
 	name, nfproto := l3(ip)
 	return stmt{fmt.Sprintf("%s %s %s", name, dirWord(dir), ip), []expr.Any{
@@ -73,47 +82,66 @@ func matchAddr(dir Dir, ip netip.Addr) stmt {
 	}}
 }
 
-// setAddr is `ip daddr set 10.96.0.11`: a stateless rewrite, with the IPv4 header checksum and the
-// transport checksum's pseudo-header updated (csum_flags NFT_PAYLOAD_L4CSUM_PSEUDOHDR).
-func setAddr(dir Dir, ip netip.Addr) stmt {
-	name, _ := l3(ip)
-	p := &expr.Payload{OperationType: expr.PayloadWrite, SourceRegister: reg, Base: expr.PayloadBaseNetworkHeader,
-		Offset: addrOffset(dir, ip), Len: uint32(ip.BitLen() / 8), CsumFlags: unix.NFT_PAYLOAD_L4CSUM_PSEUDOHDR}
-	if ip.Is4() {
-		p.CsumType, p.CsumOffset = expr.CsumTypeInet, 10 // the IPv4 header checksum
-	}
-	return stmt{fmt.Sprintf("%s %s set %s", name, dirWord(dir), ip), []expr.Any{
-		&expr.Immediate{Register: reg, Data: ip.AsSlice()}, p,
-	}}
-}
-
-// matchPort is `udp dport 53`.
+// matchPort is `udp sport 53` (DirFrom) or `udp dport 53` (DirTo).
 func matchPort(p Proto, dir Dir, port uint16) stmt {
-	l4proto, off, word := byte(unix.IPPROTO_UDP), uint32(dportOffset), "dport"
-	if p == ProtoTCP {
-		l4proto = unix.IPPROTO_TCP
-	}
-	if dir == DirFrom {
-		off, word = sportOffset, "sport"
-	}
+	word, off := portWord(dir)
 	return stmt{fmt.Sprintf("%s %s %d", p, word, port), []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: []byte{l4proto}},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: []byte{l4(p)}},
 		&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseTransportHeader, Offset: off, Len: 2},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: binaryutil.BigEndian.PutUint16(port)},
 	}}
 }
 
-func counter() stmt { return stmt{"counter", []expr.Any{&expr.Counter{}}} }
-
-// notAlive is `meta mark & 0x00000070 != 0x00000070`: no live instance's table marked the packet.
-func notTaken() stmt {
-	return stmt{fmt.Sprintf("meta mark & 0x%08x != 0x%08x", fallbackMarkMask, markTaken), []expr.Any{
-		metaMarkLoad(),
-		&expr.Bitwise{SourceRegister: reg, DestRegister: reg, Len: 4, Mask: u32(fallbackMarkMask), Xor: u32(0)},
-		&expr.Cmp{Op: expr.CmpOpNeq, Register: reg, Data: u32(markTaken)},
+// inPairs is `ip daddr . udp dport @covered4`: the packet's IPv4 address on side addr and its port on side
+// port, looked up together in an `ipv4_addr . inet_service` set.
+func inPairs(addr, port Dir, p Proto, set string) stmt {
+	pw, off := portWord(port)
+	return stmt{fmt.Sprintf("ip %s . %s %s @%s", dirWord(addr), p, pw, set), []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: reg},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: []byte{unix.NFPROTO_IPV4}},
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: []byte{l4(p)}},
+		&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: addrOffset(addr, netip.IPv4Unspecified()), Len: 4},
+		&expr.Payload{DestRegister: regPort, Base: expr.PayloadBaseTransportHeader, Offset: off, Len: 2},
+		&expr.Lookup{SourceRegister: reg, SetName: set},
 	}}
 }
+
+// tracked is `ct state != untracked`: no notrack before conntrack took the packet, so nothing listening here
+// claimed it (an instance's gated notrack, node-cache's NOTRACK).
+func tracked() stmt {
+	return stmt{"ct state != untracked", []expr.Any{
+		&expr.Ct{Key: expr.CtKeySTATE, Register: reg},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: reg, Data: binaryutil.NativeEndian.PutUint32(expr.CtStateBitUNTRACKED)},
+	}}
+}
+
+// setAddr is `ip daddr set 10.96.0.10`: a stateless rewrite, with the IPv4 header checksum and the
+// transport checksum's pseudo-header updated (csum_flags NFT_PAYLOAD_L4CSUM_PSEUDOHDR).
+func setAddr(dir Dir, ip netip.Addr) stmt {
+	name, _ := l3(ip)
+	return stmt{fmt.Sprintf("%s %s set %s", name, dirWord(dir), ip), []expr.Any{
+		&expr.Immediate{Register: reg, Data: ip.AsSlice()}, writeAddr(dir),
+	}}
+}
+
+// setAddrToOriginal is `ip saddr set ct original ip daddr`: the reply's source becomes the address its client
+// sent the query to, whatever rewrote it since. In an inet table the kernel loads the whole 16-byte address
+// field of the tuple (NFT_CT_DST), whose first 4 bytes are the IPv4 address, as nft itself generates it.
+func setAddrToOriginal() stmt {
+	return stmt{"ip saddr set ct original ip daddr", []expr.Any{
+		&expr.Ct{Key: expr.CtKeyDST, Direction: ctOriginal, Register: reg}, writeAddr(DirFrom),
+	}}
+}
+
+func writeAddr(dir Dir) *expr.Payload {
+	return &expr.Payload{OperationType: expr.PayloadWrite, SourceRegister: reg, Base: expr.PayloadBaseNetworkHeader,
+		Offset: addrOffset(dir, netip.IPv4Unspecified()), Len: 4, CsumType: expr.CsumTypeInet, CsumOffset: 10, // the IPv4 header checksum
+		CsumFlags: unix.NFT_PAYLOAD_L4CSUM_PSEUDOHDR}
+}
+
+func counter() stmt { return stmt{"counter", []expr.Any{&expr.Counter{}}} }
 
 // ctDirection is `ct direction original|reply`.
 func ctDirection(d uint8) stmt {
@@ -123,47 +151,6 @@ func ctDirection(d uint8) stmt {
 		&expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: []byte{d}},
 	}}
 }
-
-// maskedEq is `<key> & 0x00000070 == <v>` on a 32-bit mark loaded by load.
-func maskedEq(name string, load expr.Any, v uint32) stmt {
-	return stmt{fmt.Sprintf("%s & 0x%08x == 0x%08x", name, fallbackMarkMask, v), []expr.Any{
-		load,
-		&expr.Bitwise{SourceRegister: reg, DestRegister: reg, Len: 4, Mask: u32(fallbackMarkMask), Xor: u32(0)},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: u32(v)},
-	}}
-}
-
-// maskedSet is `<key> set <key> & ^mask | v`, which nft prints with the mask or'ed with v (and without it
-// when that is all ones).
-func maskedSet(name string, load, store expr.Any, v uint32) stmt {
-	text := fmt.Sprintf("%[1]s set %[1]s & 0x%08[2]x | 0x%08[3]x", name, uint32(^uint32(fallbackMarkMask)|v), v)
-	switch {
-	case ^uint32(fallbackMarkMask)|v == 0xffffffff:
-		text = fmt.Sprintf("%[1]s set %[1]s | 0x%08[2]x", name, v)
-	case v == 0:
-		text = fmt.Sprintf("%[1]s set %[1]s & 0x%08[2]x", name, uint32(^uint32(fallbackMarkMask)))
-	}
-	return stmt{text, []expr.Any{
-		load,
-		&expr.Bitwise{SourceRegister: reg, DestRegister: reg, Len: 4, Mask: u32(^uint32(fallbackMarkMask)), Xor: u32(v)},
-		store,
-	}}
-}
-
-func metaMarkLoad() expr.Any { return &expr.Meta{Key: expr.MetaKeyMARK, Register: reg} }
-func metaMarkStore() expr.Any {
-	return &expr.Meta{Key: expr.MetaKeyMARK, Register: reg, SourceRegister: true}
-}
-func ctMarkLoad() expr.Any { return &expr.Ct{Key: expr.CtKeyMARK, Register: reg} }
-func ctMarkStore() expr.Any {
-	return &expr.Ct{Key: expr.CtKeyMARK, Register: reg, SourceRegister: true}
-}
-
-func matchMarkField(v uint32) stmt   { return maskedEq("meta mark", metaMarkLoad(), v) }
-func matchCtMarkField(v uint32) stmt { return maskedEq("ct mark", ctMarkLoad(), v) }
-func setMarkField(v uint32) stmt     { return maskedSet("meta mark", metaMarkLoad(), metaMarkStore(), v) }
-func setCtMarkField(v uint32) stmt   { return maskedSet("ct mark", ctMarkLoad(), ctMarkStore(), v) }
-func clearMarkField() stmt           { return maskedSet("meta mark", metaMarkLoad(), metaMarkStore(), 0) }
 
 func masquerade() stmt { return stmt{"masquerade", []expr.Any{&expr.Masq{}}} }
 

@@ -3,8 +3,9 @@ package nft
 import (
 	"net/netip"
 	"os"
-	"strings"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
@@ -15,12 +16,22 @@ var fallbackCases = []struct {
 	name string
 	spec FallbackSpec
 }{
-	{"fallback-ipv4", FallbackSpec{LocalIPs: ips("169.254.20.10", "10.96.0.10"), Upstream: netip.MustParseAddr("10.96.0.11"), DNSPort: 53}},
-	// A surge adding an address, IPv6 local IPs the IPv4 upstream cannot serve, and the upstream itself.
+	{"fallback-ipv4", FallbackSpec{Target: netip.MustParseAddr("10.96.0.10"), Covered: pairs("169.254.20.10:53"), Lease: 15 * time.Minute}},
+	// Two instances' addresses on two ports, an IPv6 local IP the IPv4 ClusterIP cannot serve, and the
+	// ClusterIP itself, which fails open through kube-proxy.
 	{"fallback-mixed", FallbackSpec{
-		LocalIPs: ips("169.254.20.11", "fd00::a", "169.254.20.10", "10.96.0.11"),
-		Upstream: netip.MustParseAddr("10.96.0.11"), DNSPort: 5353,
+		Target:  netip.MustParseAddr("10.96.0.10"),
+		Covered: pairs("169.254.20.11:53", "[fd00::a]:53", "169.254.20.10:5353", "10.96.0.10:53", "169.254.20.11:53"),
+		Lease:   90 * time.Second,
 	}},
+}
+
+func pairs(ss ...string) []netip.AddrPort {
+	var out []netip.AddrPort
+	for _, s := range ss {
+		out = append(out, netip.MustParseAddrPort(s))
+	}
+	return out
 }
 
 func TestBuildFallbackGolden(t *testing.T) {
@@ -44,43 +55,63 @@ func TestBuildFallbackGolden(t *testing.T) {
 
 func TestBuildFallbackCovers(t *testing.T) {
 	f := BuildFallback(fallbackCases[1].spec)
-	if got, want := f.Covered, ips("169.254.20.10", "169.254.20.11"); !equalAddrs(got, want) {
-		t.Errorf("covered %v, want %v (sorted, upstream left out)", got, want)
+	if got, want := f.Covered(), pairs("169.254.20.10:5353", "169.254.20.11:53"); !slices.Equal(got, want) {
+		t.Errorf("covered %v, want %v (sorted, once each, the ClusterIP left out)", got, want)
 	}
-	if got, want := f.Skipped, ips("fd00::a"); !equalAddrs(got, want) {
-		t.Errorf("skipped %v, want %v (not the upstream's family)", got, want)
+	if got, want := f.Skipped, pairs("[fd00::a]:53"); !slices.Equal(got, want) {
+		t.Errorf("skipped %v, want %v (not the ClusterIP's family)", got, want)
 	}
-	// Every instance must build the same table from the same union, whatever order it sees.
+	// Every instance must build the same table from the same instances, whatever order it sees them in.
 	again := fallbackCases[1].spec
-	again.LocalIPs = ips("10.96.0.11", "169.254.20.10", "fd00::a", "169.254.20.11", "169.254.20.10")
+	again.Covered = slices.Clone(again.Covered)
+	slices.Reverse(again.Covered)
 	if BuildFallback(again).String() != f.String() {
-		t.Error("order or duplicates of LocalIPs change the fallback table")
+		t.Error("the order of the covered pairs changes the fallback table")
 	}
-	var many []netip.Addr
-	for i := range MaxFallbackIPs + 2 {
-		many = append(many, netip.AddrFrom4([4]byte{169, 254, 20, byte(10 + i)}))
+	// Nothing of it reads or writes a mark: other networking software owns those bits.
+	for _, c := range f.Chains {
+		for _, r := range c.Rules {
+			for _, e := range r.exprs() {
+				if m, ok := e.(*expr.Meta); ok && m.Key == expr.MetaKeyMARK {
+					t.Errorf("chain %s: rule %q uses the packet mark", c.Name, r)
+				}
+				if ct, ok := e.(*expr.Ct); ok && ct.Key == expr.CtKeyMARK {
+					t.Errorf("chain %s: rule %q uses the conntrack mark", c.Name, r)
+				}
+			}
+		}
 	}
-	f = BuildFallback(FallbackSpec{LocalIPs: many, Upstream: netip.MustParseAddr("10.96.0.11"), DNSPort: 53})
-	if len(f.Covered) != MaxFallbackIPs || len(f.Skipped) != 2 {
-		t.Errorf("%d addresses: covered %d, skipped %d; want %d and 2", len(many), len(f.Covered), len(f.Skipped), MaxFallbackIPs)
-	}
-	// Each covered address has its own mark value, so each reply gets its own address back; 0x70 is the
-	// instances' alive mark, never an address's.
-	if s := f.String(); !strings.Contains(s, "== 0x00000060 ip saddr 10.96.0.11 ip saddr set 169.254.20.15") ||
-		strings.Contains(s, "== 0x00000070 ip saddr") {
-		t.Errorf("the 6th address does not get mark 0x60, or an address got the alive mark:\n%s", s)
+	// One reply rule per protocol and port, in both reply chains.
+	for _, c := range f.Chains {
+		if c.Name == ChainPodReply || c.Name == ChainHostReply {
+			if len(c.Rules) != 4 {
+				t.Errorf("chain %s has %d rules, want 4 (udp and tcp, ports 53 and 5353)", c.Name, len(c.Rules))
+			}
+		}
 	}
 }
 
 func TestFallbackSpecValidate(t *testing.T) {
 	for _, s := range []FallbackSpec{
-		{LocalIPs: ips("169.254.20.10"), DNSPort: 53},
-		{LocalIPs: ips("169.254.20.10"), Upstream: netip.MustParseAddr("0.0.0.0"), DNSPort: 53},
-		{LocalIPs: ips("169.254.20.10"), Upstream: netip.MustParseAddr("10.96.0.11")},
-		{LocalIPs: ips("fd00::a"), Upstream: netip.MustParseAddr("fd00:96::b"), DNSPort: 53},
+		{Covered: pairs("169.254.20.10:53"), Lease: time.Minute},
+		{Target: netip.MustParseAddr("0.0.0.0"), Covered: pairs("169.254.20.10:53"), Lease: time.Minute},
+		{Target: netip.MustParseAddr("10.96.0.10"), Covered: pairs("169.254.20.10:0"), Lease: time.Minute},
+		{Target: netip.MustParseAddr("10.96.0.10"), Covered: pairs("169.254.20.10:53")},
+		{Target: netip.MustParseAddr("fd00:96::a"), Covered: pairs("[fd00::a]:53"), Lease: time.Minute},
 	} {
 		if s.Validate() == nil {
 			t.Errorf("Validate(%+v) = nil, want an error", s)
+		}
+	}
+}
+
+func TestNftDuration(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		15 * time.Minute: "15m", 90 * time.Second: "1m30s", 3 * time.Second: "3s", 500 * time.Millisecond: "500ms",
+		time.Hour + 30*time.Minute + 5*time.Second: "1h30m5s", 49 * time.Hour: "2d1h",
+	} {
+		if got := nftDuration(d); got != want {
+			t.Errorf("nftDuration(%v) = %q, want %q", d, got, want)
 		}
 	}
 }
@@ -111,16 +142,4 @@ func TestPayloadCsumFlagsNeedL3Csum(t *testing.T) {
 	if has(write(expr.CsumTypeNone)) {
 		t.Error("google/nftables now sends checksum flags without an L3 checksum: the IPv6 fallback can be built (drop ErrFallbackIPv6)")
 	}
-}
-
-func equalAddrs(a, b []netip.Addr) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

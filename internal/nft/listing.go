@@ -17,13 +17,15 @@ import (
 // instanceChains is every chain an instance table may hold ([Build], [Listening], [Registration]), the ones that say
 // "serving" first (see [servingChains]).
 var instanceChains = []string{
-	ChainRawPrerouting, ChainServing, ChainMarkPrerouting, ChainRawOutput, ChainFilterInput, ChainFilterOutput,
-	ChainMarkOutput,
+	ChainRawPrerouting, ChainServing, ChainFilterInput, ChainFilterOutput, ChainRawOutput,
 }
 
-// servingChains are the chains whose presence says an instance serves: all but mark-output, which is there
+// servingChains are the chains whose presence says an instance serves: all but raw-output, which is there
 // once the listeners are bound ([Listening]).
 func servingChains() []string { return instanceChains[:len(instanceChains)-1] }
+
+// legacyChains say an instance table is an earlier version's (names.go).
+var legacyChains = []string{legacyChainMarkPrerouting, legacyChainMarkOutput}
 
 // chainsOf returns those of names that exist in inet table t, asking for each by name. A table that is
 // gone has none. Called with c.mu held.

@@ -20,6 +20,11 @@ const (
 	// Sets of the local IPs the instance steps aside for (ruleset.go, stepAside); only there while it does.
 	SetAside4 = "aside4"
 	SetAside6 = "aside6"
+	// SetFallback4 is the instance's word on the link-local fallback (fallback.go): one element, the kube-dns
+	// ClusterIP it would send queries to and the DNS port it answers on, while it wants the fallback; empty
+	// while it does not (-linklocal-fallback=false, or no usable kube-dns ClusterIP). An instance that
+	// intercepts nothing (-setupiptables=false) has no such set: no say.
+	SetFallback4 = "fallback4"
 	// SetBound4 and SetBound6 hold the local IPs a DNS listener is bound to, and exist only while some local
 	// IP has none (Spec.Unbound): host-network clients' rules then match them instead of local4 and local6.
 	SetBound4 = "bound4"
@@ -30,26 +35,26 @@ const (
 	ChainRawOutput     = "raw-output"
 	ChainFilterInput   = "filter-input"
 	ChainFilterOutput  = "filter-output"
-	// ChainMarkOutput and ChainMarkPrerouting mark the queries to the local IPs an instance takes, so that the
-	// link-local fallback (fallback.go) leaves them alone (see [VerdictMarkTaken]): host-network clients' from
-	// registration on, pods' while the instance serves and a listener is bound. Every other chain, and
-	// ChainMarkPrerouting, says the instance serves.
-	ChainMarkOutput     = "mark-output"
-	ChainMarkPrerouting = "mark-prerouting"
+	// legacyChainMarkOutput and legacyChainMarkPrerouting are the chains of earlier versions' instances that
+	// marked the queries they took for their fallback: an instance table with either is an earlier version's,
+	// which keeps its own fallback table while it runs (fallback.go).
+	legacyChainMarkOutput     = "mark-output"
+	legacyChainMarkPrerouting = "mark-prerouting"
 	// ChainServing is the one (regular, hookless) chain of an instance that does not program interception
 	// (-setupiptables=false): its presence says "serving", as the base chains do for everyone else.
 	ChainServing = "serving"
 
 	// FallbackTableName is the link-local fallback's table (fallback.go): not owned, shared by every instance,
-	// outliving them all; `-teardown` deletes it.
+	// outliving them all for at most its lease; `-teardown` deletes it.
 	FallbackTableName = "nodelocaldns-fallback"
+	// SetCovered4 holds the (address, port) pairs the fallback covers, each with the lease as its timeout: the
+	// rules match nothing once the elements expire, whoever is left to delete the table.
+	SetCovered4 = "covered4"
 
 	// The fallback's chains, named by whose packets they take (pods' or host-network clients') and what they do.
 	ChainPodPrerouting  = "pod-prerouting"
-	ChainPodMark        = "pod-mark"
 	ChainPodReply       = "pod-reply"
 	ChainHostOutput     = "host-output"
-	ChainHostMark       = "host-mark"
 	ChainHostMasquerade = "host-masquerade"
 	ChainHostReply      = "host-reply"
 
@@ -57,7 +62,6 @@ const (
 	// Each rule's comment adds what it matches, which makes chain+comment unique (the key of [RuleCounter]).
 	CommentSkipConntrack = "NodeLocal DNS Cache: skip conntrack"
 	CommentAllowDNS      = "NodeLocal DNS Cache: allow DNS traffic"
-	CommentTaken         = "nodelocaldns: taken by this instance"
 	CommentStepAside     = "nodelocaldns: stepped aside for a foreign drop"
 
 	// What each rule is for, appended to the prefix.
@@ -71,14 +75,11 @@ const (
 // Chain priorities (nft's named priorities for the inet family).
 const (
 	priorityRaw = -300 // before conntrack (-200), so notrack takes effect
-	// priorityMark is before the fallback's rewrite (-301), which leaves what an instance marked alone.
-	priorityMark   = -302
-	priorityMangle = -150 // after conntrack: the connection exists, its mark can be set
+	// priorityMangle is after conntrack (-200), which has recorded the address the client sent to, and
+	// before kube-proxy's DNAT (-100), which must see the fallback's rewritten one.
+	priorityMangle = -150
 	priorityFilter = 0
 	prioritySrcNAT = 100
-	// priorityHostRewrite is between our instances' raw-output (-300), whose notrack it must see, and
-	// conntrack (-200), which must see the rewritten address.
-	priorityHostRewrite = -250
 )
 
 // maxInstances bounds the names tried; more than two instances on a node only happen in a rollout gone wrong.

@@ -78,6 +78,11 @@ type Instance struct {
 	IPs     []netip.Addr // the addresses it needs on the interface (its sets), sorted
 	Serving bool         // it has its chains: it intercepts (or, without interception, says it serves)
 	Self    bool         // the table this Conn owns
+	// Voted says the table has set fallback4: the instance has a word on the link-local fallback, which is
+	// Fallback (invalid: it wants none). Legacy says an earlier version's instance owns it (it marks the
+	// queries it takes, for a fallback table of its own making).
+	Voted, Legacy bool
+	Fallback      netip.AddrPort
 }
 
 // hasOwner reads the owner flag in either byte order: google/nftables v0.3.0 decodes NFTA_TABLE_FLAGS without
@@ -105,7 +110,11 @@ func (c *Conn) Instances() ([]Instance, error) {
 		if err != nil {
 			return nil, err
 		}
-		in := Instance{Table: t.Name, Serving: len(serving) > 0, Self: t.Name == c.table}
+		legacy, err := c.chainsOf(tableNamed(t.Name), legacyChains, true)
+		if err != nil {
+			return nil, err
+		}
+		in := Instance{Table: t.Name, Serving: len(serving) > 0, Self: t.Name == c.table, Legacy: len(legacy) > 0}
 		sets, err := c.ops.GetSets(tableNamed(t.Name))
 		if IsNotExist(err) {
 			continue // gone while we looked: its owner exited
@@ -114,7 +123,7 @@ func (c *Conn) Instances() ([]Instance, error) {
 			return nil, fmt.Errorf("list sets of table inet %s: %w", t.Name, err)
 		}
 		for _, s := range sets {
-			if s.Name != SetLocal4 && s.Name != SetLocal6 {
+			if s.Name != SetLocal4 && s.Name != SetLocal6 && s.Name != SetFallback4 {
 				continue
 			}
 			elems, err := c.ops.GetSetElements(s)
@@ -123,6 +132,15 @@ func (c *Conn) Instances() ([]Instance, error) {
 			}
 			if err != nil {
 				return nil, fmt.Errorf("list elements of set %s of table inet %s: %w", s.Name, t.Name, err)
+			}
+			if s.Name == SetFallback4 {
+				in.Voted = true
+				for _, e := range elems {
+					if p, ok := pairOf(e.Key); ok {
+						in.Fallback = p
+					}
+				}
+				continue
 			}
 			for _, e := range elems {
 				if ip, ok := netip.AddrFromSlice(e.Key); ok {

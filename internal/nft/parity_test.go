@@ -84,9 +84,6 @@ func TestParityWithNodeCache(t *testing.T) {
 	spec := Spec{LocalIPs: []netip.Addr{netip.MustParseAddr("169.254.20.10"), netip.MustParseAddr("fd00::10")}, DNSPort: dnsPort, HealthPort: healthPort}
 	ours := map[parityKey][]string{}
 	for _, c := range Build(spec).Chains {
-		if c.Name == ChainMarkOutput || c.Name == ChainMarkPrerouting {
-			continue // ours alone: the link-local fallback's gate (VerdictMarkTaken), which node-cache has no counterpart for
-		}
 		for _, r := range c.Rules {
 			k := parityKey{ipv6: r.IPv6, hook: c.Hook, priority: c.Priority, dir: r.Dir, proto: r.Proto, port: r.Port, verdict: r.Verdict}
 			ours[k] = append(ours[k], fmt.Sprintf("%s: %s", c.Name, r.Comment))

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Ruleset is the desired content of table inet nodelocaldns: a plain value, built by [Build], printed by
@@ -13,11 +14,16 @@ type Ruleset struct {
 	Chains []Chain
 }
 
-// Set is a named set of listen IPs of one family; Elements are sorted and unique.
+// Set is a named set of listen IPs of one family (Elements, sorted and unique), or with Concat of IPv4
+// address and port pairs (`type ipv4_addr . inet_service`, Pairs, sorted and unique). A Timeout gives every
+// element that timeout (`flags timeout`): the kernel deletes each one that long after it was added.
 type Set struct {
 	Name     string
 	IPv6     bool
 	Elements []netip.Addr
+	Concat   bool
+	Pairs    []netip.AddrPort
+	Timeout  time.Duration
 }
 
 // Chain is a base chain with policy accept, or a regular chain (no hook, no rules) when Hook is "".
@@ -74,14 +80,6 @@ func (r Rule) set() string {
 	return SetLocal4
 }
 
-// hostRules marks host-network clients' rules to match only the bound addresses, when some are not.
-func hostRules(s Spec, rules []Rule) []Rule {
-	for i := range rules {
-		rules[i].Bound = len(s.Unbound) > 0
-	}
-	return rules
-}
-
 // Gate makes a rule match only while a DNS server listens on the packet's destination address and port, so
 // that a query nobody here can answer stays tracked and kube-proxy's DNAT takes it to kube-dns (fail open).
 //
@@ -134,9 +132,6 @@ type Verdict string
 const (
 	VerdictNotrack Verdict = "notrack" // not a terminal verdict: later rules still run
 	VerdictAccept  Verdict = "accept"
-	// VerdictMarkTaken sets the mark field (fallback.go) to "an instance takes this query": the fallback
-	// leaves it to the local listener. Not a terminal verdict either.
-	VerdictMarkTaken Verdict = "mark taken"
 	// VerdictReturn ends our base chain for the packet: the step-aside rules use it to skip the rules below.
 	VerdictReturn Verdict = "return"
 )
@@ -155,21 +150,9 @@ func Build(s Spec) *Ruleset {
 			queries[i].Gate = map[Proto]Gate{ProtoTCP: GateTransparent, ProtoUDP: GateWildcard}[queries[i].Proto]
 		}
 	}
-	taken := perFamily(rule(DirTo, s.DNSPort, VerdictMarkTaken, CommentTaken, purposeQueries, ProtoTCP, ProtoUDP))
-	for i := range taken {
-		taken[i].Gate = queries[i].Gate // the same listener gate as the notrack below
-	}
 	r.Chains = []Chain{
-		{Name: ChainMarkPrerouting, Hook: HookPrerouting, Priority: priorityMark, Rules: taken},
-		markOutput(s), // as in Listening
 		{Name: ChainRawPrerouting, Hook: HookPrerouting, Priority: priorityRaw, Rules: queries},
-		// node-cache numbers these 5-12: replies first, then host-network clients, then the liveness probe.
-		{Name: ChainRawOutput, Hook: HookOutput, Priority: priorityRaw, Rules: perFamily(
-			rule(DirFrom, s.DNSPort, VerdictNotrack, CommentSkipConntrack, purposeReplies, ProtoTCP, ProtoUDP),
-			rule(DirTo, s.DNSPort, VerdictNotrack, CommentSkipConntrack, purposeHostQueries, ProtoTCP, ProtoUDP),
-			rule(DirTo, s.HealthPort, VerdictNotrack, CommentSkipConntrack, purposeHealth, ProtoTCP),
-			rule(DirFrom, s.HealthPort, VerdictNotrack, CommentSkipConntrack, purposeHealthReply, ProtoTCP),
-		)},
+		rawOutput(s), // as in Listening
 		{Name: ChainFilterInput, Hook: HookInput, Priority: priorityFilter, Rules: perFamily(
 			rule(DirTo, s.DNSPort, VerdictAccept, CommentAllowDNS, purposeQueries, ProtoTCP, ProtoUDP),
 		)},
@@ -177,20 +160,13 @@ func Build(s Spec) *Ruleset {
 			rule(DirFrom, s.DNSPort, VerdictAccept, CommentAllowDNS, purposeReplies, ProtoTCP, ProtoUDP),
 		)},
 	}
-	for _, ch := range r.Chains {
-		for i, rl := range ch.Rules {
-			if ch.Name == ChainRawOutput && strings.HasSuffix(rl.Comment, purposeHostQueries) {
-				ch.Rules[i].Bound = len(s.Unbound) > 0
-			}
-		}
-	}
 	stepAside(r, s)
 	return r
 }
 
 // stepAside makes the instance leave s.StepAside's addresses alone (the supervisor's foreign.go says when):
-// their queries are neither marked taken nor notracked, so kube-proxy's DNAT and the link-local fallback
-// take them to kube-dns, through forward instead of input. Each chain that marks or notracks queries starts
+// their queries are not notracked, so kube-proxy's DNAT and the link-local fallback take them to kube-dns,
+// through forward instead of input. Each chain that notracks queries starts
 // with a return for them; the addresses are in sets of their own, so the local sets still say what the
 // interface must carry. Without addresses to leave, the table is exactly what it is without this.
 func stepAside(r *Ruleset, s Spec) {
@@ -204,16 +180,24 @@ func stepAside(r *Ruleset, s Spec) {
 	}
 	for i, c := range r.Chains {
 		switch c.Name {
-		case ChainMarkPrerouting, ChainRawPrerouting, ChainMarkOutput, ChainRawOutput:
+		case ChainRawPrerouting, ChainRawOutput:
 			r.Chains[i].Rules = append(slices.Clone(aside), c.Rules...)
 		}
 	}
 }
 
 // Registration is the table an instance creates first: its sets (which addresses it needs on the shared
-// interface) and no chain, so it marks and steers nothing yet ("registered, starting").
+// interface) and no chain, so it steers nothing yet ("registered, starting"). An instance that intercepts has
+// its word on the link-local fallback there too (set fallback4, [Spec.Fallback]).
 func Registration(s Spec) *Ruleset {
 	r := &Ruleset{Sets: setPair(SetLocal4, SetLocal6, s.LocalIPs)}
+	if !s.NoInterception {
+		vote := Set{Name: SetFallback4, Concat: true}
+		if s.Fallback.IsValid() {
+			vote.Pairs = []netip.AddrPort{s.Fallback}
+		}
+		r.Sets = append(r.Sets, vote)
+	}
 	if len(s.Unbound) > 0 {
 		bound := slices.DeleteFunc(slices.Clone(s.LocalIPs), func(ip netip.Addr) bool { return slices.Contains(s.Unbound, ip) })
 		r.Sets = append(r.Sets, setPair(SetBound4, SetBound6, bound)...)
@@ -235,26 +219,36 @@ func setPair(name4, name6 string, ips []netip.Addr) []Set {
 }
 
 // Listening is the table of an instance whose listeners are bound and which does not serve yet: the
-// registration's sets and the mark-output chain. The fallback (fallback.go) leaves host-network clients'
-// queries to the local listener only while this mark is set: its output rewrite cannot be gated on a listener
-// (in output, the socket expression sees the sender's socket), so the mark stands for one, set by a live
-// instance's table (which goes with the table) and only once that instance has bound its listeners. Earlier,
-// a restarting agent's queries would be refused for as long as CoreDNS took to bind; later, its own queries to
-// a local IP (the `loop` directive's probes) would go to kube-dns until it serves.
+// registration's sets and the raw-output chain. Host-network clients' queries to the local IPs are notracked
+// from then on, and so come to us: the link-local fallback leaves untracked queries alone (fallback.go), and an
+// output rule cannot be gated on a listener (there the socket expression sees the sender's socket), so the
+// notrack stands for one, programmed only once the listeners are bound and gone with the table. Earlier, a
+// restarting agent's queries would be refused for as long as CoreDNS took to bind; later, its own queries to a
+// local IP (the `loop` directive's probes) would go to kube-dns until it serves.
 func Listening(s Spec) *Ruleset {
 	r := Registration(s)
 	if !s.NoInterception {
-		r.Chains = []Chain{markOutput(s)}
+		r.Chains = []Chain{rawOutput(s)}
 		stepAside(r, s)
 	}
 	return r
 }
 
-// markOutput marks host-network clients' queries to the local IPs taken (Listening says from when).
-func markOutput(s Spec) Chain {
-	return Chain{Name: ChainMarkOutput, Hook: HookOutput, Priority: priorityRaw, Rules: hostRules(s, perFamily(
-		rule(DirTo, s.DNSPort, VerdictMarkTaken, CommentTaken, purposeHostQueries, ProtoTCP, ProtoUDP),
-	))}
+// rawOutput notracks the replies from the local IPs and host-network clients' queries to them (Listening says
+// from when); node-cache numbers these 5-12: replies first, then host-network clients, then the liveness probe.
+func rawOutput(s Spec) Chain {
+	rules := perFamily(
+		rule(DirFrom, s.DNSPort, VerdictNotrack, CommentSkipConntrack, purposeReplies, ProtoTCP, ProtoUDP),
+		rule(DirTo, s.DNSPort, VerdictNotrack, CommentSkipConntrack, purposeHostQueries, ProtoTCP, ProtoUDP),
+		rule(DirTo, s.HealthPort, VerdictNotrack, CommentSkipConntrack, purposeHealth, ProtoTCP),
+		rule(DirFrom, s.HealthPort, VerdictNotrack, CommentSkipConntrack, purposeHealthReply, ProtoTCP),
+	)
+	for i, rl := range rules {
+		if strings.HasSuffix(rl.Comment, purposeHostQueries) {
+			rules[i].Bound = len(s.Unbound) > 0
+		}
+	}
+	return Chain{Name: ChainRawOutput, Hook: HookOutput, Priority: priorityRaw, Rules: rules}
 }
 
 // group is a set of rules that differ only in family and protocol.

@@ -19,6 +19,9 @@ type Spec struct {
 	// Ungated drops the socket gate from the prerouting rules (see [Gate]): the fallback for a kernel
 	// without nft_socket, where a crash blackholes pods' ClusterIP queries again.
 	Ungated bool
+	// Fallback is the instance's word on the link-local fallback (set fallback4): the kube-dns ClusterIP it
+	// would send queries to and its DNS port; invalid while it wants no fallback.
+	Fallback netip.AddrPort
 	// NoInterception (-setupiptables=false) programs no base chain at all, only the sets and a marker chain.
 	NoInterception bool
 	// StepAside are local IPs the instance does not intercept (a foreign drop covers them; the supervisor's

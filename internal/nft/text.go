@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Text prints r as table inet table in nft syntax: loadable with `nft -f`, and byte for byte what
@@ -40,6 +41,10 @@ func (r *Ruleset) Text(table string) string {
 
 func writeSet(b *strings.Builder, s Set) {
 	fmt.Fprintf(b, "\tset %s {\n", s.Name)
+	if s.Concat {
+		writePairs(b, s)
+		return
+	}
 	if s.IPv6 {
 		b.WriteString("\t\ttype ipv6_addr\n")
 	} else {
@@ -67,6 +72,49 @@ func writeSet(b *strings.Builder, s Set) {
 	b.WriteString("\t}\n")
 }
 
+// writePairs prints a concatenated set's type and elements, one per line as nft lists them (in the kernel's
+// order, which for a hash set is its hash's: comparisons with a listing sort the element lines).
+func writePairs(b *strings.Builder, s Set) {
+	b.WriteString("\t\ttype ipv4_addr . inet_service\n")
+	timeout := ""
+	if s.Timeout > 0 {
+		b.WriteString("\t\tflags timeout\n")
+		timeout = " timeout " + nftDuration(s.Timeout)
+	}
+	for i, p := range s.Pairs {
+		if i == 0 {
+			b.WriteString("\t\telements = { ")
+		} else {
+			b.WriteString(",\n\t\t\t     ")
+		}
+		fmt.Fprintf(b, "%s . %d%s", p.Addr(), p.Port(), timeout)
+	}
+	if len(s.Pairs) > 0 {
+		b.WriteString(" }\n")
+	}
+	b.WriteString("\t}\n")
+}
+
+// nftDuration is a timeout as nft prints it: days, hours, minutes, seconds and milliseconds, each only when
+// not zero ("1h30m5s", "15m", "500ms").
+func nftDuration(d time.Duration) string {
+	var b strings.Builder
+	ms := d.Milliseconds()
+	for _, u := range []struct {
+		name string
+		ms   int64
+	}{{"d", 86400000}, {"h", 3600000}, {"m", 60000}, {"s", 1000}, {"ms", 1}} {
+		if n := ms / u.ms; n > 0 {
+			fmt.Fprintf(&b, "%d%s", n, u.name)
+			ms -= n * u.ms
+		}
+	}
+	if b.Len() == 0 {
+		return "0s"
+	}
+	return b.String()
+}
+
 // String prints the rule as nft lists it.
 func (r Rule) String() string {
 	l3, set := "ip", r.set()
@@ -82,9 +130,6 @@ func (r Rule) String() string {
 		gate = " socket " + string(r.Gate) + " 0"
 	}
 	verdict := string(r.Verdict)
-	if r.Verdict == VerdictMarkTaken {
-		verdict = setMarkField(markTaken).text
-	}
 	return fmt.Sprintf("%s %s @%s %s %s %d%s counter %s comment %q", l3, addr, set, r.Proto, port, r.Port, gate, verdict, r.Comment)
 }
 

@@ -39,9 +39,15 @@ type Options struct {
 	SetupNftables  bool          // -setupiptables / -setupnftables: program the nftables table
 	SyncInterval   time.Duration // -syncinterval: the safety-net reconcile period
 	SkipTeardown   bool          // -skipteardown
-	// LinkLocalFallback (-linklocal-fallback) keeps the fallback table, which sends queries to the local IPs to
-	// the -upstreamsvc ClusterIP while no instance listens on them.
+	// LinkLocalFallback (-linklocal-fallback) keeps the fallback table, which sends queries to the local IPs
+	// no Service backs to the kube-dns ClusterIP while nothing takes them.
 	LinkLocalFallback bool
+	// KubeDNSIP (-kube-dns-ip) is the kube-dns Service's ClusterIP the fallback sends queries to; invalid: take
+	// it from $KUBE_DNS_SERVICE_HOST.
+	KubeDNSIP netip.Addr
+	// FallbackLease (-fallback-lease) is how long the fallback covers an address without a live instance
+	// renewing it.
+	FallbackLease time.Duration
 	// StepAside (-foreign-drop-step-aside) stops intercepting a local IP while another table's drop on input
 	// or output covers it, so its queries go to kube-dns instead of into that drop; false keeps intercepting.
 	StepAside bool
@@ -72,6 +78,8 @@ const (
 	DefaultUpstreamSvc             = "kube-dns"
 	DefaultDNSPort                 = "53"
 	DefaultHealthPort              = "8080"
+	// DefaultFallbackLease outlasts the kubelet's crash-loop back-off (5 minutes) with room for the restart.
+	DefaultFallbackLease = 15 * time.Minute
 )
 
 // ErrHelp is returned for -h / -help; the usage text has been written to the output given to Parse.
@@ -79,9 +87,10 @@ var ErrHelp = flag.ErrHelp
 
 // raw holds the flag values before validation.
 type raw struct {
-	localIP, dnsPort, healthPort, conf, corefile, logLevel string
-	syncInterval                                           seconds
-	version, plugins, printRules, teardown                 bool
+	localIP, dnsPort, healthPort, conf, corefile, logLevel, kubeDNSIP string
+	syncInterval                                                      seconds
+	version, plugins, printRules, teardown                            bool
+	leaseSet                                                          bool // -fallback-lease was given
 	// Parsed for node-cache's manifests and never read (see CompatibilityOnly).
 	reloadWithSignal, quiet bool
 }
@@ -126,7 +135,9 @@ func Parse(args []string, usage io.Writer) (*Options, error) {
 	// Ours.
 	fs.BoolVar(&r.printRules, "print-rules", false, "print the nftables ruleset for these flags and exit; touches nothing")
 	fs.BoolVar(&r.teardown, "teardown", false, "remove the interface and the link-local fallback an earlier run left behind (unless an instance is still running) and exit")
-	fs.BoolVar(&o.LinkLocalFallback, "linklocal-fallback", true, "while no instance listens, send queries to the local IPs to the -upstreamsvc ClusterIP (an nftables table that outlives the agent; -teardown removes it); false also removes one an earlier run left")
+	fs.BoolVar(&o.LinkLocalFallback, "linklocal-fallback", true, "while nothing listens, send queries to the local IPs no Service backs to the kube-dns ClusterIP (an nftables table that outlives the agent for at most -fallback-lease; -teardown removes it); false also removes one an earlier run left")
+	fs.StringVar(&r.kubeDNSIP, "kube-dns-ip", "", "the kube-dns Service's ClusterIP, where the link-local fallback sends queries (default $KUBE_DNS_SERVICE_HOST)")
+	fs.DurationVar(&o.FallbackLease, "fallback-lease", DefaultFallbackLease, "how long the link-local fallback outlives the last instance (renewed on the -syncinterval passes); at least 3 times -syncinterval, which a longer -syncinterval makes the default")
 	fs.BoolVar(&o.StepAside, "foreign-drop-step-aside", true, "while another table's drop on input or output certainly stops DNS to a local IP, leave that IP's queries to kube-dns instead of intercepting them (false: intercept anyway, as before)")
 	fs.StringVar(&r.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 
@@ -140,6 +151,7 @@ func Parse(args []string, usage io.Writer) (*Options, error) {
 		}
 		return nil, fmt.Errorf("%s", firstLine(err.Error()))
 	}
+	fs.Visit(func(f *flag.Flag) { r.leaseSet = r.leaseSet || f.Name == "fallback-lease" })
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q (flags only)", fs.Arg(0))
 	}
@@ -188,6 +200,20 @@ func (r *raw) finish(o *Options) error {
 	}
 	if err := validateInterfaceName(o.InterfaceName); err != nil {
 		return err
+	}
+	if r.kubeDNSIP != "" {
+		ip, err := netip.ParseAddr(r.kubeDNSIP)
+		if err != nil || ip.IsUnspecified() {
+			return fmt.Errorf("invalid value %q for flag -kube-dns-ip: want the kube-dns Service's ClusterIP", r.kubeDNSIP)
+		}
+		o.KubeDNSIP = ip.Unmap()
+	}
+	if !r.leaseSet && o.FallbackLease < 3*o.SyncInterval {
+		o.FallbackLease = 3 * o.SyncInterval // a long -syncinterval lengthens the default lease with it
+	}
+	if o.FallbackLease < 3*o.SyncInterval {
+		return fmt.Errorf("invalid value %v for flag -fallback-lease: want at least 3 times -syncinterval (%v), so that a pass renews it in time",
+			o.FallbackLease, o.SyncInterval)
 	}
 	if o.Corefile = r.conf; o.Corefile == "" {
 		o.Corefile = r.corefile

@@ -13,116 +13,207 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/options"
 )
 
-// The link-local fallback (internal/nft/fallback.go): a table no instance owns, which sends queries to the
-// local IPs to kube-dns-upstream while no instance takes them, so that a crash, a pod delete or a drain is no
-// DNS outage for clients of the link-local address. Every instance keeps it in place for the union of the live
-// instances' addresses: they all build the same table from the same union, so two instances never fight over
-// it (each one's write is the other's no-op). Leaving keeps it: it is exactly what must stay when no instance
-// is left. Only `-teardown` with no instance alive, or an instance started with -linklocal-fallback=false,
-// removes it.
+// The link-local fallback (internal/nft/fallback.go): a table no instance owns, which sends the queries to the
+// local IPs that nothing takes to the kube-dns ClusterIP, so that a crash, a pod delete or a rollout without
+// surge is no DNS outage for clients of the link-local address. Leaving keeps it: it is exactly what must stay
+// when no instance is left, for as long as its lease.
+//
+// Every instance says in its own table what it wants (set fallback4: the kube-dns ClusterIP and its DNS port,
+// or nothing), and every instance derives the table from what all the live instances say (decideFallback), so
+// two instances never fight over it: each one's write is the other's no-op, whatever their flags.
 
 // fallbackTable is the fallback table in the kernel ([*nft.Conn]).
 type fallbackTable interface {
 	ApplyFallback(*nft.Fallback) error
 	FallbackInSync(*nft.Fallback) (bool, error)
+	FallbackLease() (time.Duration, bool, error)
 	StopFallback() (bool, error)
 	DeleteFallback() (bool, error)
 }
 
 var _ fallbackTable = (*nft.Conn)(nil)
 
-// fallback decides the fallback table's content and keeps the kernel's equal to it.
-type fallback struct {
-	log      *zap.Logger
-	m        *metrics.Metrics
-	table    fallbackTable
-	upstream netip.Addr // kube-dns-upstream's ClusterIP; invalid: no fallback (disabled says why)
-	port     uint16
-	disabled string // why there is no fallback, "" when there is one
-	remove   bool   // disabled by the operator: a table an earlier run left goes too
-	skipped  []netip.Addr
+// kubeDNSEnv is where kube-system pods find the kube-dns Service's ClusterIP (Kubernetes' service links).
+const kubeDNSEnv = "KUBE_DNS_SERVICE_HOST"
+
+// fallbackVote is what this instance says of the fallback: the kube-dns ClusterIP and our DNS port, and where
+// the ClusterIP came from; or invalid, and why. It is pure: the flags and the environment only.
+func fallbackVote(o *options.Options, getenv func(string) string) (netip.AddrPort, string) {
+	if !o.LinkLocalFallback {
+		return netip.AddrPort{}, "-linklocal-fallback=false"
+	}
+	ip, from := o.KubeDNSIP, "-kube-dns-ip"
+	if !ip.IsValid() {
+		v, from2 := getenv(kubeDNSEnv), "$"+kubeDNSEnv
+		from = from2
+		if v == "" {
+			return netip.AddrPort{}, fmt.Sprintf("%s is not set and -kube-dns-ip is not given (the kube-dns Service's ClusterIP)", from)
+		}
+		var err error
+		if ip, err = netip.ParseAddr(v); err != nil || ip.IsUnspecified() {
+			return netip.AddrPort{}, fmt.Sprintf("%s=%q is not an IP address", from, v)
+		}
+		ip = ip.Unmap()
+	}
+	if err := (nft.FallbackSpec{Target: ip, Lease: o.FallbackLease}).Validate(); err != nil {
+		return netip.AddrPort{}, fmt.Sprintf("%s %s: %v", from, ip, err)
+	}
+	return netip.AddrPortFrom(ip, o.DNSPort), "kube-dns ClusterIP from " + from
 }
 
-// newFallback prepares the fallback towards upstream (the value of the upstream Service's host variable).
-// -linklocal-fallback=false disables it and removes the table; -setupiptables=false disables it quietly.
-// Without a usable upstream it is disabled, and says why once.
-func newFallback(log *zap.Logger, m *metrics.Metrics, table fallbackTable, o *options.Options, upstreamEnv, upstream string) *fallback {
-	f := &fallback{log: log, m: m, table: table, port: o.DNSPort}
-	ip, err := netip.ParseAddr(upstream)
-	spec := nft.FallbackSpec{Upstream: ip.Unmap(), DNSPort: o.DNSPort}
-	switch {
-	case table == nil:
-		f.disabled = "the agent touches no kernel state"
-		return f
-	case !o.SetupNftables:
-		// Nothing of ours intercepts, so there is nothing to fall back from; a table another instance keeps
-		// is its business.
-		f.disabled = "-setupiptables=false"
-		return f
-	case !o.LinkLocalFallback:
-		f.disabled, f.remove = "-linklocal-fallback=false", true
-	case upstream == "":
-		f.disabled = fmt.Sprintf("$%s is not set (the -upstreamsvc Service's ClusterIP)", upstreamEnv)
-	case err != nil:
-		f.disabled = fmt.Sprintf("$%s=%q is not an IP address", upstreamEnv, upstream)
-	default:
-		if err := spec.Validate(); err != nil {
-			f.disabled = err.Error()
-		} else {
-			f.upstream = spec.Upstream
+// PrintFallback is what `-print-rules` shows for these flags and this environment: this instance's word in
+// its table (spec.Fallback), and the fallback table it would keep were it alone (nil, and why, when none).
+func PrintFallback(o *options.Options, getenv func(string) string) (vote netip.AddrPort, table *nft.Fallback, why string) {
+	vote, why = fallbackVote(o, getenv)
+	if !o.SetupNftables {
+		return vote, nil, "-setupiptables=false"
+	}
+	d := decideFallback([]nft.Instance{{Table: "self", IPs: o.LocalIPs, Self: true, Voted: true, Fallback: vote}}, o.FallbackLease)
+	if d.spec == nil {
+		return vote, nil, why
+	}
+	return vote, nft.BuildFallback(*d.spec), d.why + ", " + why
+}
+
+// fallbackDecision is what the live instances' words add up to.
+type fallbackDecision struct {
+	// leave: no instance of this version has a say (only earlier versions', which keep a table of their own
+	// making, or instances that intercept nothing): the table is left as it is.
+	leave bool
+	// spec is the table to keep; nil with leave false: delete it.
+	spec *nft.FallbackSpec
+	why  string // the decision, for the log
+}
+
+// decideFallback derives the fallback table from every live instance's word, the same on every instance:
+// none while any instance wants none (a rollout of -linklocal-fallback=false sticks from its first pod on);
+// else towards the lowest kube-dns ClusterIP said, covering every address of every instance that wants it
+// (the union) on its own DNS port, except the ClusterIPs said, which fail open through kube-proxy.
+func decideFallback(ins []nft.Instance, lease time.Duration) fallbackDecision {
+	var voters []nft.Instance
+	for _, in := range ins {
+		if in.Legacy {
+			return fallbackDecision{leave: true, why: "an earlier version's instance keeps its own fallback table (" + in.Table + ")"}
+		}
+		if in.Voted {
+			voters = append(voters, in)
 		}
 	}
-	if f.disabled != "" {
-		log.Warn("no link-local fallback: while no instance listens, queries to the local IPs without a Service behind them fail",
-			zap.String("reason", f.disabled))
+	if len(voters) == 0 {
+		return fallbackDecision{leave: true, why: "no instance intercepts"}
+	}
+	var targets []netip.Addr
+	for _, in := range voters {
+		if !in.Fallback.IsValid() {
+			return fallbackDecision{why: "instance table " + in.Table + " wants no fallback"}
+		}
+		targets = append(targets, in.Fallback.Addr())
+	}
+	slices.SortFunc(targets, netip.Addr.Compare)
+	spec := &nft.FallbackSpec{Target: targets[0], Lease: lease}
+	for _, in := range voters {
+		for _, ip := range in.IPs {
+			if !slices.Contains(targets, ip) {
+				spec.Covered = append(spec.Covered, netip.AddrPortFrom(ip, in.Fallback.Port()))
+			}
+		}
+	}
+	slices.SortFunc(spec.Covered, netip.AddrPort.Compare)
+	spec.Covered = slices.Compact(spec.Covered)
+	return fallbackDecision{spec: spec, why: "towards " + targets[0].String()}
+}
+
+// fallback keeps the kernel's fallback table equal to the live instances' decision.
+type fallback struct {
+	log     *zap.Logger
+	m       *metrics.Metrics
+	table   fallbackTable // nil: the agent touches no kernel state
+	vote    netip.AddrPort
+	lease   time.Duration
+	said    string // the last decision logged
+	skipped []netip.AddrPort
+}
+
+// newFallback prepares the fallback keeper for this instance's vote (fallbackVote); a vote of none says why,
+// once.
+func newFallback(log *zap.Logger, m *metrics.Metrics, table fallbackTable, o *options.Options, vote netip.AddrPort, why string) *fallback {
+	f := &fallback{log: log, m: m, table: table, vote: vote, lease: o.FallbackLease}
+	if table != nil && o.SetupNftables && !vote.IsValid() {
+		log.Warn("this instance wants no link-local fallback (while it is live, no instance keeps one): while nothing "+
+			"listens, queries to the local IPs without a Service behind them fail", zap.String("reason", why))
 	}
 	withMetrics(m, func(m *metrics.Metrics) { m.FailOpen.WithLabelValues("link-local").Set(0) })
 	return f
 }
 
-// ensure makes the kernel's fallback table cover ips (the union of the live instances' addresses), writing
-// it only when it differs. It reports what it changed ("" when nothing). Disabled because the operator said so,
-// it removes a table an earlier run left instead.
-func (f *fallback) ensure(ips []netip.Addr) (string, error) {
-	if f.disabled != "" {
-		if !f.remove {
-			return "", nil
-		}
+// ensure makes the kernel's fallback table what the live instances ins (ours included) decide, writing it
+// only when it differs or its lease is half gone. It reports what it changed ("" when nothing).
+func (f *fallback) ensure(ins []nft.Instance) (string, error) {
+	if f.table == nil {
+		return "", nil
+	}
+	d := decideFallback(ins, f.lease)
+	if d.why != f.said {
+		f.said = d.why
+		f.log.Info("link-local fallback decided", zap.String("decision", d.why), zap.Int("instances", len(ins)))
+	}
+	covered := false
+	defer func() {
+		withMetrics(f.m, func(m *metrics.Metrics) { m.FailOpen.WithLabelValues("link-local").Set(b2f(covered)) })
+	}()
+	switch {
+	case d.leave:
+		return "", nil
+	case d.spec == nil:
 		had, err := removeFallback(f.table, drainDelay)
 		if err != nil {
 			return "", fmt.Errorf("delete the link-local fallback: %w", err)
 		}
-		f.remove = false // once: nothing of ours re-creates it
 		if !had {
 			return "", nil
 		}
-		return "deleted the fallback table (-linklocal-fallback=false)", nil
+		return "deleted the fallback table (" + d.why + ")", nil
 	}
-	want := nft.BuildFallback(nft.FallbackSpec{LocalIPs: ips, Upstream: f.upstream, DNSPort: f.port})
+	want := nft.BuildFallback(*d.spec)
 	if !slices.Equal(want.Skipped, f.skipped) {
 		f.skipped = want.Skipped
 		if len(want.Skipped) > 0 {
-			f.log.Warn("no link-local fallback for these local IPs (another family than the upstream's, or too many)",
-				zap.Stringers("ips", want.Skipped), zap.Stringer("upstream", f.upstream))
+			f.log.Warn("no link-local fallback for these local IPs (another family than the kube-dns ClusterIP's)",
+				zap.Stringers("pairs", want.Skipped), zap.Stringer("kube-dns", d.spec.Target))
 		}
 	}
 	ok, err := f.table.FallbackInSync(want)
 	if err == nil && !ok {
 		err = f.table.ApplyFallback(want)
+	} else if err == nil {
+		err = f.renew(want)
 	}
-	covered := err == nil && len(want.Skipped) == 0
-	withMetrics(f.m, func(m *metrics.Metrics) { m.FailOpen.WithLabelValues("link-local").Set(b2f(covered)) })
 	if err != nil {
 		return "", fmt.Errorf("link-local fallback: %w", err)
 	}
+	covered = f.vote.IsValid() && len(want.Skipped) == 0
 	if ok {
 		return "", nil
 	}
-	return fmt.Sprintf("fallback table for %v via %s", want.Covered, f.upstream), nil
+	return fmt.Sprintf("fallback table for %v towards %s (lease %v)", want.Covered(), d.spec.Target, f.lease), nil
+}
+
+// renew writes the table again, in sync as it is, once half of its lease is gone: every pair then starts a
+// new lease. A renewal is no repair; it is logged at debug level only.
+func (f *fallback) renew(want *nft.Fallback) error {
+	left, any, err := f.table.FallbackLease()
+	if err != nil || !any || left >= f.lease/2 {
+		return err
+	}
+	if err := f.table.ApplyFallback(want); err != nil {
+		return err
+	}
+	f.log.Debug("renewed the link-local fallback's lease", zap.Duration("left", left), zap.Duration("lease", f.lease))
+	return nil
 }
 
 // removeFallback takes the fallback table away without losing the queries it redirected last: first no new
-// query is redirected, then those in flight get drain to be answered (their replies still need their address
+// query is redirected, then those in flight get drain to be answered (IPVS's replies still need their address
 // back), then the table goes. It reports whether there was one.
 func removeFallback(t fallbackTable, drain time.Duration) (bool, error) {
 	had, err := t.StopFallback()

@@ -2,8 +2,11 @@ package supervisor
 
 import (
 	"net/netip"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -19,20 +22,25 @@ import (
 type fakeFallbackTable struct {
 	listing string
 	writes  int
-	stopped bool // StopFallback ran since the table was last written
+	stopped bool          // StopFallback ran since the table was last written
+	left    time.Duration // what is left of the lease (the test lets time pass by lowering it)
 	// deletedLive counts deletions of a table still redirecting: the queries it redirected last lose their
 	// replies' rewrite (removeFallback must stop it first).
 	deletedLive int
 }
 
 func (k *fakeFallbackTable) ApplyFallback(f *nft.Fallback) error {
-	k.listing, k.stopped = f.String(), false
+	k.listing, k.stopped, k.left = f.String(), false, f.Set.Timeout
 	k.writes++
 	return nil
 }
 
 func (k *fakeFallbackTable) FallbackInSync(f *nft.Fallback) (bool, error) {
 	return k.listing == f.String(), nil
+}
+
+func (k *fakeFallbackTable) FallbackLease() (time.Duration, bool, error) {
+	return k.left, k.listing != "" && strings.Contains(k.listing, "elements"), nil
 }
 
 // StopFallback empties the rewrite chains: the fake keeps a stopped table's listing, marked.
@@ -57,14 +65,20 @@ func (k *fakeFallbackTable) DeleteFallback() (bool, error) {
 	return had, nil
 }
 
-func newTestFallback(t *testing.T, k *fakeFallbackTable, enabled bool, upstream string) (*fallback, *metrics.Metrics) {
+const testLease = 15 * time.Minute
+
+func newTestFallback(t *testing.T, k *fakeFallbackTable, vote string) (*fallback, *metrics.Metrics) {
 	t.Helper()
 	m, err := metrics.New(prometheus.NewRegistry(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := &options.Options{SetupNftables: true, LinkLocalFallback: enabled, DNSPort: 53}
-	return newFallback(zaptest.NewLogger(t), m, k, o, "KUBE_DNS_UPSTREAM_SERVICE_HOST", upstream), m
+	o := &options.Options{SetupNftables: true, LinkLocalFallback: vote != "", DNSPort: 53, FallbackLease: testLease}
+	var v netip.AddrPort
+	if vote != "" {
+		v = netip.MustParseAddrPort(vote)
+	}
+	return newFallback(zaptest.NewLogger(t), m, k, o, v, "test"), m
 }
 
 func failOpenLinkLocal(m *metrics.Metrics) float64 {
@@ -75,77 +89,172 @@ func failOpenLinkLocal(m *metrics.Metrics) float64 {
 	return out.GetGauge().GetValue()
 }
 
-// TestFallbackKeepsTheUnion: the table covers the union it is given, is written only when it differs from
-// what the kernel holds (so two instances computing the same union never fight), and comes back after
-// anybody else changed or deleted it.
-func TestFallbackKeepsTheUnion(t *testing.T) {
+// instance is a live instance's table as Instances lists it: its addresses and its word on the fallback
+// ("" says none; "-" says it has no say).
+func instance(table, vote string, ips ...string) nft.Instance {
+	in := nft.Instance{Table: table, IPs: addrs(ips...), Voted: vote != "-"}
+	if vote != "" && vote != "-" {
+		in.Fallback = netip.MustParseAddrPort(vote)
+	}
+	return in
+}
+
+// TestDecideFallback: every instance derives the same table from the same instances, whatever their flags.
+func TestDecideFallback(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		ins    []nft.Instance
+		leave  bool
+		target string   // "" with leave false: delete the table
+		covers []string // the covered pairs, sorted
+	}{
+		{name: "one instance, iptables mode: the ClusterIP fails open through kube-proxy",
+			ins:    []nft.Instance{instance("nodelocaldns", "10.96.0.10:53", "169.254.20.10", "10.96.0.10")},
+			target: "10.96.0.10", covers: []string{"169.254.20.10:53"}},
+		{name: "a surge adding an address on another port: the union",
+			ins: []nft.Instance{instance("nodelocaldns", "10.96.0.10:53", "169.254.20.10", "10.96.0.10"),
+				instance("nodelocaldns-1", "10.96.0.10:5353", "169.254.20.11")},
+			target: "10.96.0.10", covers: []string{"169.254.20.10:53", "169.254.20.11:5353"}},
+		{name: "two ClusterIPs said (kube-dns recreated): the lowest, and neither is covered",
+			ins: []nft.Instance{instance("nodelocaldns", "10.96.0.20:53", "169.254.20.10", "10.96.0.20"),
+				instance("nodelocaldns-1", "10.96.0.10:53", "169.254.20.10", "10.96.0.10")},
+			target: "10.96.0.10", covers: []string{"169.254.20.10:53"}},
+		{name: "one instance wants none: none, from its first pod on",
+			ins: []nft.Instance{instance("nodelocaldns", "10.96.0.10:53", "169.254.20.10"),
+				instance("nodelocaldns-1", "", "169.254.20.10")}},
+		{name: "an instance without interception has no say",
+			ins: []nft.Instance{instance("nodelocaldns", "-", "169.254.20.11"),
+				instance("nodelocaldns-1", "10.96.0.10:53", "169.254.20.10")},
+			target: "10.96.0.10", covers: []string{"169.254.20.10:53"}},
+		{name: "nobody has a say", ins: []nft.Instance{instance("nodelocaldns", "-", "169.254.20.10")}, leave: true},
+		{name: "an earlier version keeps its own table",
+			ins: []nft.Instance{{Table: "nodelocaldns", IPs: addrs("169.254.20.10"), Legacy: true},
+				instance("nodelocaldns-1", "10.96.0.10:53", "169.254.20.10")}, leave: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := decideFallback(tc.ins, testLease)
+			rev := slices.Clone(tc.ins)
+			slices.Reverse(rev)
+			if again := decideFallback(rev, testLease); !reflect.DeepEqual(again.spec, d.spec) || again.leave != d.leave {
+				t.Errorf("the order of the instances changes the decision: %+v, then %+v", d, again)
+			}
+			switch {
+			case d.leave != tc.leave:
+				t.Fatalf("leave = %v (%s), want %v", d.leave, d.why, tc.leave)
+			case tc.leave:
+				return
+			case tc.target == "":
+				if d.spec != nil {
+					t.Fatalf("decided %+v (%s), want no table", d.spec, d.why)
+				}
+				return
+			case d.spec == nil:
+				t.Fatalf("decided no table (%s), want one towards %s", d.why, tc.target)
+			}
+			if got := d.spec.Target.String(); got != tc.target {
+				t.Errorf("target %s, want %s", got, tc.target)
+			}
+			var got []string
+			for _, p := range nft.BuildFallback(*d.spec).Covered() {
+				got = append(got, p.String())
+			}
+			if !slices.Equal(got, tc.covers) {
+				t.Errorf("covers %v, want %v", got, tc.covers)
+			}
+		})
+	}
+}
+
+// TestFallbackKeepsTheDecision: the table is written only when it differs from what the kernel holds (two
+// instances deciding alike never fight), comes back after anybody else changed or deleted it, has its lease
+// renewed once half of it is gone, and goes (stopped first) while an instance wants none.
+func TestFallbackKeepsTheDecision(t *testing.T) {
 	k := &fakeFallbackTable{}
-	f, m := newTestFallback(t, k, true, "10.96.0.11")
-	step := func(what string, ips []netip.Addr, wantWrite bool) {
+	f, m := newTestFallback(t, k, "10.96.0.10:53")
+	self := instance("nodelocaldns", "10.96.0.10:53", "169.254.20.10", "10.96.0.10")
+	step := func(what string, ins []nft.Instance, wantWrite, wantChange bool) {
 		t.Helper()
 		before := k.writes
-		changed, err := f.ensure(ips)
+		changed, err := f.ensure(ins)
 		if err != nil {
 			t.Fatalf("%s: ensure: %v", what, err)
 		}
-		if wrote := k.writes > before; wrote != wantWrite || (changed != "") != wantWrite {
-			t.Errorf("%s: wrote %v (change %q), want a write: %v", what, wrote, changed, wantWrite)
+		if wrote := k.writes > before; wrote != wantWrite || (changed != "") != wantChange {
+			t.Errorf("%s: wrote %v (change %q), want a write: %v, a change: %v", what, wrote, changed, wantWrite, wantChange)
 		}
 	}
-	step("first pass", addrs("169.254.20.10", "10.96.0.10"), true)
-	if !strings.Contains(k.listing, "ip daddr 169.254.20.10 udp dport 53 meta mark & 0x00000070 != 0x00000070 counter") || !strings.Contains(k.listing, "ip daddr set 10.96.0.11") {
-		t.Fatalf("the table does not rewrite the link-local address to the upstream:\n%s", k.listing)
+	step("first pass", []nft.Instance{self}, true, true)
+	if !strings.Contains(k.listing, "elements = { 169.254.20.10 . 53 timeout 15m }") || !strings.Contains(k.listing, "ip daddr set 10.96.0.10") {
+		t.Fatalf("the table does not send the link-local address to kube-dns:\n%s", k.listing)
 	}
 	if v := failOpenLinkLocal(m); v != 1 {
 		t.Errorf("fail_open{path=link-local} = %v, want 1", v)
 	}
-	step("same union, another order", addrs("10.96.0.10", "169.254.20.10", "10.96.0.10"), false)
-	step("a surge adds an address", addrs("169.254.20.10", "10.96.0.10", "169.254.20.11"), true)
-	if !strings.Contains(k.listing, "ip daddr 169.254.20.11") {
-		t.Errorf("the added address is not covered:\n%s", k.listing)
+	step("in sync", []nft.Instance{self}, false, false)
+	k.left = testLease/2 + time.Second
+	step("lease more than half left", []nft.Instance{self}, false, false)
+	k.left = testLease/2 - time.Second
+	step("lease less than half left: renewed, no change to report", []nft.Instance{self}, true, false)
+	if k.left != testLease {
+		t.Errorf("renewal left %v of the lease, want %v", k.left, testLease)
 	}
+	surge := []nft.Instance{self, instance("nodelocaldns-1", "10.96.0.10:53", "169.254.20.11")}
+	step("a surge adds an address", surge, true, true)
 	k.listing = "" // nft flush ruleset
-	step("after a flush", addrs("169.254.20.10", "10.96.0.10", "169.254.20.11"), true)
-	k.listing = strings.Replace(k.listing, "10.96.0.11", "10.96.0.99", 1) // someone edits a rule
-	step("after an edit", addrs("169.254.20.10", "10.96.0.10", "169.254.20.11"), true)
-	step("an IPv6 address beside an IPv4 upstream", addrs("169.254.20.10", "fd00::a"), true)
+	step("after a flush", surge, true, true)
+	k.listing = strings.Replace(k.listing, "10.96.0.10", "10.96.0.99", 1) // someone edits a rule
+	step("after an edit", surge, true, true)
+	off := []nft.Instance{self, instance("nodelocaldns-1", "", "169.254.20.10")}
+	step("a new instance wants none", off, true, true)
+	if k.listing != "" || k.deletedLive != 0 {
+		t.Fatalf("table %q, %d deleted while redirecting; want it stopped, then deleted", k.listing, k.deletedLive)
+	}
+	if v := failOpenLinkLocal(m); v != 0 {
+		t.Errorf("with no table, fail_open{path=link-local} = %v, want 0", v)
+	}
+	step("it stays deleted", off, false, false)
+	step("an IPv6 address beside an IPv4 ClusterIP", []nft.Instance{instance("nodelocaldns", "10.96.0.10:53", "169.254.20.10", "fd00::a")}, true, true)
 	if v := failOpenLinkLocal(m); v != 0 {
 		t.Errorf("with an uncovered local IP, fail_open{path=link-local} = %v, want 0", v)
 	}
 }
 
-// TestFallbackDisabled: without a usable upstream there is no table and the metric says so; switched off by
-// the operator, a table an earlier run left is deleted, once.
-func TestFallbackDisabled(t *testing.T) {
+// TestFallbackVote: where the kube-dns ClusterIP comes from, and why an instance wants no fallback.
+func TestFallbackVote(t *testing.T) {
 	for _, tc := range []struct {
-		name, upstream, reason string
+		name, flag, env string
+		off             bool
+		want, why       string // want "" : no vote
 	}{
-		{"no upstream variable", "", "KUBE_DNS_UPSTREAM_SERVICE_HOST is not set"},
-		{"not an address", "kube-dns-upstream", "is not an IP address"},
-		{"IPv6 upstream", "fd00:96::b", "IPv4 upstream"},
+		{name: "from the environment", env: "10.96.0.10", want: "10.96.0.10:53", why: "$KUBE_DNS_SERVICE_HOST"},
+		{name: "the flag wins", flag: "10.96.0.20", env: "10.96.0.10", want: "10.96.0.20:53", why: "-kube-dns-ip"},
+		{name: "no variable", why: "KUBE_DNS_SERVICE_HOST is not set"},
+		{name: "not an address", env: "kube-dns", why: "is not an IP address"},
+		{name: "IPv6", env: "fd00:96::a", why: "IPv4 kube-dns ClusterIP"},
+		{name: "switched off", env: "10.96.0.10", off: true, why: "-linklocal-fallback=false"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			k := &fakeFallbackTable{}
-			f, m := newTestFallback(t, k, true, tc.upstream)
-			if !strings.Contains(f.disabled, tc.reason) {
-				t.Errorf("disabled because %q, want it to say %q", f.disabled, tc.reason)
+			o := &options.Options{LinkLocalFallback: !tc.off, DNSPort: 53, FallbackLease: testLease}
+			if tc.flag != "" {
+				o.KubeDNSIP = netip.MustParseAddr(tc.flag)
 			}
-			if _, err := f.ensure(addrs("169.254.20.10")); err != nil || k.writes != 0 {
-				t.Errorf("ensure = %v with %d writes, want nil and none", err, k.writes)
+			vote, why := fallbackVote(o, func(k string) string {
+				if k == kubeDNSEnv {
+					return tc.env
+				}
+				return ""
+			})
+			if got := ""; vote.IsValid() {
+				got = vote.String()
+				if got != tc.want {
+					t.Errorf("vote %s, want %s", got, tc.want)
+				}
+			} else if tc.want != "" {
+				t.Errorf("no vote (%s), want %s", why, tc.want)
 			}
-			if v := failOpenLinkLocal(m); v != 0 {
-				t.Errorf("fail_open{path=link-local} = %v, want 0", v)
+			if !strings.Contains(why, tc.why) {
+				t.Errorf("why %q, want it to say %q", why, tc.why)
 			}
 		})
-	}
-	k := &fakeFallbackTable{listing: "table inet nodelocaldns-fallback {...}"}
-	f, _ := newTestFallback(t, k, false, "10.96.0.11")
-	if changed, err := f.ensure(addrs("169.254.20.10")); err != nil || changed == "" || k.listing != "" || k.deletedLive != 0 {
-		t.Fatalf("-linklocal-fallback=false: ensure = %q, %v, table %q, %d deleted while redirecting; want the table stopped, then deleted",
-			changed, err, k.listing, k.deletedLive)
-	}
-	k.listing = "re-created by an instance of another configuration"
-	if _, err := f.ensure(addrs("169.254.20.10")); err != nil || k.listing == "" {
-		t.Errorf("deleted again on a later pass (%v): instances of other configurations would fight", err)
 	}
 }

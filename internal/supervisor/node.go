@@ -124,7 +124,7 @@ func (n *node) ensureLink() ([]string, error) {
 	if n.links == nil {
 		return nil, nil
 	}
-	ips, err := n.addresses()
+	ips, _, err := n.addresses()
 	if err != nil {
 		return nil, err
 	}
@@ -132,20 +132,25 @@ func (n *node) ensureLink() ([]string, error) {
 }
 
 // addresses is the union of the addresses every live instance needs, ours included while we register or
-// serve (even if our table were unreadable), and it counts the instances.
-func (n *node) addresses() ([]netip.Addr, error) {
+// serve (even if our table were unreadable), and the live instances as the kernel lists them (with ours, as
+// our table says it, in those states); it counts the instances.
+func (n *node) addresses() ([]netip.Addr, []nft.Instance, error) {
+	self := nft.Instance{Table: "self", IPs: n.spec.LocalIPs, Self: true, Voted: !n.spec.NoInterception, Fallback: n.spec.Fallback}
 	if n.reg == nil {
-		return union(nil, nft.Instance{IPs: n.spec.LocalIPs}), nil
+		return union(nil, self), []nft.Instance{self}, nil
 	}
 	ins, err := n.reg.Instances()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	n.count(ins)
-	if n.current() == stateServing || n.current() == stateRegistering {
-		return union(ins, nft.Instance{IPs: n.spec.LocalIPs}), nil
+	if s := n.current(); s == stateServing || s == stateRegistering {
+		if !slices.ContainsFunc(ins, func(in nft.Instance) bool { return in.Self }) {
+			ins = append(slices.Clone(ins), self)
+		}
+		return union(ins), ins, nil
 	}
-	return union(ins), nil
+	return union(ins), ins, nil
 }
 
 // carry makes the interface carry ips: ours are added, and an address is removed only when no instance table
@@ -344,7 +349,11 @@ func (n *node) leave(keepLink bool, drain time.Duration) (othersRemain bool, err
 		n.log.Info("an instance registered while we drained; leaving the interface to it")
 		return true, errors.Join(errs...)
 	}
-	if err := n.links.Remove(n.ifname); err != nil {
+	if err := n.links.Remove(n.ifname); errors.Is(err, link.ErrNotOurs) {
+		// node-cache's own interface (a rollback), or one an earlier version made: not ours to remove.
+		n.log.Info("last instance out; left the interface in place: we did not create it", zap.String("interface", n.ifname), zap.Error(err))
+		return false, errors.Join(errs...)
+	} else if err != nil {
 		errs = append(errs, fmt.Errorf("interface %q left in place: %w", n.ifname, err))
 		return false, errors.Join(errs...)
 	}

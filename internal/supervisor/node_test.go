@@ -32,6 +32,8 @@ type fakeTable struct {
 	serving bool
 	gated   bool
 	applies int
+	voted   bool // the fallback's set, and what it says
+	vote    netip.AddrPort
 }
 
 func newFakeKernel() *fakeKernel { return &fakeKernel{tables: map[string]*fakeTable{}} }
@@ -71,12 +73,17 @@ func (r *fakeReg) Apply(rs *nft.Ruleset) error {
 		switch s.Name {
 		case nft.SetLocal4, nft.SetLocal6: // as Conn.Instances: only these say what the interface must carry
 			t.ips = append(t.ips, s.Elements...)
+		case nft.SetFallback4:
+			t.voted = true
+			if len(s.Pairs) > 0 {
+				t.vote = s.Pairs[0]
+			}
 		default:
 			t.aside = append(t.aside, s.Elements...)
 		}
 	}
 	for _, c := range rs.Chains {
-		t.serving = t.serving || c.Name != nft.ChainMarkOutput // as Conn.Instances: the alive mark alone is no serving
+		t.serving = t.serving || c.Name != nft.ChainRawOutput // as Conn.Instances: the listening chain alone is no serving
 		for _, rule := range c.Rules {
 			if rule.Gate != nft.GateNone {
 				if r.refuseGate {
@@ -101,7 +108,7 @@ func (r *fakeReg) Instances() ([]nft.Instance, error) {
 	r.turn("list tables")
 	var out []nft.Instance
 	for name, t := range r.k.tables {
-		out = append(out, nft.Instance{Table: name, IPs: slices.Clone(t.ips), Serving: t.serving, Self: name == r.name})
+		out = append(out, nft.Instance{Table: name, IPs: slices.Clone(t.ips), Serving: t.serving, Self: name == r.name, Voted: t.voted, Fallback: t.vote})
 	}
 	slices.SortFunc(out, func(a, b nft.Instance) int { return strings.Compare(a.Table, b.Table) })
 	return out, nil

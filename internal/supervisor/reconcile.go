@@ -80,7 +80,7 @@ func (r *reconciler) pass(_ context.Context, reasons []string) (changed bool, er
 // ensure does the pass's repairs: the interface, then the fallback table, both for the union of the live
 // instances' addresses (one look at the instance tables for both).
 func (r *reconciler) ensure(repaired []string, errs []error) ([]string, []error) {
-	ips, err := r.node.addresses()
+	ips, ins, err := r.node.addresses()
 	if err != nil {
 		return repaired, append(errs, fmt.Errorf("list instance tables: %w", err))
 	}
@@ -93,7 +93,7 @@ func (r *reconciler) ensure(repaired []string, errs []error) ([]string, []error)
 		r.repair("interface", len(changes))
 		repaired = append(repaired, changes...)
 	}
-	change, err := r.fallback.ensure(ips)
+	change, err := r.fallback.ensure(ins)
 	if err != nil {
 		setupError(r.m, metrics.ErrNftables)
 		errs = append(errs, err)

@@ -51,10 +51,9 @@ func (s *Supervisor) openKernel() error {
 	s.kernel = k
 	s.node = &node{log: s.log, m: s.m, reg: k.registry(), links: k.linkManager(), ifname: s.opts.InterfaceName, spec: s.spec}
 	foreign := newForeignReport(s.log, s.m, k.foreignTables(), s.spec, s.opts.StepAside)
-	p := s.config.params
-	fb := newFallback(s.log, s.m, k.fallbackTable(), s.opts, p.ClusterDNSEnv, p.ClusterDNS)
+	fb := newFallback(s.log, s.m, k.fallbackTable(), s.opts, s.spec.Fallback, s.fallbackWhy)
 	s.reconcile = newReconciler(s.log, s.m, s.opts.InterfaceName, s.opts.SyncInterval, s.node, fb, foreign)
-	if fb.disabled == "" {
+	if k.fallbackTable() != nil {
 		s.node.quiesce = s.quiesceForFallback
 	}
 	return nil
@@ -71,12 +70,12 @@ func (s *Supervisor) register() error {
 	}
 	// node-cache's leftovers blackhole pods' ClusterIP queries whenever we do not serve: gone before we start.
 	s.reconcile.foreign.removeNodeCache()
-	ips, err := s.node.addresses()
+	ips, ins, err := s.node.addresses()
 	if err != nil {
 		setupError(s.m, metrics.ErrNftables)
 		return fmt.Errorf("list instance tables: %w", err)
 	}
-	if change, err := s.reconcile.fallback.ensure(ips); err != nil {
+	if change, err := s.reconcile.fallback.ensure(ins); err != nil {
 		// Not fatal: DNS is served without it; each pass tries again.
 		setupError(s.m, metrics.ErrNftables)
 		s.log.Warn("link-local fallback not in place", zap.Error(err))

@@ -81,7 +81,9 @@ type Supervisor struct {
 	reconcile *reconciler       // the interface and the foreign report (reconcile.go); set by the kernel phase
 	dns       *dnsserver.Server // set by the coredns phase
 	dnsOpts   dnsserver.Options // how CoreDNS is embedded (the fast path)
-	reload    *reloader         // ConfigMap changes and SIGUSR1 (reload.go); set by the coredns phase
+	// fallbackWhy says why spec.Fallback is invalid: this instance wants no link-local fallback.
+	fallbackWhy string
+	reload      *reloader // ConfigMap changes and SIGUSR1 (reload.go); set by the coredns phase
 }
 
 // New validates cfg and prepares an agent; nothing is started yet.
@@ -102,6 +104,7 @@ func New(cfg Config) (*Supervisor, error) {
 		}}
 	s.dnsOpts = dnsserver.Options{FastPath: fastpath.Enabled(cfg.Getenv)}
 	s.spec = nft.Spec{LocalIPs: o.LocalIPs, DNSPort: o.DNSPort, HealthPort: o.HealthPort, NoInterception: !o.SetupNftables}
+	s.spec.Fallback, s.fallbackWhy = fallbackVote(o, cfg.Getenv)
 	if err := s.spec.Validate(); err != nil {
 		return nil, err
 	}

@@ -18,11 +18,9 @@ import (
 // Both kube-dns addresses answer every A query with their own fixed address, so an answer says whether the agent
 // (through kube-dns-upstream) or kube-dns itself (through the DNAT) served it.
 //
-// kube-dns-upstream also has a ClusterIP, UpstreamClusterIP, for agents given it as their upstream (the link-local
-// fallback rewrites queries to it). kube-proxy's DNAT of it differs by who asks, so that answers still say who
-// served: from the node's own address (the agent's forwards, routed towards kube-dns) it reaches the upstream
-// server, as in a cluster; from a pod, or from a host-network client whose query to a local IP the fallback
-// rewrote (its source is still that local IP at the output DNAT), it reaches kube-dns's own server.
+// kube-dns-upstream also has a ClusterIP, UpstreamClusterIP, for agents given it as their upstream: kube-proxy's
+// DNAT takes it to the upstream server, as in a cluster. The link-local fallback sends queries to the kube-dns
+// ClusterIP (KUBE_DNS_SERVICE_HOST=ClusterIP), so its answers say kube-dns served them.
 const (
 	LocalIP           = "169.254.20.10"
 	ClusterIP         = "10.96.0.10"
@@ -40,18 +38,17 @@ var kubeProxyRuleset = fmt.Sprintf(`table ip kube-proxy {
 		type nat hook prerouting priority -100; policy accept;
 		ip daddr %[1]s udp dport 53 dnat to %[2]s:53
 		ip daddr %[1]s tcp dport 53 dnat to %[2]s:53
-		ip daddr %[3]s udp dport 53 dnat to %[2]s:53
-		ip daddr %[3]s tcp dport 53 dnat to %[2]s:53
+		ip daddr %[3]s udp dport 53 dnat to %[4]s:53
+		ip daddr %[3]s tcp dport 53 dnat to %[4]s:53
 	}
 	chain output {
 		type nat hook output priority -100; policy accept;
 		ip daddr %[1]s udp dport 53 dnat to %[2]s:53
 		ip daddr %[1]s tcp dport 53 dnat to %[2]s:53
-		ip saddr %[5]s ip daddr %[3]s meta l4proto { tcp, udp } th dport 53 dnat to %[4]s:53
-		ip daddr %[3]s meta l4proto { tcp, udp } th dport 53 dnat to %[2]s:53
+		ip daddr %[3]s meta l4proto { tcp, udp } th dport 53 dnat to %[4]s:53
 	}
 }
-`, ClusterIP, testenv.KubeDNSAddr, UpstreamClusterIP, UpstreamAddr, testenv.KubeDNSHost)
+`, ClusterIP, testenv.KubeDNSAddr, UpstreamClusterIP, UpstreamAddr)
 
 // Node is the fixture around the agents: the pod network, kube-proxy's DNAT, the two kube-dns servers.
 type Node struct {

@@ -201,7 +201,7 @@ func startAgent(t *testing.T) *harness.Agent {
 	a := harness.Start(t, harness.Config{
 		Args:         []string{"-localip", harness.LocalIP + "," + harness.ClusterIP, "-upstreamsvc", "kube-dns-upstream", "-health-port", "8080"},
 		BaseCorefile: harness.StandardCorefile(harness.LocalIP, harness.ClusterIP, "cluster.local"),
-		Env:          []string{"KUBE_DNS_UPSTREAM_SERVICE_HOST=" + harness.UpstreamClusterIP},
+		Env:          []string{"KUBE_DNS_UPSTREAM_SERVICE_HOST=" + harness.UpstreamClusterIP, "KUBE_DNS_SERVICE_HOST=" + harness.ClusterIP},
 	})
 	t.Cleanup(func() { a.Stop(10 * time.Second) })
 	return a

@@ -62,7 +62,7 @@ func (n *node) startCorefile(localips, corefile string, extra ...string) *harnes
 	return harness.Start(n.t, harness.Config{
 		Args:         args,
 		BaseCorefile: corefile,
-		Env:          []string{"KUBE_DNS_UPSTREAM_SERVICE_HOST=" + harness.UpstreamClusterIP},
+		Env:          []string{"KUBE_DNS_UPSTREAM_SERVICE_HOST=" + harness.UpstreamClusterIP, "KUBE_DNS_SERVICE_HOST=" + harness.ClusterIP},
 		Stderr:       stderr,
 	})
 }

@@ -99,7 +99,7 @@ func sigkillNextToLeftovers(t *testing.T, pod *testenv.Peer, extraArgs []string)
 	a := harness.Start(t, harness.Config{
 		Args:         append([]string{"-localip", harness.LocalIP + "," + harness.ClusterIP, "-upstreamsvc", "kube-dns-upstream", "-health-port", healthPort}, extraArgs...),
 		BaseCorefile: harness.StandardCorefile(harness.LocalIP, harness.ClusterIP, "cluster.local"),
-		Env:          []string{"KUBE_DNS_UPSTREAM_SERVICE_HOST=" + harness.UpstreamClusterIP},
+		Env:          []string{"KUBE_DNS_UPSTREAM_SERVICE_HOST=" + harness.UpstreamClusterIP, "KUBE_DNS_SERVICE_HOST=" + harness.ClusterIP},
 	})
 	t.Cleanup(func() { a.Stop(10 * time.Second) })
 	a.WaitReady()

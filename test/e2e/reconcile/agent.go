@@ -44,7 +44,7 @@ func StartAgent(t testing.TB) *harness.Agent {
 	a := harness.Start(t, harness.Config{
 		Args:         Args(),
 		BaseCorefile: harness.StandardCorefile(LocalIP, ClusterIP, Domain),
-		Env:          []string{"KUBE_DNS_UPSTREAM_SERVICE_HOST=" + strings.Split(UpstreamAddr, ":")[0]},
+		Env:          []string{"KUBE_DNS_UPSTREAM_SERVICE_HOST=" + strings.Split(UpstreamAddr, ":")[0], "KUBE_DNS_SERVICE_HOST=10.96.0.10"},
 	})
 	// Registered after the harness's SIGKILL, so it runs first: a clean stop removes the table and the
 	// interface, and the next agent of the package starts from nothing.
