@@ -110,9 +110,10 @@ has_table && fail "teardown: table left behind: $(nft list tables | grep nodeloc
 step "ipvs: the IPVS overlay's flags, kube-dns behind an IPVS service; after SIGKILL the link-local fallback answers"
 # kube-proxy's IPVS mode, as deploy/overlays/ipvs expects it: the agent listens on the link-local address only,
 # kube-ipvs0 (a dummy) holds the ClusterIPs, and an IPVS virtual service with NAT forwarding (conntrack on)
-# takes kube-dns-upstream's ClusterIP to kube-dns. kube-dns is our own binary in a namespace of its own, serving
-# a fixed answer; a pod namespace sends the queries a pod would.
-upstream=10.96.0.11
+# takes the kube-dns ClusterIP (the fallback's target, and here the agent's upstream too) to kube-dns. kube-dns
+# is our own binary in a namespace of its own, serving a fixed answer; a pod namespace sends the queries a pod
+# would. IPVS un-NATs replies to the ClusterIP: the fallback's reply rules give them the link-local source back.
+upstream=10.96.0.10
 # busybox sh runs its own applets before PATH (its ip has no netns): iproute2's ip by its path.
 iproute=/usr/sbin/ip
 $iproute netns add kdns
@@ -161,7 +162,7 @@ until_answer() {
 }
 until_answer 120 192.0.2.99 first_a "$upstream" ||
 	fail "ipvs: kube-dns not answered through IPVS within 120 s: $(tail -5 "$work/kdns.log")"
-KUBE_DNS_UPSTREAM_SERVICE_HOST=$upstream "$bin" -localip "$ip4" -upstreamsvc kube-dns-upstream \
+KUBE_DNS_UPSTREAM_SERVICE_HOST=$upstream KUBE_DNS_SERVICE_HOST=$upstream "$bin" -localip "$ip4" -upstreamsvc kube-dns-upstream \
 	-basecorefile "$work/coredns/Corefile.base" -kubednscm "$work/kube-dns" -conf "$work/Corefile3" \
 	-metrics-listen-address 127.0.0.1:9353 -log-level info >"$work/agent3.log" 2>&1 &
 pid3=$!

@@ -30,10 +30,8 @@ type nftOps interface {
 	ListChain(*nftables.Table, string) (*nftables.Chain, error)
 	GetSets(*nftables.Table) ([]*nftables.Set, error)
 	GetSetElements(*nftables.Set) ([]nftables.SetElement, error)
+	// GetRules is the library's, but for `ct original ...`, which the library cannot decode (rulesdump.go).
 	GetRules(*nftables.Table, *nftables.Chain) ([]*nftables.Rule, error)
-	// DumpRules is GetRules for the fallback's chains, whose `ct original` the library cannot decode
-	// (rulesdump.go).
-	DumpRules(*nftables.Table, *nftables.Chain) ([]*nftables.Rule, error)
 	CloseLasting() error
 	// CreateOwnedTable creates table inet name with NFT_TABLE_F_OWNER, failing with EEXIST when the name is
 	// taken, on the socket every other call uses: the table lives exactly as long as that socket.

@@ -280,10 +280,6 @@ func (k *fakeKernel) GetSetElements(s *nftables.Set) ([]nftables.SetElement, err
 	return slices.Clone(ft.elems[s.Name]), nil
 }
 
-func (k *fakeKernel) DumpRules(t *nftables.Table, c *nftables.Chain) ([]*nftables.Rule, error) {
-	return k.GetRules(t, c)
-}
-
 func (k *fakeKernel) GetRules(t *nftables.Table, c *nftables.Chain) ([]*nftables.Rule, error) {
 	ft := k.table(t)
 	if ft == nil {

@@ -1,7 +1,6 @@
 package nft
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -71,8 +70,8 @@ func (c *Conn) FallbackInSync(f *Fallback) (bool, error) {
 		if !sameBaseChain(have, fallbackChain(t, fc)) {
 			return false, nil
 		}
-		rules, err := c.ops.DumpRules(t, have)
-		if IsNotExist(err) || errors.Is(err, errUnknownExpr) {
+		rules, err := c.ops.GetRules(t, have)
+		if IsNotExist(err) {
 			return false, nil
 		}
 		if err != nil {

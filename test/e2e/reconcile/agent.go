@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"os"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -37,6 +38,11 @@ func Args() []string {
 	return []string{"-localip", LocalIP + "," + ClusterIP, "-upstreamsvc", "kube-dns-upstream", "-syncinterval", "1h"}
 }
 
+// Env is the agent's environment: kube-dns-upstream's ClusterIP, and kube-dns's for the link-local fallback.
+func Env() []string {
+	return []string{"KUBE_DNS_UPSTREAM_SERVICE_HOST=" + strings.Split(UpstreamAddr, ":")[0], "KUBE_DNS_SERVICE_HOST=" + ClusterIP}
+}
+
 // StartAgent starts the test upstream and the agent, and waits until it is ready.
 func StartAgent(t testing.TB) *harness.Agent {
 	t.Helper()
@@ -44,7 +50,7 @@ func StartAgent(t testing.TB) *harness.Agent {
 	a := harness.Start(t, harness.Config{
 		Args:         Args(),
 		BaseCorefile: harness.StandardCorefile(LocalIP, ClusterIP, Domain),
-		Env:          []string{"KUBE_DNS_UPSTREAM_SERVICE_HOST=" + strings.Split(UpstreamAddr, ":")[0], "KUBE_DNS_SERVICE_HOST=10.96.0.10"},
+		Env:          Env(),
 	})
 	// Registered after the harness's SIGKILL, so it runs first: a clean stop removes the table and the
 	// interface, and the next agent of the package starts from nothing.
@@ -53,14 +59,18 @@ func StartAgent(t testing.TB) *harness.Agent {
 	return a
 }
 
-// PrintRules is the table the agent's flags ask for, as `nodelocaldns -print-rules` prints it.
+// PrintRules is the table the agent's flags and environment ask for, as `nodelocaldns -print-rules` prints it
+// (without the link-local fallback's table, which it prints after it).
 func PrintRules(t testing.TB) string {
 	t.Helper()
-	out, err := exec.Command(harness.Binary(t), append(Args(), "-print-rules")...).Output()
+	cmd := exec.Command(harness.Binary(t), append(Args(), "-print-rules")...)
+	cmd.Env = append(os.Environ(), Env()...)
+	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("nodelocaldns -print-rules: %v", err)
 	}
-	return string(out)
+	table, _, _ := strings.Cut(string(out), "\n# link-local fallback")
+	return table
 }
 
 var counterValues = regexp.MustCompile(`counter packets \d+ bytes \d+`)
