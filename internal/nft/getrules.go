@@ -192,6 +192,7 @@ func newExpr(name string) expr.Any {
 	}
 	return nil
 }
+
 // decodeCt reads a ct expression with its direction as the kernel dumps it: one byte.
 func decodeCt(data []byte) (expr.Any, error) {
 	ad, err := netlink.NewAttributeDecoder(data)

@@ -256,7 +256,9 @@ func TestInstancesOfOtherFlagsConverge(t *testing.T) {
 	}
 	off := n.start("-linklocal-fallback=false")
 	off.WaitReady()
-	gone := func() bool { return !strings.Contains(testenv.Run(t, "nft", "list", "tables"), "table inet "+fallbackTable) }
+	gone := func() bool {
+		return !strings.Contains(testenv.Run(t, "nft", "list", "tables"), "table inet "+fallbackTable)
+	}
 	testenv.Eventually(t, 2*time.Second, "the fallback table is gone while an instance wants none", gone)
 	wa = writes(a)
 	churn(t, 30)
