@@ -48,8 +48,7 @@ func suite(ctx context.Context, c *cluster, r *results) {
 	} else {
 		r.fail("cases with the cache", errors.New("not run: the DaemonSet never became Ready"))
 	}
-	r.check("delete -k "+userOverlay+" leaves nothing of ours"+leftNote(c), "", deleteUserManifests(ctx, c, before))
-	fallbackCase(c, r, "delete -k: the fallback table stays on both nodes", func() error { return checkFallbackStays(ctx, c) })
+	uninstallCases(ctx, c, r, before) // delete -k, as an uninstall without hooks (uninstall.go)
 
 	// The drop-in promise: the upstream-shaped DaemonSet with only the image swapped.
 	std, err := os.ReadFile(filepath.Join(c.cfg.repo, "test/cluster/manifests/standard-daemonset.yaml"))
@@ -133,6 +132,9 @@ func dryRun(ctx context.Context, c *cluster, overlay string) error {
 
 func applyUserManifests(ctx context.Context, c *cluster) error {
 	text, err := render(ctx, c, userOverlay)
+	if err == nil {
+		text, err = withShortLease(text)
+	}
 	if err != nil {
 		return err
 	}
