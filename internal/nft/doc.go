@@ -9,7 +9,7 @@
 // The desired table is a pure value: [Build] turns a [Spec] (listen IPs, DNS port, health port) into a
 // [Ruleset], which prints as nft syntax ([Ruleset.Text]) and is programmed by [Conn.Apply] in one netlink
 // batch (remove the contents, add the new ones, one commit), so packets see the old table or the new one, never
-// a gap. [Registration] is the first step of an instance: the sets only; [Listening] adds the mark-output chain once
+// a gap. [Registration] is the first step of an instance: the sets only; [Listening] adds the raw-output chain once
 // its listeners are bound. Nothing reads
 // the table back to compare: it is owned, so nobody else can change it. The fallback table is not owned, so
 // [Conn.FallbackInSync] reads it back. [Conn.Teardown] deletes it in one call over the
@@ -27,11 +27,11 @@
 //	                                           clients' queries to them, health checks to them
 //	output         0 filter-output    accept   replies from the local IPs, DNS port
 //
-// Two more chains mark the queries an instance takes ([VerdictMarkTaken]), for the link-local fallback:
-// mark-prerouting (-302, gated as the notrack is) and mark-output (-300, the only chain a starting instance has
-// once its listeners are bound). The fallback is a second, unowned table, `inet nodelocaldns-fallback` ([BuildFallback],
-// [Conn.ApplyFallback]); it sits at -301 in prerouting and -250 in output, and sends every query to a local IP
-// that no instance took to the kube-dns-upstream ClusterIP. fallback.go draws its chains and says why.
+// The link-local fallback is a second, unowned table, `inet nodelocaldns-fallback` ([BuildFallback],
+// [Conn.ApplyFallback]); it sits at -150 in prerouting and output, after conntrack and before kube-proxy's DNAT,
+// and sends every query to a covered address that nothing took (still tracked: no notrack of ours or
+// node-cache's) to the kube-dns ClusterIP. No chain of ours reads or writes a mark. fallback.go draws its chains
+// and says why. google/nftables cannot decode the reply rules' `ct original`: getrules.go reads rules itself.
 //
 // A packet marked notrack at -300 gets no conntrack entry, and NAT only acts on tracked packets, so a query to
 // the kube-dns ClusterIP (also bound on the node-local interface) skips kube-proxy's DNAT whatever it is

@@ -104,8 +104,9 @@ func (n *node) register() error {
 	return nil
 }
 
-// listen adds mark-output to our table ([nft.Listening]): CoreDNS's listeners are bound, so the node's own
-// queries to our addresses come to us from now on instead of going to kube-dns.
+// listen adds raw-output to our table ([nft.Listening]): CoreDNS's listeners are bound, so the node's own
+// queries to our addresses skip conntrack, and so the fallback, and come to us from now on instead of going to
+// kube-dns.
 func (n *node) listen() error {
 	if s := n.current(); s != stateRegistering {
 		return fmt.Errorf("instance %s cannot start listening: %w", s, errTransition)
@@ -114,7 +115,7 @@ func (n *node) listen() error {
 		return nil
 	}
 	if err := n.reg.Apply(nft.Listening(n.specNow())); err != nil {
-		return fmt.Errorf("mark host-network queries taken: %w", err)
+		return fmt.Errorf("take host-network queries: %w", err)
 	}
 	return nil
 }

@@ -12,7 +12,7 @@ import (
 //
 //	new          nothing in the kernel yet -> registering, or straight to leaving (`-teardown`)
 //	registering  own table with the sets only; the interface gains our addresses; CoreDNS starts listening,
-//	             then the table gains mark-output (node.listen: host-network queries come to us)
+//	             then the table gains raw-output (node.listen: host-network queries come to us)
 //	             -> serving, or leaving when start-up fails
 //	serving      our chains are in: queries to our addresses are intercepted (gated on a live listener)
 //	             -> leaving

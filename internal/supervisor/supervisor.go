@@ -2,8 +2,9 @@
 // interface, ConfigMap reloads, readiness, and the deadline-bounded shutdown.
 //
 // Start-up: validate -> render the Corefile -> register our owned nftables table (sets only) ->
-// the link-local fallback and the interface cover the union of every live instance's addresses -> CoreDNS
-// listening -> mark-output (host-network queries come to us; the loop probes go) -> our chains (serving) ->
+// the link-local fallback (what every live instance's table says) and the interface (the union of their
+// addresses) -> CoreDNS listening -> raw-output (host-network queries come to us; the loop probes go) -> our
+// chains (serving) ->
 // ready.
 // The interface comes before CoreDNS because `bind` needs the listen addresses to exist; the chains come last
 // and are gated on a live listener anyway. Shutdown, for every signal that ends the process: delete our table

@@ -34,6 +34,12 @@ that differs from the agent's default (so the default args are the base's exactl
 {{- if not .Values.linkLocalFallback.enabled -}}
 {{- $args = append $args "-linklocal-fallback=false" -}}
 {{- end -}}
+{{- with .Values.linkLocalFallback.lease -}}
+{{- $args = append $args (printf "-fallback-lease=%s" .) -}}
+{{- end -}}
+{{- with .Values.linkLocalFallback.kubeDnsIp -}}
+{{- $args = append $args (printf "-kube-dns-ip=%s" .) -}}
+{{- end -}}
 {{- if not .Values.foreignDropStepAside -}}
 {{- $args = append $args "-foreign-drop-step-aside=false" -}}
 {{- end -}}

@@ -11,10 +11,10 @@ import (
 	"time"
 )
 
-// The link-local fallback (issue 20): while no instance listens, a query to the link-local address is rewritten
-// in the kernel to the kube-dns-upstream ClusterIP and answered by kube-dns, for pods and host-network clients. It
-// lives in a table no process owns, so it outlives the agent: a pod delete, a SIGKILL, a drain and `kubectl delete
-// -k` keep it; `nodelocaldns -teardown` removes it, and nothing else does.
+// The link-local fallback: while nothing takes it, a query to the link-local address is rewritten in the kernel
+// to the kube-dns ClusterIP and answered by kube-dns, for pods and host-network clients. It lives in a table no
+// process owns, so it outlives the agent: a pod delete, a SIGKILL, a drain and `kubectl delete -k` keep it, for
+// its lease (uninstall.go); `nodelocaldns -teardown` removes it.
 const fallbackTable = "inet nodelocaldns-fallback"
 
 // fallbackEvidence is what hasFallback looks for in the agent binary: the fallback table's name. An agent that

@@ -19,14 +19,15 @@ const (
 	rogueA        = "203.0.113.66" // what the rogue given kube-dns-upstream's freed ClusterIP answers
 )
 
-// withShortLease adds the suite's -syncinterval and -fallback-lease to the rendered DaemonSet's args.
+// withShortLease adds the suite's -syncinterval and -fallback-lease to the rendered DaemonSet's args, after its
+// last one (kustomize renders them one per line).
 func withShortLease(rendered string) (string, error) {
-	const last = `"-upstreamsvc", "kube-dns-upstream" ]`
+	const last = "        - -upstreamsvc\n        - kube-dns-upstream\n"
 	if strings.Count(rendered, last) != 1 {
-		return "", fmt.Errorf("the rendered DaemonSet's args do not end with %s", last)
+		return "", fmt.Errorf("the rendered DaemonSet's args do not end with -upstreamsvc kube-dns-upstream")
 	}
-	return strings.Replace(rendered, last, fmt.Sprintf(`"-upstreamsvc", "kube-dns-upstream", "-syncinterval", "%s", "-fallback-lease", "%s" ]`,
-		syncInterval, fallbackLease), 1), nil
+	return strings.Replace(rendered, last, fmt.Sprintf("%s        - -syncinterval\n        - %s\n        - -fallback-lease\n        - %s\n",
+		last, syncInterval, fallbackLease), 1), nil
 }
 
 // rogueManifest is a Service that asks for kube-dns-upstream's freed ClusterIP, as any namespace editor may,

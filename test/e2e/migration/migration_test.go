@@ -50,10 +50,10 @@ var lookalikes = [][]string{
 	{"-t", "filter", "-I", "INPUT", "-p", "udp", "-s", "192.0.2.0/24", "-d", harness.LocalIP, "--dport", dnsPort, "-j", "ACCEPT", "-m", "comment", "--comment", allow},
 }
 
-// The link-local fallback, when it is in place, rewrites a query to any local IP before the raw table's
-// notrack sees it, so it alone would hide a stale notrack of the ClusterIP; without it (-linklocal-fallback=false,
-// no kube-dns-upstream ClusterIP, an IPv6 one) only the removal of node-cache's rules makes the ClusterIP fail
-// open. Both are run, the fallback first (the second agent removes the fallback table the first one left).
+// A stale notrack of the ClusterIP takes its queries from kube-proxy, and the link-local fallback, which leaves
+// untracked queries alone and never covers the ClusterIP, does not help: with it (the first case) as without it
+// (-linklocal-fallback=false) only the removal of node-cache's rules makes the ClusterIP fail open. The second
+// agent removes the fallback table the first one left.
 func TestSIGKILLNextToNodeCacheLeftovers(t *testing.T) {
 	testenv.RequireRoot(t)
 	pod := harness.NewNode(t).Pod
