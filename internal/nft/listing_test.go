@@ -2,9 +2,13 @@ package nft
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
@@ -88,5 +92,88 @@ func TestOwnTablesAmongForeignChains(t *testing.T) {
 	}
 	if ins, err := c.Instances(); err != nil || len(ins) != 2 || !ins[1].Serving {
 		t.Errorf("Instances = %+v, %v; want the second serving", ins, err)
+	}
+}
+
+// Each instance's table says its word on the fallback, and Instances reads it back: a ClusterIP and port, none,
+// no say (no interception), and an earlier version's table (its mark chain) is told apart.
+func TestInstancesSayTheirWord(t *testing.T) {
+	c := freshConn(t)
+	open := func() *Conn {
+		o, err := Open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { o.Close() })
+		return o
+	}
+	spec := Spec{LocalIPs: ips("169.254.20.10"), DNSPort: 53, HealthPort: 8080, Fallback: netip.MustParseAddrPort("10.96.0.10:53")}
+	if err := c.Apply(Registration(spec)); err != nil {
+		t.Fatal(err)
+	}
+	none, nosay, legacy := open(), open(), open()
+	off := spec
+	off.Fallback = netip.AddrPort{}
+	if err := none.Apply(Listening(off)); err != nil {
+		t.Fatal(err)
+	}
+	noInterception := spec
+	noInterception.NoInterception = true
+	if err := nosay.Apply(Build(noInterception)); err != nil {
+		t.Fatal(err)
+	}
+	if err := legacy.Apply(&Ruleset{Sets: setPair(SetLocal4, SetLocal6, spec.LocalIPs),
+		Chains: []Chain{{Name: legacyChainMarkOutput, Hook: HookOutput, Priority: priorityRaw}}}); err != nil {
+		t.Fatal(err)
+	}
+	ins, err := c.Instances()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, in := range ins {
+		got[in.Table] = fmt.Sprintf("voted=%v fallback=%v legacy=%v", in.Voted, in.Fallback, in.Legacy)
+	}
+	want := map[string]string{
+		c.Table():      "voted=true fallback=10.96.0.10:53 legacy=false",
+		none.Table():   "voted=true fallback=invalid AddrPort legacy=false",
+		nosay.Table():  "voted=false fallback=invalid AddrPort legacy=false",
+		legacy.Table(): "voted=false fallback=invalid AddrPort legacy=true",
+	}
+	for table, w := range want {
+		if got[table] != w {
+			t.Errorf("table %s: %s, want %s", table, got[table], w)
+		}
+	}
+}
+
+// GetRules decodes what google/nftables v0.3.0 fails on (ct with a direction, dumped as 8 bits), in any table.
+func TestGetRulesDecodesCtDirection(t *testing.T) {
+	c := freshConn(t)
+	testenv.NftApply(t, `table inet other {
+	chain in {
+		type filter hook input priority 0; policy accept;
+		ct reply ip saddr 192.0.2.1 counter drop
+	}
+}
+`)
+	tbl := tableNamed("other")
+	rules, err := c.ops.GetRules(tbl, &nftables.Chain{Name: "in", Table: tbl})
+	if err != nil {
+		t.Fatalf("GetRules: %v", err)
+	}
+	var cts []*expr.Ct
+	for _, r := range rules {
+		for _, e := range r.Exprs {
+			if ct, ok := e.(*expr.Ct); ok {
+				cts = append(cts, ct)
+			}
+		}
+	}
+	if len(rules) != 1 || len(cts) != 1 || cts[0].Direction != ctReply || cts[0].Register != 1 {
+		t.Fatalf("decoded %d rules with ct expressions %+v, want one reading the reply direction into register 1", len(rules), cts)
+	}
+	if v, ok := rules[0].Exprs[len(rules[0].Exprs)-1].(*expr.Verdict); !ok || v.Kind != expr.VerdictDrop {
+		t.Errorf("last expression %#v, want the drop verdict", rules[0].Exprs[len(rules[0].Exprs)-1])
 	}
 }
