@@ -49,8 +49,9 @@ func (c *Conn) ApplyFallback(f *Fallback) error {
 }
 
 // FallbackInSync reports whether the kernel's table inet [FallbackTableName] holds exactly f: the same pairs
-// with the same timeout (whatever is left of it: see [Conn.FallbackLease]), the same chains (type, hook,
-// priority) and, chain by chain, the same rules expression by expression (counter values and handles aside).
+// (whatever their timeouts and what is left of them: instances of other -fallback-lease values must not fight,
+// and [Conn.FallbackLease] says when to renew), the same chains (type, hook, priority) and, chain by chain, the
+// same rules expression by expression (counter values and handles aside).
 // It asks for that set and those chains only, whatever else the node holds.
 func (c *Conn) FallbackInSync(f *Fallback) (bool, error) {
 	c.lock()
@@ -89,8 +90,7 @@ func (c *Conn) FallbackInSync(f *Fallback) (bool, error) {
 	return true, nil
 }
 
-// setHolds reports whether set want's elements in table t are exactly want's pairs, each with want's
-// timeout. Called with c.mu held.
+// setHolds reports whether set want's elements in table t are exactly want's pairs. Called with c.mu held.
 func (c *Conn) setHolds(t *nftables.Table, want Set) (bool, error) {
 	elems, err := c.ops.GetSetElements(&nftables.Set{Table: t, Name: want.Name,
 		KeyType: nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetService), Concatenation: true})
@@ -103,7 +103,7 @@ func (c *Conn) setHolds(t *nftables.Table, want Set) (bool, error) {
 	var have []netip.AddrPort
 	for _, e := range elems {
 		p, ok := pairOf(e.Key)
-		if !ok || e.Timeout != want.Timeout {
+		if !ok {
 			return false, nil
 		}
 		have = append(have, p)

@@ -198,8 +198,10 @@ func (f *fallback) ensure(ins []nft.Instance) (string, error) {
 	return fmt.Sprintf("fallback table for %v towards %s (lease %v)", want.Covered(), d.spec.Target, f.lease), nil
 }
 
-// renew writes the table again, in sync as it is, once half of its lease is gone: every pair then starts a
-// new lease. A renewal is no repair; it is logged at debug level only.
+// renew writes the table again, in sync as it is, once less than half of this instance's lease is left on some
+// pair: every pair then starts a new lease. Instances of other -fallback-lease values do not fight over it (the
+// content does not name the lease): the one with the longer lease renews more often, the other finds enough
+// left. A renewal is no repair; it is logged at debug level only.
 func (f *fallback) renew(want *nft.Fallback) error {
 	left, any, err := f.table.FallbackLease()
 	if err != nil || !any || left >= f.lease/2 {

@@ -53,7 +53,7 @@ func (s *Supervisor) openKernel() error {
 	foreign := newForeignReport(s.log, s.m, k.foreignTables(), s.spec, s.opts.StepAside)
 	fb := newFallback(s.log, s.m, k.fallbackTable(), s.opts, s.spec.Fallback, s.fallbackWhy)
 	s.reconcile = newReconciler(s.log, s.m, s.opts.InterfaceName, s.opts.SyncInterval, s.node, fb, foreign)
-	if k.fallbackTable() != nil {
+	if k.fallbackTable() != nil && s.spec.Fallback.IsValid() {
 		s.node.quiesce = s.quiesceForFallback
 	}
 	return nil
