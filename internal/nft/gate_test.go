@@ -91,3 +91,43 @@ func TestGateFailsOpen(t *testing.T) {
 		expect("listener back", localAnswer)
 	}
 }
+
+// TestUngatedFollowsTheBoundAddresses is the table for a kernel without nft_socket, with real packets: pods'
+// queries are notracked only for the addresses the agent knows a listener is bound to (the bound sets), so a
+// Corefile whose bind leaves the ClusterIP out sends its queries to kube-dns through the DNAT, while the
+// link-local address is answered locally. What the agent cannot know, a listener gone inside a running process,
+// is the cost: the query is notracked and refused.
+func TestUngatedFollowsTheBoundAddresses(t *testing.T) {
+	c := freshConn(t)
+	pn := testenv.NewPodNetwork(t)
+	pod := pn.Pod
+	for _, ip := range []string{clusterIP, linkLocalIP} {
+		testenv.Run(t, "ip", "addr", "add", ip+"/32", "dev", pod.HostIf)
+	}
+	pn.KubeDNS.Do(t, func() { startDNS(t, kubeDNSPodIP, kubeDNSAnswer) })
+	activateConntrack(t)
+	testenv.NftApply(t, `table inet kube-proxy {
+	chain nat-prerouting {
+		type nat hook prerouting priority dstnat; policy accept;
+		ip daddr `+clusterIP+` meta l4proto { tcp, udp } th dport 53 dnat ip to `+kubeDNSPodIP+`:53
+	}
+}
+`)
+	stop := startDNS(t, linkLocalIP, localAnswer)
+	spec := Spec{LocalIPs: ips(linkLocalIP, clusterIP), DNSPort: 53, HealthPort: 8080, Ungated: true, Unbound: ips(clusterIP)}
+	if err := c.Apply(Build(spec)); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	expect := func(when, ip, want string) {
+		t.Helper()
+		for _, tcp := range []bool{false, true} {
+			if got := digFrom(t, pod, ip, tcp); got != want {
+				t.Errorf("%s: query to %s (tcp=%v) answered %q, want %q", when, ip, tcp, got, want)
+			}
+		}
+	}
+	expect("ClusterIP not bound", clusterIP, kubeDNSAnswer)
+	expect("link-local address bound", linkLocalIP, localAnswer)
+	stop()
+	expect("listener gone, the agent not told", linkLocalIP, "")
+}

@@ -26,7 +26,8 @@ const (
 	// intercepts nothing (-setupiptables=false) has no such set: no say.
 	SetFallback4 = "fallback4"
 	// SetBound4 and SetBound6 hold the local IPs a DNS listener is bound to, and exist only while some local
-	// IP has none (Spec.Unbound): host-network clients' rules then match them instead of local4 and local6.
+	// IP has none (Spec.Unbound): host-network clients' rules then match them instead of local4 and local6; and
+	// always on a kernel without nft_socket (Spec.Ungated), where pods' rules match them instead of the gate.
 	SetBound4 = "bound4"
 	SetBound6 = "bound6"
 

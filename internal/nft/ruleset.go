@@ -145,8 +145,11 @@ func Build(s Spec) *Ruleset {
 		return r
 	}
 	queries := perFamily(rule(DirTo, s.DNSPort, VerdictNotrack, CommentSkipConntrack, purposeQueries, ProtoTCP, ProtoUDP))
-	if !s.Ungated {
-		for i := range queries {
+	for i := range queries {
+		if s.Ungated {
+			// No socket expression: the gate is what the agent knows, the addresses a listener is bound to.
+			queries[i].Bound = true
+		} else {
 			queries[i].Gate = map[Proto]Gate{ProtoTCP: GateTransparent, ProtoUDP: GateWildcard}[queries[i].Proto]
 		}
 	}
@@ -198,7 +201,7 @@ func Registration(s Spec) *Ruleset {
 		}
 		r.Sets = append(r.Sets, vote)
 	}
-	if len(s.Unbound) > 0 {
+	if len(s.Unbound) > 0 || (s.Ungated && !s.NoInterception) {
 		bound := slices.DeleteFunc(slices.Clone(s.LocalIPs), func(ip netip.Addr) bool { return slices.Contains(s.Unbound, ip) })
 		r.Sets = append(r.Sets, setPair(SetBound4, SetBound6, bound)...)
 	}

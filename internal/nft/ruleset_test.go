@@ -31,6 +31,8 @@ var goldenCases = []struct {
 	{"custom-ports", Spec{LocalIPs: ips("169.254.20.10", "10.96.0.10"), DNSPort: 5353, HealthPort: 8081}},
 	// The fallback for a kernel without nft_socket, and -setupiptables=false (sets and a marker chain).
 	{"ungated", Spec{LocalIPs: ips("169.254.20.10", "10.96.0.10"), DNSPort: 53, HealthPort: 8080, Ungated: true}},
+	// Both: without nft_socket the prerouting rules follow the bound addresses too.
+	{"ungated-partial-bind", Spec{LocalIPs: ips("169.254.20.10", "10.96.0.10"), DNSPort: 53, HealthPort: 8080, Ungated: true, Unbound: ips("10.96.0.10")}},
 	// A foreign drop covers the ClusterIP (supervisor/foreign.go): its queries are left to kube-dns.
 	{"step-aside", Spec{LocalIPs: ips("169.254.20.10", "10.96.0.10", "fd00::a"), DNSPort: 53, HealthPort: 8080, StepAside: ips("10.96.0.10")}},
 	{"no-interception", Spec{LocalIPs: ips("169.254.20.10", "10.96.0.10"), DNSPort: 53, HealthPort: 8080, NoInterception: true}},

@@ -16,8 +16,10 @@ type Spec struct {
 	DNSPort uint16
 	// HealthPort is the port of the Corefile's health plugin (`-health-port`, 8080).
 	HealthPort uint16
-	// Ungated drops the socket gate from the prerouting rules (see [Gate]): the fallback for a kernel
-	// without nft_socket, where a crash blackholes pods' ClusterIP queries again.
+	// Ungated drops the socket gate from the prerouting rules (see [Gate]), for a kernel without nft_socket:
+	// they match the bound sets (bound4, bound6) instead, the addresses the agent knows a listener is bound to.
+	// What only the kernel could know (a listener gone inside a process that still runs, a stopped process)
+	// then blackholes pods' queries until the table goes with the process.
 	Ungated bool
 	// Fallback is the instance's word on the link-local fallback (set fallback4): the kube-dns ClusterIP it
 	// would send queries to and its DNS port; invalid while it wants no fallback.

@@ -185,9 +185,10 @@ func (n *node) count(ins []nft.Instance) {
 	withMetrics(n.m, func(m *metrics.Metrics) { m.Instances.Set(float64(len(ins))) })
 }
 
-// serve adds our chains. A kernel that refuses the socket expression (nft_socket missing) gets today's
-// ungated rules, with one warning and nodelocaldns_fail_open{path="prerouting"} 0: a crash then blackholes
-// pods' ClusterIP queries until the table goes.
+// serve adds our chains. A kernel that refuses the socket expression (nft_socket missing) gets rules gated on
+// what the agent knows instead (the addresses its listeners are bound to: [nft.Spec.Ungated]), with one
+// warning and nodelocaldns_fail_open{path="prerouting"} 0: a listener gone inside a running process, or a
+// stopped one, then blackholes pods' queries until the table goes with the process.
 func (n *node) serve() error {
 	if err := n.may(stateServing); err != nil {
 		return err
@@ -200,8 +201,9 @@ func (n *node) serve() error {
 	err := n.reg.Apply(nft.Build(spec))
 	gated := err == nil && !spec.NoInterception
 	if err != nil && !spec.NoInterception && (nft.IsNotSupported(err) || nft.IsNotExist(err)) {
-		n.log.Warn("the kernel refused the socket expression (nft_socket); intercepting without the listener gate: "+
-			"while no instance serves, pods' queries to our addresses are lost instead of going to kube-dns", zap.Error(err))
+		n.log.Warn("the kernel refused the socket expression (nft_socket); intercepting the addresses our listeners are bound to: "+
+			"while this process runs without a listener it does not know of (stopped, or a listener failed), pods' queries to it are lost "+
+			"instead of going to kube-dns", zap.Error(err))
 		spec.Ungated = true
 		err = n.reg.Apply(nft.Build(spec))
 	}

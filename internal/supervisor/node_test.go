@@ -73,6 +73,7 @@ func (r *fakeReg) Apply(rs *nft.Ruleset) error {
 		switch s.Name {
 		case nft.SetLocal4, nft.SetLocal6: // as Conn.Instances: only these say what the interface must carry
 			t.ips = append(t.ips, s.Elements...)
+		case nft.SetBound4, nft.SetBound6: // the listeners' addresses, not the interface's
 		case nft.SetFallback4:
 			t.voted = true
 			if len(s.Pairs) > 0 {
