@@ -59,6 +59,9 @@ func TestUninstallWithoutHooks(t *testing.T) {
 	// Every node has a default route: once the interface is gone, the node's own queries to the link-local
 	// address take it, and the fallback's output rewrite sees them.
 	testenv.Run(t, "ip", "route", "add", "default", "via", testenv.KubeDNSAddr)
+	// A fallback an earlier test's agents left holds a longer lease, which this agent would let run (a lease
+	// granted runs its course): start from a node that never had one.
+	_ = exec.Command("nft", "delete", "table", "inet", fallbackTable).Run()
 	a := n.start("-syncinterval", "1s", "-fallback-lease", shortLease.String())
 	a.WaitReady()
 	harness.ExpectEverywhere(t, n.Pod, "serving", harness.All("agent"))
