@@ -16,8 +16,11 @@ ip link set lo up
 
 # NODELOCALDNS_VM gates the VM-only tests; NODELOCALDNS_TEST_NETNS tells testenv that this whole VM is the
 # throwaway network namespace, so the tests run here directly instead of re-executing into a new one.
+# NODELOCALDNS_VM_HELD_BACK names the modules this boot leaves out (kernel/run.sh, KERNEL_HOLD_BACK).
 export NODELOCALDNS_VM=1 NODELOCALDNS_TEST_NETNS=1 HOME=/tmp TMPDIR=/tmp GOTRACEBACK=all
-echo "kernel-vm: $(uname -r), $(nproc) cpus, modules: $(cut -d' ' -f1 /proc/modules | tr '\n' ' ')"
+NODELOCALDNS_VM_HELD_BACK=$(cat /tests/held-back)
+export NODELOCALDNS_VM_HELD_BACK
+echo "kernel-vm: $(uname -r), $(nproc) cpus, modules: $(cut -d' ' -f1 /proc/modules | tr '\n' ' ')${NODELOCALDNS_VM_HELD_BACK:+; held back: $NODELOCALDNS_VM_HELD_BACK}"
 
 rc=0
 while read -r pkg bin; do

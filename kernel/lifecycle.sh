@@ -65,6 +65,15 @@ wait_answer 120 || fail "start: smoke.test not answered within 120 s"
 has_link || fail "start: no interface nodelocaldns*"
 is_dummy 1 || fail "start: the agent did not make a dummy interface: $(grep '"interface ready"' "$work/agent1.log")"
 has_table || fail "start: no table nodelocaldns*"
+# Without nft_socket (a boot with it held back) the agent gates on the addresses it has bound; with it, on the
+# socket expression. Either way every step below must hold.
+if [ -d /sys/module/nft_socket ]; then
+	grep -q 'refused the socket expression' "$work/agent1.log" && fail "start: ungated although the kernel has nft_socket"
+	echo "lifecycle: the kernel has nft_socket: the agent gates on a live listener"
+else
+	grep -q 'refused the socket expression' "$work/agent1.log" || fail "start: no warning that the kernel lacks nft_socket"
+	echo "lifecycle: the kernel has no nft_socket: the agent gates on the addresses it has bound"
+fi
 
 step "surge handover: a second instance starts, the first stops, queries keep being answered"
 start 2

@@ -3,6 +3,8 @@ package nft
 import (
 	"net"
 	"net/netip"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/miekg/dns"
@@ -130,4 +132,26 @@ func TestUngatedFollowsTheBoundAddresses(t *testing.T) {
 	expect("link-local address bound", linkLocalIP, localAnswer)
 	stop()
 	expect("listener gone, the agent not told", linkLocalIP, "")
+}
+
+// TestKernelWithoutNftSocket runs in the kernel VM booted with nft_socket held back (make test-kernel's second
+// boot), as a distribution kernel built without it: the gated table is refused with the error the supervisor
+// takes for "no socket expression" (node.serve), and the ungated one, matching the bound sets, is programmed.
+func TestKernelWithoutNftSocket(t *testing.T) {
+	if !strings.Contains(" "+os.Getenv("NODELOCALDNS_VM_HELD_BACK")+" ", " nft_socket ") {
+		t.Skip("skipping: runs only in the kernel VM booted without nft_socket (make test-kernel)")
+	}
+	c := freshConn(t)
+	spec := Spec{LocalIPs: ips(linkLocalIP), DNSPort: 53, HealthPort: 8080}
+	err := c.Apply(Build(spec))
+	if err == nil || !(IsNotSupported(err) || IsNotExist(err)) {
+		t.Fatalf("Apply of the gated table = %v, want the kernel's refusal of the socket expression", err)
+	}
+	spec.Ungated = true
+	if err := c.Apply(Build(spec)); err != nil {
+		t.Fatalf("Apply of the ungated table: %v", err)
+	}
+	if l := testenv.Run(t, "nft", "list", "chain", "inet", c.Table(), ChainRawPrerouting); !strings.Contains(l, "@bound4") || strings.Contains(l, "socket") {
+		t.Errorf("the ungated table's prerouting rules do not match the bound sets:\n%s", l)
+	}
 }
