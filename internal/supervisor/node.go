@@ -145,11 +145,9 @@ func (n *node) addresses() ([]netip.Addr, []nft.Instance, error) {
 		return nil, nil, err
 	}
 	n.count(ins)
-	if s := n.current(); s == stateServing || s == stateRegistering {
-		if !slices.ContainsFunc(ins, func(in nft.Instance) bool { return in.Self }) {
-			ins = append(slices.Clone(ins), self)
-		}
-		return union(ins), ins, nil
+	listed := slices.ContainsFunc(ins, func(in nft.Instance) bool { return in.Self })
+	if s := n.current(); (s == stateServing || s == stateRegistering) && !listed {
+		ins = append(slices.Clone(ins), self)
 	}
 	return union(ins), ins, nil
 }
