@@ -14,7 +14,7 @@ import (
 // lease only. The suite runs the agent with a short lease (fallbackLease, renewed every syncInterval) so that the
 // end of it is seen within the run; the shipped default is 15 minutes.
 const (
-	fallbackLease = 45 * time.Second
+	fallbackLease = 60 * time.Second
 	syncInterval  = 10 * time.Second
 	rogueA        = "203.0.113.66" // what the rogue given kube-dns-upstream's freed ClusterIP answers
 )
