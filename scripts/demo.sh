@@ -30,7 +30,9 @@ echo '["127.0.0.53"]' >"$work/kube-dns/upstreamNameservers"
 echo '{"corp.internal": ["127.0.0.53:53"]}' >"$work/kube-dns/stubDomains"
 
 say "agent: $bin -localip 169.254.20.10,10.96.0.10 -conf $work/Corefile -upstreamsvc kube-dns-upstream"
-KUBE_DNS_UPSTREAM_SERVICE_HOST=127.0.0.53 "$bin" -localip 169.254.20.10,10.96.0.10 \
+# The kube-dns ClusterIP (here also a listen address) is where the link-local fallback sends queries to
+# 169.254.20.10 while no agent takes them; Kubernetes sets KUBE_DNS_SERVICE_HOST in every kube-system pod.
+KUBE_DNS_UPSTREAM_SERVICE_HOST=127.0.0.53 KUBE_DNS_SERVICE_HOST=10.96.0.10 "$bin" -localip 169.254.20.10,10.96.0.10 \
   -basecorefile "$work/coredns/Corefile.base" -kubednscm "$work/kube-dns" -conf "$work/Corefile" \
   -upstreamsvc kube-dns-upstream -metrics-listen-address 127.0.0.1:9353 2>"$work/agent.log" &
 agent=$!
@@ -52,8 +54,9 @@ say "nft list table inet nodelocaldns (programmed over netlink in one transactio
 # awk reads the whole listing: `head` would close the pipe early and fail the script under pipefail.
 nft list table inet nodelocaldns | awk 'NR <= 24 { print "  " $0 }'
 echo "  ..."
-say "nft list tables (the link-local fallback outlives the agent)"
+say "nft list tables (the link-local fallback outlives the agent, for its lease)"
 nft list tables | sed 's/^/  /'
+nft list set inet nodelocaldns-fallback covered4 | awk '/elements/ { sub(/^[ \t]+/, ""); print "  covered4: " $0 }'
 say "interface"
 ip -br addr show nodelocaldns | sed 's/^/  /'
 say "health and readiness on 169.254.20.10:8080"
@@ -64,4 +67,6 @@ kill -TERM "$agent"; wait "$agent" || true
 grep -E '"msg":"(shutting down|deleted nftables table|link removed|stopped)"' "$work/agent.log" | sed 's/^/  /' || true
 if nft list table inet nodelocaldns >/dev/null 2>&1; then echo "  table still present!"; exit 1; fi
 ip link show nodelocaldns >/dev/null 2>&1 && { echo "  interface still present!"; exit 1; }
-echo "  nothing left behind; the namespace disappears with this script"
+nft list table inet nodelocaldns-fallback >/dev/null 2>&1 || { echo "  the link-local fallback went with the agent!"; exit 1; }
+echo "  left behind: only the link-local fallback, pointing at kube-dns for its 15-minute lease; the namespace"
+echo "  disappears with this script"
