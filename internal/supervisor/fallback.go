@@ -43,17 +43,21 @@ func fallbackVote(o *options.Options, getenv func(string) string) (netip.AddrPor
 		return netip.AddrPort{}, "-linklocal-fallback=false"
 	}
 	ip, from := o.KubeDNSIP, "-kube-dns-ip"
-	if !ip.IsValid() {
-		v, from2 := getenv(kubeDNSEnv), "$"+kubeDNSEnv
-		from = from2
-		if v == "" {
-			return netip.AddrPort{}, fmt.Sprintf("%s is not set and -kube-dns-ip is not given (the kube-dns Service's ClusterIP)", from)
-		}
+	if v := getenv(kubeDNSEnv); !ip.IsValid() && v != "" {
+		from = "$" + kubeDNSEnv
 		var err error
 		if ip, err = netip.ParseAddr(v); err != nil || ip.IsUnspecified() {
 			return netip.AddrPort{}, fmt.Sprintf("%s=%q is not an IP address", from, v)
 		}
 		ip = ip.Unmap()
+	}
+	if !ip.IsValid() {
+		// The standard manifest's -localip is "<link-local>,__PILLAR__DNS__SERVER__": its one address that is
+		// not link-local is the cluster DNS ClusterIP, whatever the Service is called (rke2-coredns-..., coredns).
+		ip, from = clusterDNSOf(o.LocalIPs), "-localip"
+	}
+	if !ip.IsValid() {
+		return netip.AddrPort{}, fmt.Sprintf("$%s is not set, -kube-dns-ip is not given, and -localip names no ClusterIP (the kube-dns Service's)", kubeDNSEnv)
 	}
 	if err := (nft.FallbackSpec{Target: ip, Lease: o.FallbackLease}).Validate(); err != nil {
 		return netip.AddrPort{}, fmt.Sprintf("%s %s: %v", from, ip, err)
@@ -73,6 +77,22 @@ func PrintFallback(o *options.Options, getenv func(string) string) (vote netip.A
 		return vote, nil, why
 	}
 	return vote, nft.BuildFallback(*d.spec), d.why + ", " + why
+}
+
+// clusterDNSOf is the one IPv4 address of ips that is not link-local (nor loopback), or invalid when there is
+// not exactly one.
+func clusterDNSOf(ips []netip.Addr) netip.Addr {
+	var found netip.Addr
+	for _, ip := range ips {
+		if !ip.Is4() || ip.IsLinkLocalUnicast() || ip.IsLoopback() {
+			continue
+		}
+		if found.IsValid() {
+			return netip.Addr{}
+		}
+		found = ip
+	}
+	return found
 }
 
 // fallbackDecision is what the live instances' words add up to.

@@ -222,19 +222,27 @@ func TestFallbackKeepsTheDecision(t *testing.T) {
 // TestFallbackVote: where the kube-dns ClusterIP comes from, and why an instance wants no fallback.
 func TestFallbackVote(t *testing.T) {
 	for _, tc := range []struct {
-		name, flag, env string
-		off             bool
-		want, why       string // want "" : no vote
+		name, flag, env, localip string
+		off                      bool
+		want, why                string // want "" : no vote
 	}{
 		{name: "from the environment", env: "10.96.0.10", want: "10.96.0.10:53", why: "$KUBE_DNS_SERVICE_HOST"},
 		{name: "the flag wins", flag: "10.96.0.20", env: "10.96.0.10", want: "10.96.0.20:53", why: "-kube-dns-ip"},
-		{name: "no variable", why: "KUBE_DNS_SERVICE_HOST is not set"},
+		{name: "the environment before -localip", env: "10.96.0.10", localip: "169.254.20.10,10.43.0.10", want: "10.96.0.10:53", why: "$KUBE_DNS_SERVICE_HOST"},
+		{name: "no variable: -localip's ClusterIP (a DNS Service of another name)", localip: "169.254.20.10,10.43.0.10", want: "10.43.0.10:53", why: "-localip"},
+		{name: "no variable, IPVS mode's -localip", localip: "169.254.20.10", why: "KUBE_DNS_SERVICE_HOST is not set"},
+		{name: "no variable, two ClusterIPs in -localip", localip: "169.254.20.10,10.43.0.10,10.43.0.11", why: "names no ClusterIP"},
 		{name: "not an address", env: "kube-dns", why: "is not an IP address"},
 		{name: "IPv6", env: "fd00:96::a", why: "IPv4 kube-dns ClusterIP"},
 		{name: "switched off", env: "10.96.0.10", off: true, why: "-linklocal-fallback=false"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := &options.Options{LinkLocalFallback: !tc.off, DNSPort: 53, FallbackLease: testLease}
+			for _, ip := range strings.Split(tc.localip, ",") {
+				if ip != "" {
+					o.LocalIPs = append(o.LocalIPs, netip.MustParseAddr(ip))
+				}
+			}
 			if tc.flag != "" {
 				o.KubeDNSIP = netip.MustParseAddr(tc.flag)
 			}
