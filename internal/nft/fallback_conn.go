@@ -92,8 +92,8 @@ func (c *Conn) FallbackInSync(f *Fallback) (bool, error) {
 
 // setHolds reports whether set want's elements in table t are exactly want's pairs. Called with c.mu held.
 func (c *Conn) setHolds(t *nftables.Table, want Set) (bool, error) {
-	elems, err := c.ops.GetSetElements(&nftables.Set{Table: t, Name: want.Name,
-		KeyType: nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetService), Concatenation: true})
+	set, _ := nftSet(t, want)
+	elems, err := c.ops.GetSetElements(set)
 	if IsNotExist(err) {
 		return false, nil
 	}
@@ -116,8 +116,8 @@ func (c *Conn) setHolds(t *nftables.Table, want Set) (bool, error) {
 func (c *Conn) FallbackLease() (time.Duration, bool, error) {
 	c.lock()
 	defer c.mu.Unlock()
-	elems, err := c.ops.GetSetElements(&nftables.Set{Table: tableNamed(FallbackTableName), Name: SetCovered4,
-		KeyType: nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetService), Concatenation: true})
+	set, _ := nftSet(tableNamed(FallbackTableName), Set{Name: SetCovered4, Concat: true})
+	elems, err := c.ops.GetSetElements(set)
 	if IsNotExist(err) {
 		return 0, false, nil
 	}
