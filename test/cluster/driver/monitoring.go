@@ -30,7 +30,17 @@ func installMonitoringCRDs(ctx context.Context, c *cluster) error {
 		if _, err := c.kubectl(ctx, "apply", "--server-side", "-f", f); err != nil {
 			return err
 		}
-		if _, err := c.kubectl(ctx, "wait", "--for=condition=Established", "crd/"+kind+".monitoring.coreos.com", "--timeout=60s"); err != nil {
+		// Not `kubectl wait --for=condition=Established`: it fails at once, instead of waiting, when it reads the
+		// CRD before the API server has written any condition (".status.conditions accessor error: <nil>").
+		crd := "crd/" + kind + ".monitoring.coreos.com"
+		err := poll(ctx, 60*time.Second, 500*time.Millisecond, func() (bool, error) {
+			out, err := c.kubectl(ctx, "get", crd, "-o", `jsonpath={.status.conditions[?(@.type=="Established")].status}`)
+			if err != nil {
+				return false, err
+			}
+			return strings.TrimSpace(out) == "True", fmt.Errorf("%s: Established is %q", crd, strings.TrimSpace(out))
+		})
+		if err != nil {
 			return err
 		}
 	}
