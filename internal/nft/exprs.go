@@ -61,15 +61,21 @@ func (r Rule) exprs() []expr.Any {
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: portOff, Len: 2},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(r.Port)},
 	}
-	if r.Gate != GateNone {
-		// `socket wildcard 0` / `socket transparent 0`: both keys load one byte (nft's boolean).
-		key := expr.SocketKeyWildcard
-		if r.Gate == GateTransparent {
-			key = expr.SocketKeyTransparent
-		}
-		out = append(out, &expr.Socket{Key: key, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{0}})
-	}
+	out = append(out, gateExprs(r.Gate)...)
 	return append(append(out, &expr.Counter{}), verdict...)
+}
+
+// gateExprs is a rule's socket gate (see [Gate]): `socket wildcard 0` / `socket transparent 0`, none for
+// GateNone. Both keys load one byte (nft's boolean). The capability probe sends the same (capability.go).
+func gateExprs(g Gate) []expr.Any {
+	if g == GateNone {
+		return nil
+	}
+	key := expr.SocketKeyWildcard
+	if g == GateTransparent {
+		key = expr.SocketKeyTransparent
+	}
+	return []expr.Any{&expr.Socket{Key: key, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{0}}}
 }
 
 // userData is the rule's comment in the TLV format nft reads.

@@ -1,7 +1,6 @@
 package nft
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math/bits"
 	"net/netip"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/mdlayher/netlink"
-	"golang.org/x/sys/unix"
 )
 
 // kernelOps is google/nftables over its lasting socket, plus the raw NEWTABLE it cannot send: v0.3.0's
@@ -21,29 +19,12 @@ type kernelOps struct {
 	nl *netlink.Conn // the library's lasting socket, the one that owns our table
 }
 
-// nfgenmsg is the nfnetlink header: family, version, resource id (big endian).
-func nfgenmsg(family uint8, resID uint16) []byte {
-	return []byte{family, unix.NFNETLINK_V0, byte(resID >> 8), byte(resID)}
-}
-
 func (k *kernelOps) CreateOwnedTable(name string) error {
-	attrs, err := netlink.MarshalAttributes([]netlink.Attribute{
-		{Type: unix.NFTA_TABLE_NAME, Data: []byte(name + "\x00")},
-		{Type: unix.NFTA_TABLE_FLAGS, Data: binary.BigEndian.AppendUint32(nil, tableFlagOwner)},
-	})
+	table, err := newTableMsg(name, tableFlagOwner)
 	if err != nil {
 		return err
 	}
-	batch := []netlink.Message{
-		{Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_MSG_BATCH_BEGIN), Flags: netlink.Request},
-			Data: nfgenmsg(unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES)},
-		{Header: netlink.Header{
-			Type:  netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_NEWTABLE),
-			Flags: netlink.Request | netlink.Acknowledge | netlink.Create | netlink.Excl,
-		}, Data: append(nfgenmsg(unix.NFPROTO_INET, 0), attrs...)},
-		{Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_MSG_BATCH_END), Flags: netlink.Request},
-			Data: nfgenmsg(unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES)},
-	}
+	batch := []netlink.Message{batchBegin(), table, batchEnd()}
 	if _, err := k.nl.SendMessages(batch); err != nil {
 		return fmt.Errorf("send: %w", err)
 	}
