@@ -73,7 +73,7 @@ func TestChartMetricNamesExist(t *testing.T) {
 		}
 	}
 	// The panels the issue asks for, on the agent's own series.
-	for _, n := range []string{"nodelocaldns_fail_open", "nodelocaldns_instances", "nodelocaldns_foreign_drop_rules", "nodelocaldns_foreign_drop_policy",
+	for _, n := range []string{"nodelocaldns_fail_open", "nodelocaldns_instances", "nodelocaldns_node_capability", "nodelocaldns_foreign_drop_rules", "nodelocaldns_foreign_drop_policy",
 		"coredns_nodecache_setup_errors_total", "coredns_dns_requests_total", "coredns_cache_hits_total", "coredns_proxy_request_duration_seconds_count"} {
 		if !seen[n] {
 			t.Errorf("no panel or alert queries %s", n)
@@ -130,3 +130,34 @@ func ruleExprs(t *testing.T, pr map[string]any) []string {
 }
 
 func asSlice(v any) []any { s, _ := v.([]any); return s }
+
+// TestDegradedNodeAlert: a node whose kernel lacks a capability (nodelocaldns_node_capability 0, the agent's
+// preflight) is named by an alert, at once (the value is set at start and never changes), and listed by the
+// dashboard's table.
+func TestDegradedNodeAlert(t *testing.T) {
+	r := renderChart(t, nil, "prometheusRule.enabled=true")
+	var rule map[string]any
+	for _, g := range asSlice(r.other["PrometheusRule kube-system/node-local-dns"]["spec"].(map[string]any)["groups"]) {
+		for _, ru := range asSlice(g.(map[string]any)["rules"]) {
+			if ru.(map[string]any)["alert"] == "NodeLocalDNSDegradedNode" {
+				rule = ru.(map[string]any)
+			}
+		}
+	}
+	if rule == nil {
+		t.Fatal("no alert NodeLocalDNSDegradedNode")
+	}
+	if e, _ := rule["expr"].(string); !strings.HasPrefix(e, "min by (pod, instance, name) (nodelocaldns_node_capability{") || !strings.HasSuffix(e, "}) == 0") {
+		t.Errorf("NodeLocalDNSDegradedNode expr %q: want the capabilities at 0, by pod, instance and name", e)
+	}
+	if d := rule["annotations"].(map[string]any)["description"].(string); !strings.Contains(d, "$labels.name") || !strings.Contains(d, "$labels.instance") {
+		t.Errorf("description %q does not name the node and the capability", d)
+	}
+	b, err := os.ReadFile(chartDir + "/files/dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `min by (instance, pod, name) (nodelocaldns_node_capability{job=~\"$job\", pod=~\"$pod\"}) == 0`) {
+		t.Error("the dashboard has no table of the nodes with a capability at 0")
+	}
+}

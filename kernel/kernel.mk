@@ -13,7 +13,7 @@
 # (.cache/kernel/vm-without-nft_socket.log).
 .PHONY: test-kernel test-kernel-if-possible
 
-KERNEL_DEGRADED_RUN ?= ^(TestKernelWithoutNftSocket|TestUngatedFollowsTheBoundAddresses|TestApplyFallbackListsAsGolden|TestFallbackInSyncSeesChanges|TestFallbackLease|TestFallbackOutlivesConn)$$
+KERNEL_DEGRADED_RUN ?= ^(TestKernelWithoutNftSocket|TestProbeCapabilities|TestProbeReportsTheKernelsRefusal|TestHost|TestUngatedFollowsTheBoundAddresses|TestApplyFallbackListsAsGolden|TestFallbackInSyncSeesChanges|TestFallbackLease|TestFallbackOutlivesConn)$$
 
 test-kernel:
 	KERNEL_TEST_RUN='$(KERNEL_TEST_RUN)' bash kernel/run.sh

@@ -67,13 +67,34 @@ is_dummy 1 || fail "start: the agent did not make a dummy interface: $(grep '"in
 has_table || fail "start: no table nodelocaldns*"
 # Without nft_socket (a boot with it held back) the agent gates on the addresses it has bound; with it, on the
 # socket expression. Either way every step below must hold.
+# The preflight, three ways: -print-rules' lines on stderr, the agent's start-up log, its metric.
+"$bin" -print-rules -localip "$ip4" 2>"$work/preflight" >/dev/null || fail "preflight: -print-rules failed"
+grep 'preflight' "$work/preflight" | sed 's/^/lifecycle: /'
+capability() { wget -qO- "http://127.0.0.1:935$1/metrics" | grep "^nodelocaldns_node_capability{name=\"$2\"}" | awk '{print $2}'; }
 if [ -d /sys/module/nft_socket ]; then
 	grep -q 'refused the socket expression' "$work/agent1.log" && fail "start: ungated although the kernel has nft_socket"
 	echo "lifecycle: the kernel has nft_socket: the agent gates on a live listener"
+	grep -q '^nodelocaldns: preflight: kernel .*: nothing missing (owner-flag, socket, conntrack)$' "$work/preflight" ||
+		fail "preflight: -print-rules does not say nothing is missing"
+	grep -q '"logger":"preflight","msg":"the node has every kernel capability the agent uses"' "$work/agent1.log" ||
+		fail "preflight: the agent did not log that nothing is missing"
+	[ "$(capability 1 socket)" = 1 ] || fail "preflight: nodelocaldns_node_capability{name=\"socket\"} is $(capability 1 socket), want 1"
 else
 	grep -q 'refused the socket expression' "$work/agent1.log" || fail "start: no warning that the kernel lacks nft_socket"
 	echo "lifecycle: the kernel has no nft_socket: the agent gates on the addresses it has bound"
+	grep -q '^nodelocaldns: preflight: MISSING socket: the socket expression (nft_socket' "$work/preflight" ||
+		fail "preflight: -print-rules does not list the socket expression as missing"
+	grep -q '^nodelocaldns: preflight: kernel .* lacks socket; has owner-flag, conntrack$' "$work/preflight" ||
+		fail "preflight: -print-rules does not sum up socket missing, the rest present"
+	[ "$(grep -c '"logger":"preflight","msg":"the node lacks a kernel capability"' "$work/agent1.log")" = 1 ] &&
+		grep -q '"logger":"preflight","msg":"the node lacks a kernel capability","capability":"socket"' "$work/agent1.log" ||
+		fail "preflight: the agent did not log one warning, for the socket expression"
+	[ "$(capability 1 socket)" = 0 ] || fail "preflight: nodelocaldns_node_capability{name=\"socket\"} is $(capability 1 socket), want 0"
 fi
+for c in owner-flag conntrack; do
+	[ "$(capability 1 $c)" = 1 ] || fail "preflight: nodelocaldns_node_capability{name=\"$c\"} is $(capability 1 $c), want 1"
+done
+echo "lifecycle: preflight: metric $(wget -qO- http://127.0.0.1:9351/metrics | grep '^nodelocaldns_node_capability' | tr '\n' ' ')"
 
 step "surge handover: a second instance starts, the first stops, queries keep being answered"
 start 2

@@ -185,7 +185,7 @@ build_initramfs() {
 	# testdata paths (../../testdata/...) resolve.
 	local dir
 	: >"$root/tests/list"
-	for dir in internal/link internal/nft; do
+	for dir in internal/link internal/nft internal/preflight; do
 		CGO_ENABLED=0 go test -c -o "$root/tests/${dir##*/}.test" "./$dir"
 		mkdir -p "$root/src/$dir"
 		echo "$dir ${dir##*/}.test" >>"$root/tests/list"

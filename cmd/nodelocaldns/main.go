@@ -24,6 +24,7 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 	"github.com/nodelocaldns/nodelocaldns/internal/options"
+	"github.com/nodelocaldns/nodelocaldns/internal/preflight"
 	"github.com/nodelocaldns/nodelocaldns/internal/supervisor"
 )
 
@@ -62,7 +63,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		} else {
 			fmt.Fprintf(stdout, "\n# link-local fallback %s\n%s", why, fallback)
 		}
-		printPreflight(stderr)
+		printPreflight(stderr, preflight.Host(), o.LocalIPs)
 		return 0
 	}
 
@@ -92,6 +93,9 @@ func serve(o *options.Options, log *zap.Logger, t tuning) int {
 		log.Error("register metrics", zap.Error(err))
 		return 1
 	}
+	pf := preflight.Host().Check(o.LocalIPs) // before anything is touched, and touching nothing
+	pf.Log(log.Named("preflight"))
+	pf.Export(m.NodeCapability)
 	cfg := supervisor.Config{Options: o, Log: log, Getenv: os.Getenv, Metrics: m, Gatherer: prometheus.DefaultGatherer}
 	if t.Stacks {
 		cfg.Background = append(cfg.Background, supervisor.Actor{Name: "stack tuner", Run: newStackTuner(log.Named("tuning")).Run})

@@ -1,26 +1,38 @@
 package main
 
 import (
+	"bytes"
+	"net/netip"
 	"strings"
+	"syscall"
 	"testing"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/nft"
+	"github.com/nodelocaldns/nodelocaldns/internal/preflight"
 )
 
-func TestPreflightLine(t *testing.T) {
-	for _, tc := range []struct{ release, want string }{
-		{"5.10.0-21-amd64", "FAIL: kernel 5.10.0-21-amd64 is older than 5.12"},
-		{"4.19.0", "FAIL"},
-		{"5.11.22", "FAIL"},
-		{"5.12.0", "ok"},
-		{"5.15.0-91-generic", "ok"},
-		{"6.1.0-18-amd64", "ok"},
-		{"6", "version not understood"},
-	} {
-		got := preflightLine(tc.release)
-		if !strings.Contains(got, tc.want) {
-			t.Errorf("preflightLine(%q) = %q, want it to contain %q", tc.release, got, tc.want)
-		}
-		if strings.Contains(got, "FAIL") && !strings.Contains(got, "invalid argument") {
-			t.Errorf("preflightLine(%q) = %q: does not say what the agent's error looks like", tc.release, got)
-		}
+// -print-rules ends with the preflight on stderr, one line each, naming what the node lacks.
+func TestPrintPreflight(t *testing.T) {
+	node := preflight.Node{
+		Release: func() (string, error) { return "6.6.0-azl3", nil },
+		Probe: func() ([]nft.Probed, error) {
+			var out []nft.Probed
+			for _, c := range nft.Capabilities() {
+				p := nft.Probed{Capability: c, Present: c.Name != nft.CapSocket}
+				if !p.Present {
+					p.Refusal = syscall.ENOENT
+				}
+				out = append(out, p)
+			}
+			return out, nil
+		},
+		ReadFile: func(string) ([]byte, error) { return []byte("0\n"), nil },
+	}
+	var stderr bytes.Buffer
+	printPreflight(&stderr, node, []netip.Addr{netip.MustParseAddr("169.254.20.10")})
+	lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "nodelocaldns: preflight: MISSING socket: ") ||
+		lines[1] != "nodelocaldns: preflight: kernel 6.6.0-azl3 lacks socket; has owner-flag, conntrack" {
+		t.Errorf("stderr:\n%s", stderr.String())
 	}
 }

@@ -37,6 +37,7 @@ type Metrics struct {
 	Damped           prometheus.Counter     //
 	LivenessFailures *prometheus.CounterVec // reason
 	ConfigPolling    prometheus.Gauge       // 1 while ConfigMap changes are found by periodic re-reads (no inotify)
+	NodeCapability   *prometheus.GaugeVec   // name: the preflight's findings (internal/preflight)
 	RuleCounters     *RuleCounterCollector  // the table's own counters, read at scrape time
 	Foreign          *Foreign               // drop and reject rules of other tables, iptables-legacy tables
 	Memory           *Memory                // the Corefile's worst case against the cgroup's memory limit
@@ -84,11 +85,14 @@ func New(reg prometheus.Registerer, counters func() ([]RuleCounter, error)) (*Me
 			"reason"),
 		ConfigPolling: gauge("config_watch_polling",
 			"1 when inotify is unavailable (its limits exhausted) and the ConfigMap directories are re-read periodically instead."),
+		NodeCapability: gaugeVec("node_capability",
+			"1 for each kernel capability the agent relies on that the node has, 0 for one it lacks (the agent's start-up log says what each costs): owner-flag (the agent cannot start without it), socket (pods' queries are gated on the addresses the agent has bound instead of a live listener), conntrack, ipv6 (only where an IPv6 -localip is configured).",
+			"name"),
 	}
 	for _, t := range []string{ErrIptables, ErrIptablesLock, ErrInterfaceAdd, ErrInterfaceCheck, ErrConfigmap, ErrNftables} {
 		m.SetupErrors.WithLabelValues(t)
 	}
-	cs := []prometheus.Collector{m.SetupErrors, m.Passes, m.PassDuration, m.Repairs, m.Reloads, m.ReloadDuration, m.ForeignDropChain, m.Ready, m.Instances, m.FailOpen, m.UnboundLocalIP, m.Damped, m.LivenessFailures, m.ConfigPolling}
+	cs := []prometheus.Collector{m.SetupErrors, m.Passes, m.PassDuration, m.Repairs, m.Reloads, m.ReloadDuration, m.ForeignDropChain, m.Ready, m.Instances, m.FailOpen, m.UnboundLocalIP, m.Damped, m.LivenessFailures, m.ConfigPolling, m.NodeCapability}
 	m.RuleCounters = &RuleCounterCollector{}
 	m.RuleCounters.SetSource(counters)
 	cs = append(cs, m.RuleCounters)
