@@ -31,6 +31,10 @@ if [ -x /tests/lifecycle.sh ]; then
 	echo "kernel-vm: === lifecycle (the real binary)"
 	/tests/lifecycle.sh || rc=1
 fi
+if [ -x /tests/matrix.sh ]; then
+	echo "kernel-vm: === lifecycle matrix (the real binary)"
+	/tests/matrix.sh || rc=1
+fi
 echo "NODELOCALDNS-KERNEL-RESULT rc=$rc"
 sync
 poweroff -f

@@ -194,6 +194,7 @@ build_initramfs() {
 	# The real binary and its lifecycle smoke test.
 	CGO_ENABLED=0 go build -o "$root/usr/bin/nodelocaldns" ./cmd/nodelocaldns
 	install -m 0755 kernel/lifecycle.sh "$root/tests/lifecycle.sh"
+	install -m 0755 kernel/matrix.sh "$root/tests/matrix.sh"
 	echo "${KERNEL_TEST_RUN:+-test.run=$KERNEL_TEST_RUN}" >"$root/tests/args"
 	echo "${KERNEL_HOLD_BACK:-}" >"$root/tests/held-back"
 	install -m 0755 kernel/init.sh "$root/init"
@@ -225,7 +226,7 @@ main() {
 	# The full serial log (test output with rulesets: hundreds of KiB) stays in the file; the terminal gets the
 	# VM's own lines, each package's result, the failures and the lifecycle steps.
 	log "full log: $vmlog"
-	grep -E '^(kernel-vm:|lifecycle:|PASS$|FAIL|--- FAIL|panic:|NODELOCALDNS-KERNEL-RESULT)' "$vmlog" | sed 's/^/  /' || true
+	grep -E '^(kernel-vm:|lifecycle:|matrix:|PASS$|FAIL|--- FAIL|panic:|NODELOCALDNS-KERNEL-RESULT)' "$vmlog" | sed 's/^/  /' || true
 	set -e
 	local vmtime
 	vmtime=$(elapsed "$booted")
