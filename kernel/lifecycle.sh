@@ -59,6 +59,28 @@ wait_exit() {
 }
 dump() { for f in "$work"/agent*.log; do echo "lifecycle: log $f:"; tail -20 "$f"; done; }
 
+# A boot without conntrack's expressions (KERNEL_HOLD_BACK=nft_ct): the preflight names them, and the agent, whose
+# rules need notrack, fails its start-up with an error instead of serving half a table.
+if "$bin" -print-rules -localip "$ip4" 2>"$work/preflight" >/dev/null && grep -q 'MISSING conntrack' "$work/preflight"; then
+	step "start without conntrack's expressions"
+	grep 'preflight' "$work/preflight" | sed 's/^/lifecycle: /'
+	grep -q '^nodelocaldns: preflight: kernel .* lacks conntrack; has owner-flag, socket$' "$work/preflight" ||
+		fail "preflight: -print-rules does not sum up conntrack missing, the rest present"
+	start 1
+	wait_exit "$pid1" 120 || fail "no conntrack: the agent still runs 120 s after its start"
+	wait "$pid1"
+	rc=$?
+	echo "lifecycle: no conntrack: the agent exited $rc: $(grep -o '"msg":"start-up failed".*' "$work/agent1.log")"
+	[ "$rc" -ne 0 ] && grep -q '"msg":"start-up failed"' "$work/agent1.log" || fail "no conntrack: start-up did not fail"
+	grep -q '"logger":"preflight","msg":"the node lacks a kernel capability","capability":"conntrack"' "$work/agent1.log" ||
+		fail "no conntrack: the agent did not warn that the node lacks conntrack"
+	has_table && fail "no conntrack: a table left behind: $(nft list tables)"
+	has_link && fail "no conntrack: the interface left behind"
+	[ "$failed" -eq 0 ] && echo "lifecycle: ok" && exit 0
+	dump
+	exit 1
+fi
+
 step "start"
 start 1
 wait_answer 120 || fail "start: smoke.test not answered within 120 s"

@@ -10,7 +10,8 @@
 #              KERNEL_VM_TIMEOUT seconds before QEMU is killed (default 900)
 #              KERNEL_HOLD_BACK modules of kernel/modules.txt to leave out, as a distribution kernel built without
 #                               them (nothing loads a module on demand in the VM): `nft_socket` stands for Azure
-#                               Linux 3 x86_64, Flatcar and Talos before 1.14. Its own initramfs and log.
+#                               Linux 3 x86_64, Flatcar and Talos before 1.14; `nft_ct` for a kernel without
+#                               conntrack's expressions. Its own initramfs and log.
 #
 # What was learned trying this (see the issue): TCG only (no KVM here); boot the uncompressed kernel (skips ~5 s
 # of emulated decompression); `-M microvm` hangs, the default machine works; nothing loads modules on demand in
