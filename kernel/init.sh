@@ -24,17 +24,18 @@ echo "kernel-vm: $(uname -r), $(nproc) cpus, modules: $(cut -d' ' -f1 /proc/modu
 
 rc=0
 while read -r pkg bin; do
-	echo "kernel-vm: === $pkg"
+	echo "kernel-vm: === $pkg (uptime $(cut -d' ' -f1 /proc/uptime) s)"
 	(cd "/src/$pkg" && "/tests/$bin" -test.v -test.timeout=10m $(cat /tests/args)) || rc=1
 done </tests/list
 if [ -x /tests/lifecycle.sh ]; then
-	echo "kernel-vm: === lifecycle (the real binary)"
+	echo "kernel-vm: === lifecycle (the real binary; uptime $(cut -d' ' -f1 /proc/uptime) s)"
 	/tests/lifecycle.sh || rc=1
 fi
 if [ -x /tests/matrix.sh ]; then
-	echo "kernel-vm: === lifecycle matrix (the real binary)"
+	echo "kernel-vm: === lifecycle matrix (the real binary; uptime $(cut -d' ' -f1 /proc/uptime) s)"
 	/tests/matrix.sh || rc=1
 fi
+echo "kernel-vm: === done (uptime $(cut -d' ' -f1 /proc/uptime) s)"
 echo "NODELOCALDNS-KERNEL-RESULT rc=$rc"
 sync
 poweroff -f

@@ -47,8 +47,8 @@ func Capabilities() []Capability {
 			Name: CapSocket,
 			What: "the socket expression (nft_socket, CONFIG_NFT_SOCKET)",
 			Cost: "pods' queries are intercepted for the addresses the agent has bound instead of only while a listener is live: " +
-				"while the agent is stopped (SIGSTOP, a hung process) or a listener fails inside it, pods' queries to the local IPs are lost " +
-				"instead of going to kube-dns, until the process exits (nodelocaldns_fail_open{path=\"prerouting\"} is 0)",
+				"a listener that fails inside the running agent, unnoticed, loses pods' queries to its address instead of sending them " +
+				"to kube-dns, until the process exits (nodelocaldns_fail_open{path=\"prerouting\"} is 0); every exit, restart and reload keeps its result",
 			exprs: append(gateExprs(GateWildcard), gateExprs(GateTransparent)...),
 		},
 		{
