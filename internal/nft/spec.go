@@ -18,8 +18,8 @@ type Spec struct {
 	HealthPort uint16
 	// Ungated drops the socket gate from the prerouting rules (see [Gate]), for a kernel without nft_socket:
 	// they match the bound sets (bound4, bound6) instead, the addresses the agent knows a listener is bound to.
-	// What only the kernel could know (a listener gone inside a process that still runs, a stopped process)
-	// then blackholes pods' queries until the table goes with the process.
+	// What only the kernel could know (a listener gone inside a process that still runs) then blackholes pods'
+	// queries until the table goes with the process. A stopped process blackholes them with the gate too.
 	Ungated bool
 	// Fallback is the instance's word on the link-local fallback (set fallback4): the kube-dns ClusterIP it
 	// would send queries to and its DNS port; invalid while it wants no fallback.

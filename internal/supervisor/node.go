@@ -185,8 +185,9 @@ func (n *node) count(ins []nft.Instance) {
 
 // serve adds our chains. A kernel that refuses the socket expression (nft_socket missing) gets rules gated on
 // what the agent knows instead (the addresses its listeners are bound to: [nft.Spec.Ungated]), with one
-// warning and nodelocaldns_fail_open{path="prerouting"} 0: a listener gone inside a running process, or a
-// stopped one, then blackholes pods' queries until the table goes with the process.
+// warning and nodelocaldns_fail_open{path="prerouting"} 0: a listener gone inside a running process then
+// blackholes pods' queries until the table goes with the process (a stopped process blackholes them with the
+// gate too: its sockets stay bound; docs/failure-model.md measures both kernels row by row).
 func (n *node) serve() error {
 	if err := n.may(stateServing); err != nil {
 		return err
@@ -200,7 +201,7 @@ func (n *node) serve() error {
 	gated := err == nil && !spec.NoInterception
 	if err != nil && !spec.NoInterception && (nft.IsNotSupported(err) || nft.IsNotExist(err)) {
 		n.log.Warn("the kernel refused the socket expression (nft_socket); intercepting the addresses our listeners are bound to: "+
-			"while this process runs without a listener it does not know of (stopped, or a listener failed), pods' queries to it are lost "+
+			"while this process runs without a listener it does not know of (one failed inside it), pods' queries to it are lost "+
 			"instead of going to kube-dns", zap.Error(err))
 		spec.Ungated = true
 		err = n.reg.Apply(nft.Build(spec))
