@@ -6,6 +6,7 @@
 # with "nodelocaldns"), not on how the handover is done, so they hold across changes to that mechanism.
 # busybox sh; dig, ip and nft are the real tools. Prints "lifecycle: ok" or "lifecycle: FAIL ..." lines.
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin # iproute2's ip before busybox's
+. "$(dirname "$0")/vmlib.sh"
 bin=/usr/bin/nodelocaldns
 ip4=169.254.20.10
 work=/tmp/lifecycle
@@ -33,30 +34,14 @@ start() {
 }
 # answer prints the A record of smoke.test, or nothing (dig prints its timeout message on stdout).
 answer() { dig +short +tries=1 +timeout=2 @"$ip4" smoke.test A 2>/dev/null | grep -x '[0-9.]*'; }
-# wait_answer SECONDS: until smoke.test is answered (TCG is slow: seconds, not milliseconds).
-wait_answer() {
-	i=0
-	while [ "$i" -lt "$(($1 * 10))" ]; do
-		[ "$(answer)" = 192.0.2.53 ] && return 0
-		sleep 0.1
-		i=$((i + 1))
-	done
-	return 1
-}
+# wait_answer SECONDS: until smoke.test is answered.
+wait_answer() { poll "$1" answered; }
+answered() { [ "$(answer)" = 192.0.2.53 ]; }
 has_link() { ip -o link show | awk -F': ' '{print $2}' | grep -q '^nodelocaldns'; }
 has_table() { nft list tables | grep -q ' nodelocaldns'; }
 # The VM's ip may be busybox's, which has no -details: the kind is read from the agent's own start-up line (the
 # kernel tests assert it through netlink).
 is_dummy() { grep -q '"msg":"interface ready".*"kind":"dummy"' "$work/agent$1.log"; }
-# wait_exit PID SECONDS
-wait_exit() {
-	i=0
-	while kill -0 "$1" 2>/dev/null && [ "$i" -lt "$(($2 * 10))" ]; do
-		sleep 0.1
-		i=$((i + 1))
-	done
-	! kill -0 "$1" 2>/dev/null
-}
 dump() { for f in "$work"/agent*.log; do echo "lifecycle: log $f:"; tail -20 "$f"; done; }
 
 # A boot without conntrack's expressions (KERNEL_HOLD_BACK=nft_ct): the preflight names them, and the agent, whose

@@ -8,6 +8,7 @@
 # switch may reset) or goes to the wrong server.
 # busybox sh; dig, ip and nft are the real tools.
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
+. "$(dirname "$0")/vmlib.sh"
 bin=${NODELOCALDNS_BIN:-/usr/bin/nodelocaldns} # the VM's; another to try the script in a throwaway namespace
 iproute=/usr/sbin/ip # busybox sh runs its own applets before PATH (its ip has no netns)
 ll=169.254.20.10
@@ -93,39 +94,17 @@ unload() {
 	touch "$m/stop"
 	for l in $loaders; do wait "$l"; done
 }
-# until_both SECONDS WHO: until the last answer for each address and protocol is WHO's (the loader keeps asking).
-until_both() {
-	i=0
-	while [ "$i" -lt "$(($1 * 10))" ]; do
-		[ "$(tail -n 4 "$m/$row" | grep -c " $2\$")" = 4 ] && return 0
-		sleep 0.1
-		i=$((i + 1))
-	done
-	return 1
-}
+# until_both SECONDS WHO: until the last answer for each address and protocol is WHO's (the loaders keep asking).
+until_both() { poll "$1" last_are 4 "" "$2"; }
 # until_addr SECONDS ADDR WHO: until the last answers for ADDR (UDP and TCP) are WHO's.
-until_addr() {
-	i=0
-	while [ "$i" -lt "$(($1 * 10))" ]; do
-		[ "$(grep "^$2 " "$m/$row" | tail -n 2 | grep -c " $3\$")" = 2 ] && return 0
-		sleep 0.1
-		i=$((i + 1))
-	done
-	return 1
-}
+until_addr() { poll "$1" last_are 2 "$2 " "$3"; }
+# last_are N PREFIX WHO: the last N answers of lines starting with PREFIX are all WHO's.
+last_are() { [ "$(grep "^$2" "$m/$row" | tail -n "$1" | grep -c " $3\$")" = "$1" ]; }
 # lasts SECONDS: at least that many seconds and 3 queries to each address and protocol more.
 lasts() {
 	n=$(($(wc -l <"$m/$row") + 12))
 	sleep "$1"
 	while [ "$(wc -l <"$m/$row")" -lt "$n" ]; do sleep 0.2; done
-}
-wait_exit() {
-	i=0
-	while kill -0 "$1" 2>/dev/null && [ "$i" -lt "$(($2 * 10))" ]; do
-		sleep 0.1
-		i=$((i + 1))
-	done
-	! kill -0 "$1" 2>/dev/null
 }
 count() { grep -c "^$1 [a-z]* $2\$" "$m/$row"; } # count ADDR WHO: over both protocols
 # report TITLE: one line for the row just unloaded; per address and protocol: cache/kube-dns/lost.
@@ -155,6 +134,17 @@ lost_max() {
 # switch ADDR...: lost only what a switch between servers may lose: no UDP query, at most one TCP query (a
 # connection open at the instant a table comes or goes has its later packets sent the other way, and is reset).
 switch() { for a in "$@"; do lost_max "$a" udp 0 && lost_max "$a" tcp 1; done; }
+# switched TITLE WHO...: ends a row in which the agent switched servers: its report, every answer to either
+# address WHO's, and no more lost than a switch may lose.
+switched() {
+	t=$1
+	shift
+	unload
+	report "$t"
+	expect $ci "$@" lost
+	expect $ll "$@" lost
+	switch $ci $ll
+}
 # killed ADDR...: lost only what was in flight to a killed process: one query of each protocol at most.
 killed() { for a in "$@"; do lost_max "$a" udp 1 && lost_max "$a" tcp 1; done; }
 
@@ -185,30 +175,18 @@ sleep 3 # the second instance comes up beside the first (it serves the same addr
 kill -TERM "$pid1"
 wait_exit "$pid1" 60 || fail "surge: the first instance still runs 60 s after SIGTERM"
 lasts 5
-unload
-report "surge: a second instance starts, the first gets SIGTERM"
-expect $ci cache lost
-expect $ll cache lost
-switch $ci $ll
+switched "surge: a second instance starts, the first gets SIGTERM" cache
 
 load sigterm-last
 kill -TERM "$pid2"
 wait_exit "$pid2" 60 || fail "sigterm-last: still running 60 s after SIGTERM"
 lasts 5
-unload
-report "SIGTERM, the last instance: then 5 s without an agent"
-expect $ci cache kube-dns lost
-expect $ll cache kube-dns lost
-switch $ci $ll
+switched "SIGTERM, the last instance: then 5 s without an agent" cache kube-dns
 
 load restart
 start 1
 until_both 120 cache || fail "restart: not served within 120 s"
-unload
-report "start again, until it serves (the fallback in place)"
-expect $ci kube-dns cache lost
-expect $ll kube-dns cache lost
-switch $ci $ll
+switched "start again, until it serves (the fallback in place)" kube-dns cache
 
 load partial-bind
 corefile "$ll" # a reload whose bind leaves the ClusterIP out: the agent knows
@@ -250,11 +228,7 @@ killed $ci $ll
 load restart-after-kill
 start 1
 until_both 120 cache || fail "restart-after-kill: not served within 120 s"
-unload
-report "restart after SIGKILL, until it serves"
-expect $ci kube-dns cache lost
-expect $ll kube-dns cache lost
-switch $ci $ll
+switched "restart after SIGKILL, until it serves" kube-dns cache
 
 kill -TERM "$pid1"
 wait_exit "$pid1" 60 || fail "teardown: still running 60 s after SIGTERM"

@@ -196,6 +196,7 @@ build_initramfs() {
 	CGO_ENABLED=0 go build -o "$root/usr/bin/nodelocaldns" ./cmd/nodelocaldns
 	install -m 0755 kernel/lifecycle.sh "$root/tests/lifecycle.sh"
 	install -m 0755 kernel/matrix.sh "$root/tests/matrix.sh"
+	install -m 0644 kernel/vmlib.sh "$root/tests/vmlib.sh"
 	echo "${KERNEL_TEST_RUN:+-test.run=$KERNEL_TEST_RUN}" >"$root/tests/args"
 	echo "${KERNEL_HOLD_BACK:-}" >"$root/tests/held-back"
 	install -m 0755 kernel/init.sh "$root/init"
