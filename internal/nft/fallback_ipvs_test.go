@@ -52,7 +52,7 @@ func TestFallbackThroughIPVS(t *testing.T) {
 	expect(upstream, "IPVS alone (the observer works)", kubeDNSAnswer)
 	expect(linkLocalIP, "no fallback, no listener", "")
 	ll := netip.MustParseAddr(linkLocalIP)
-	if err := c.ApplyFallback(BuildFallback(FallbackSpec{Target: netip.MustParseAddr(upstream), Covered: []netip.AddrPort{netip.AddrPortFrom(ll, 53)}, Lease: time.Hour})); err != nil {
+	if err := c.ApplyFallback(BuildFallback(FallbackSpec{Targets: []netip.Addr{netip.MustParseAddr(upstream)}, Covered: []netip.AddrPort{netip.AddrPortFrom(ll, 53)}, Lease: time.Hour})); err != nil {
 		t.Fatalf("ApplyFallback: %v", err)
 	}
 	expect(linkLocalIP, "fallback, no instance", kubeDNSAnswer)

@@ -223,7 +223,7 @@ func TestFallbackTraffic(t *testing.T) {
 	ll := netip.MustParseAddr(linkLocalIP)
 	fallback := func(lease time.Duration) {
 		t.Helper()
-		f := BuildFallback(FallbackSpec{Target: netip.MustParseAddr(kubeDNS), Covered: []netip.AddrPort{netip.AddrPortFrom(ll, 53)}, Lease: lease})
+		f := BuildFallback(FallbackSpec{Targets: []netip.Addr{netip.MustParseAddr(kubeDNS)}, Covered: []netip.AddrPort{netip.AddrPortFrom(ll, 53)}, Lease: lease})
 		if err := c.ApplyFallback(f); err != nil {
 			t.Fatalf("ApplyFallback: %v", err)
 		}
