@@ -2,7 +2,7 @@
 # Installs the Debian packages a target needs, only those missing, and fetches the Go modules.
 # Usage: scripts/deps.sh [test|demo|bench]
 set -euo pipefail
-need=(nftables iptables conntrack iproute2 dnsutils)
+need=(nftables iptables conntrack iproute2 dnsutils ethtool)
 case "${1:-test}" in
   demo)  need+=(dnsmasq-base) ;;
   bench) need+=(dnsmasq-base unbound dnsperf) ;;

@@ -20,6 +20,22 @@ const (
 	clusterIP6    = "fd00:96::a"
 )
 
+// addIPv6 gives the pod network its IPv6 side: the addresses above, and the peers' default routes via the node.
+func addIPv6(t *testing.T, pn *testenv.PodNetwork) {
+	t.Helper()
+	pod, kdns := pn.Pod, pn.KubeDNS
+	for _, cmd := range [][]string{
+		{"ip", "addr", "add", nodePodSide6 + "/64", "dev", pod.HostIf, "nodad"},
+		{"ip", "addr", "add", nodeKdnsSide6 + "/64", "dev", kdns.HostIf, "nodad"},
+		{"ip", "netns", "exec", pod.Name, "ip", "addr", "add", podIP6 + "/64", "dev", "eth0", "nodad"},
+		{"ip", "netns", "exec", pod.Name, "ip", "-6", "route", "add", "default", "via", nodePodSide6},
+		{"ip", "netns", "exec", kdns.Name, "ip", "addr", "add", kubeDNSPodIP6 + "/64", "dev", "eth0", "nodad"},
+		{"ip", "netns", "exec", kdns.Name, "ip", "-6", "route", "add", "default", "via", nodeKdnsSide6},
+	} {
+		testenv.Run(t, cmd[0], cmd[1:]...)
+	}
+}
+
 // startDNS answers every A query with answer over UDP and TCP on ip:53 until the returned stop is called (or
 // the test ends).
 func startDNS(t *testing.T, ip, answer string) (stop func()) {
@@ -42,18 +58,9 @@ func TestGateFailsOpen(t *testing.T) {
 	c := freshConn(t)
 	pn := testenv.NewPodNetwork(t)
 	pod, kdns := pn.Pod, pn.KubeDNS
-	for _, cmd := range [][]string{
-		{"ip", "addr", "add", nodePodSide6 + "/64", "dev", pod.HostIf, "nodad"},
-		{"ip", "addr", "add", nodeKdnsSide6 + "/64", "dev", kdns.HostIf, "nodad"},
-		{"ip", "netns", "exec", pod.Name, "ip", "addr", "add", podIP6 + "/64", "dev", "eth0", "nodad"},
-		{"ip", "netns", "exec", pod.Name, "ip", "-6", "route", "add", "default", "via", nodePodSide6},
-		{"ip", "netns", "exec", kdns.Name, "ip", "addr", "add", kubeDNSPodIP6 + "/64", "dev", "eth0", "nodad"},
-		{"ip", "netns", "exec", kdns.Name, "ip", "-6", "route", "add", "default", "via", nodeKdnsSide6},
-		{"ip", "addr", "add", clusterIP + "/32", "dev", pod.HostIf},
-		{"ip", "addr", "add", clusterIP6 + "/128", "dev", pod.HostIf, "nodad"},
-	} {
-		testenv.Run(t, cmd[0], cmd[1:]...)
-	}
+	addIPv6(t, pn)
+	testenv.Run(t, "ip", "addr", "add", clusterIP+"/32", "dev", pod.HostIf)
+	testenv.Run(t, "ip", "addr", "add", clusterIP6+"/128", "dev", pod.HostIf, "nodad")
 	kdns.Do(t, func() {
 		startDNS(t, kubeDNSPodIP, kubeDNSAnswer)
 		startDNS(t, kubeDNSPodIP6, kubeDNSAnswer)
