@@ -79,7 +79,7 @@ func TestFallbackTrafficIPv6(t *testing.T) {
 	c := freshConn(t)
 	pn := testenv.NewPodNetwork(t)
 	pod, kdns := pn.Pod, pn.KubeDNS
-	addIPv6(t, pn)
+	pn.AddIPv6(t)
 	testenv.Run(t, "ip", "addr", "add", local6+"/128", "dev", pod.HostIf, "nodad")
 	testenv.Run(t, "ip", "-6", "route", "add", "fd00:96::/64", "via", kubeDNSPodIP6) // every node routes the service range
 	kdns.Do(t, func() { startDNS(t, kubeDNSPodIP6, kubeDNSAnswer) })

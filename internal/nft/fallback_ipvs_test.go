@@ -45,7 +45,7 @@ func fallbackThroughIPVS(t *testing.T, upstream, local, kubeDNS string) {
 	}
 	bits, service, backend, dad := "/32", upstream+":53", kubeDNS+":53", []string{}
 	if strings.Contains(upstream, ":") {
-		addIPv6(t, pn)
+		pn.AddIPv6(t)
 		bits, service, backend, dad = "/128", "["+upstream+"]:53", "["+kubeDNS+"]:53", []string{"nodad"}
 	}
 	testenv.Run(t, "ip", append([]string{"addr", "add", local + bits, "dev", podLink}, dad...)...)

@@ -42,6 +42,14 @@ func RequireRoot(t testing.TB) {
 	}
 }
 
+// RequireIPv6 skips the test on a kernel without IPv6 (booted with ipv6.disable=1).
+func RequireIPv6(t testing.TB) {
+	t.Helper()
+	if !ipv6Enabled() {
+		t.Skip("skipping: the kernel has no IPv6 (/proc/sys/net/ipv6 is missing)")
+	}
+}
+
 // Main runs the tests of a package in a throwaway network namespace when root, and as they are otherwise
 // (kernel tests then skip through RequireRoot). Use it as `func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }`.
 func Main(m *testing.M) int {
