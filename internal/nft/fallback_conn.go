@@ -132,7 +132,7 @@ func (c *Conn) FallbackLease() (time.Duration, bool, error) {
 	c.lock()
 	defer c.mu.Unlock()
 	var least time.Duration
-	any := false
+	found := false
 	for _, s := range coveredSets {
 		set, _ := nftSet(tableNamed(FallbackTableName), s)
 		elems, err := c.ops.GetSetElements(set)
@@ -143,13 +143,13 @@ func (c *Conn) FallbackLease() (time.Duration, bool, error) {
 			return 0, false, fmt.Errorf("list elements of set %s %s: %w", FallbackTableName, s.Name, err)
 		}
 		for _, e := range elems {
-			if !any || e.Expires < least {
+			if !found || e.Expires < least {
 				least = e.Expires
 			}
-			any = true
+			found = true
 		}
 	}
-	return least, any, nil
+	return least, found, nil
 }
 
 // StopFallback empties the fallback's rewrite chains (pod-prerouting, host-output) in one transaction: no new

@@ -125,9 +125,11 @@ type fallbackDecision struct {
 
 // decideFallback derives the fallback table from every live instance's word, the same on every instance:
 // none while any instance wants none (a rollout of -linklocal-fallback=false sticks from its first pod on);
-// else towards the lowest kube-dns ClusterIP said of each family, covering every address of every instance
-// that wants it (the union) on its own DNS port, except the ClusterIPs said, which fail open through
-// kube-proxy.
+// else, for each family every instance names a kube-dns ClusterIP of, towards the lowest one said, covering
+// every address of every instance (the union) on its own DNS port, except the ClusterIPs said, which fail
+// open through kube-proxy. A family some instance names none of gets no fallback: so an earlier version's
+// instance (IPv4 only) and this one decide the same table during a rollout, rather than rewriting each
+// other's.
 func decideFallback(ins []nft.Instance, lease time.Duration) fallbackDecision {
 	var voters []nft.Instance
 	for _, in := range ins {
@@ -154,10 +156,15 @@ func decideFallback(ins []nft.Instance, lease time.Duration) fallbackDecision {
 	spec := &nft.FallbackSpec{Lease: lease}
 	var why []string
 	for _, v6 := range []bool{false, true} {
-		if i := slices.IndexFunc(said, func(ip netip.Addr) bool { return ip.Is6() == v6 }); i >= 0 {
+		ofFamily := func(v netip.AddrPort) bool { return v.Addr().Is6() == v6 }
+		everyone := !slices.ContainsFunc(voters, func(in nft.Instance) bool { return !slices.ContainsFunc(in.Fallbacks, ofFamily) })
+		if i := slices.IndexFunc(said, func(ip netip.Addr) bool { return ip.Is6() == v6 }); i >= 0 && everyone {
 			spec.Targets = append(spec.Targets, said[i])
 			why = append(why, said[i].String())
 		}
+	}
+	if len(spec.Targets) == 0 {
+		return fallbackDecision{why: "the instances name no ClusterIP of one family all alike"}
 	}
 	for _, in := range voters {
 		for _, ip := range in.IPs {
@@ -237,7 +244,7 @@ func (f *fallback) ensure(ins []nft.Instance) (string, error) {
 	if !slices.Equal(want.Skipped, f.skipped) {
 		f.skipped = want.Skipped
 		if len(want.Skipped) > 0 {
-			f.log.Warn("no link-local fallback for these local IPs (another family than the kube-dns ClusterIPs')",
+			f.log.Warn("no link-local fallback for these local IPs (not every live instance names a kube-dns ClusterIP of their family)",
 				zap.Stringers("pairs", want.Skipped), zap.Stringers("kube-dns", d.spec.Targets))
 		}
 	}
