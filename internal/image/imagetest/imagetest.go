@@ -35,23 +35,35 @@ func Layer(t testing.TB, img v1.Image) ([]*tar.Header, map[string][]byte) {
 	defer rc.Close()
 	var hdrs []*tar.Header
 	files := map[string][]byte{}
-	tr := tar.NewReader(rc)
+	eachEntry(t, rc, func(h *tar.Header, data []byte) {
+		hdrs = append(hdrs, h)
+		if h.Typeflag == tar.TypeReg {
+			files[h.Name] = data
+		}
+	})
+	return hdrs, files
+}
+
+// eachEntry calls fn with each entry of the tar stream r and, for a regular file, its content.
+func eachEntry(t testing.TB, r io.Reader, fn func(h *tar.Header, data []byte)) {
+	t.Helper()
+	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			break
+			return
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		hdrs = append(hdrs, h)
+		var data []byte
 		if h.Typeflag == tar.TypeReg {
-			if files[h.Name], err = io.ReadAll(tr); err != nil {
+			if data, err = io.ReadAll(tr); err != nil {
 				t.Fatal(err)
 			}
 		}
+		fn(h, data)
 	}
-	return hdrs, files
 }
 
 // Images returns the platforms of idx's manifests as "os/arch" in index order, and each one's image; it fails t
@@ -103,34 +115,24 @@ func ReadArchive(t testing.TB, path string) (*v1.IndexManifest, v1.ImageIndex) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	tr := tar.NewReader(f)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	eachEntry(t, f, func(h *tar.Header, data []byte) {
 		p := filepath.Join(dir, filepath.FromSlash(h.Name))
 		if !strings.HasPrefix(p, dir+string(filepath.Separator)) {
 			t.Fatalf("archive entry %q leaves the archive", h.Name)
 		}
+		var err error
 		switch h.Typeflag {
 		case tar.TypeDir:
 			err = os.MkdirAll(p, 0o755)
 		case tar.TypeReg:
-			var b []byte
-			if b, err = io.ReadAll(tr); err == nil {
-				err = os.WriteFile(p, b, 0o644)
-			}
+			err = os.WriteFile(p, data, 0o644)
 		default:
 			t.Fatalf("archive entry %q has type %c", h.Name, h.Typeflag)
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-	}
+	})
 	lp, err := layout.FromPath(dir)
 	if err != nil {
 		t.Fatalf("read %s as an OCI image layout: %v", path, err)
