@@ -3,9 +3,10 @@
 #   make -f deploy/deploy.mk image [IMAGE_OUT=dir] [IMAGE_REF=registry/repo:tag] [IMAGE_ARCHS="amd64 arm64"]
 # The archive holds an OCI image index with one image per IMAGE_ARCHS platform (all linux), so that one reference
 # serves the amd64 and the arm64 nodes of a cluster. It is an OCI image layout in a tar with a `docker save`
-# manifest.json beside it: `ctr images import`, `podman load -i` and `docker load -i` read it (the classic docker
-# store takes the IMAGE_GOARCH image alone); `skopeo copy --all oci-archive:out/nodelocaldns-image.tar
-# docker://REGISTRY/REPO:TAG` pushes every platform (README "Build and push the image").
+# manifest.json beside it: `ctr images import` reads every platform (test/cluster imports it so), `docker load -i`
+# on the classic store the IMAGE_GOARCH image alone; `skopeo copy --all oci-archive:out/nodelocaldns-image.tar
+# docker://REGISTRY/REPO:TAG`, or `crane push` of the unpacked directory, pushes every platform (README "Build
+# and push the image").
 # deploy/Dockerfile builds the same binary with the same flags for people who use Docker.
 
 IMAGE_OUT     ?= out

@@ -6,9 +6,10 @@
 //		-o out/nodelocaldns-image.tar -ref ghcr.io/nodelocaldns/nodelocaldns:dev
 //
 // The archive is an OCI image layout in a tar that also carries a `docker save` manifest.json for the
-// -load-arch image: `ctr images import`, `podman load` and `docker load` read it, `skopeo copy --all
-// oci-archive:...` and `regctl image import` push it with every platform. It prints the archive, the reference
-// and the index digest, then each platform's manifest digest.
+// -load-arch image: `ctr images import` reads every platform, `docker load` (classic store) the -load-arch
+// image; `skopeo copy --all oci-archive:...`, or `crane push` of the unpacked directory, pushes the index (README
+// "Build and push the image"). It prints the archive, the reference and the index digest, then each platform's
+// manifest digest.
 package main
 
 import (

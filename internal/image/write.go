@@ -20,8 +20,8 @@ import (
 )
 
 // Annotations of the index.json entry that name the image (github.com/opencontainers/image-spec
-// image-layout.md and annotations.md; containerd's images.AnnotationImageName). `ctr images import` and docker
-// take the full reference from the first, skopeo and podman match a tag against the second; `docker save` and
+// image-layout.md and annotations.md; containerd's images.AnnotationImageName). `ctr images import` takes the
+// full reference from the first, skopeo matches `oci-archive:FILE:TAG` against the second; `docker save` and
 // `ctr images export` write both.
 const (
 	annotationImageName = "io.containerd.image.name"
@@ -33,9 +33,9 @@ var archiveTime = time.Unix(0, 0).UTC()
 
 // WriteArchive writes idx, named ref, to path as one tar that the common loaders read:
 //
-//   - an OCI image layout (oci-layout, index.json, blobs/sha256/...) whose index.json holds idx itself: the
-//     "oci-archive" of skopeo and podman; `ctr images import`, `regctl image import` and docker's containerd
-//     image store, which keep every platform;
+//   - an OCI image layout (oci-layout, index.json, blobs/sha256/...) whose index.json names idx: skopeo's
+//     oci-archive transport and `ctr images import` read it with every platform, and so does `crane push` once
+//     it is unpacked into a directory;
 //   - a `docker save` manifest.json for idx's linux/<loadArch> image, pointing into the same blobs: the classic
 //     docker image store knows no index and loads that one image (the format `docker save` itself writes since
 //     Docker 25).
