@@ -49,9 +49,9 @@ type load struct {
 	name    string // the report's: "lifecycle matrix" (its file: lifecycle-matrix.txt)
 	targets []string
 	stop    chan struct{}
-	done  sync.WaitGroup
-	phase atomic.Int32
-	seq   atomic.Uint32
+	done    sync.WaitGroup
+	phase   atomic.Int32
+	seq     atomic.Uint32
 
 	mu     sync.Mutex
 	names  []string
