@@ -33,24 +33,43 @@ const (
 )
 
 // TestMakeImage runs `make image` as a user would (deploy/deploy.mk alone, from the repository root) and checks
-// the tarball: the Dockerfile's config, one layer with exactly the static binary and its /node-cache alias, and
-// a binary that runs and accepts every manifest's arguments.
+// the archive: an index of exactly linux/amd64 and linux/arm64; each image with the Dockerfile's config for its
+// platform and one layer with exactly that platform's static binary and its /node-cache alias; docker load's
+// manifest.json naming this machine's image, whose binary runs and accepts every manifest's arguments; and a
+// second build in another directory writing the same archive, byte for byte (same commit, same digest).
 func TestMakeImage(t *testing.T) {
 	if testing.Short() {
-		t.Skip("skipping in -short mode: builds the agent binary")
+		t.Skip("skipping in -short mode: builds the agent binary for two architectures")
 	}
 	out := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "make", "--no-print-directory", "-C", "..", "-f", "deploy/deploy.mk", "image",
-		"IMAGE_OUT="+out, "IMAGE_REF="+testRef, "IMAGE_VERSION="+testVersion, "IMAGE_EPOCH="+strconv.Itoa(testEpoch))
-	start := time.Now()
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("make image: %v\n%s", err, b)
-	}
-	t.Logf("make image took %v", time.Since(start).Round(time.Millisecond))
+	makeImage(t, out)
 	tarPath := filepath.Join(out, "nodelocaldns-image.tar")
 
+	top, idx := imagetest.ReadArchive(t, tarPath)
+	if got := top.Manifests[0].Annotations["io.containerd.image.name"]; got != testRef {
+		t.Errorf("index.json names the image %q, want %s", got, testRef)
+	}
+	platforms, imgs := imagetest.Images(t, idx)
+	if want := []string{"linux/amd64", "linux/arm64"}; !slices.Equal(platforms, want) {
+		t.Fatalf("index platforms = %q, want %q", platforms, want)
+	}
+	for _, p := range []struct {
+		arch    string
+		machine elf.Machine
+	}{{"amd64", elf.EM_X86_64}, {"arm64", elf.EM_AARCH64}} {
+		img := imgs["linux/"+p.arch]
+		checkImageConfig(t, img, p.arch)
+		root := filepath.Join(out, "rootfs-"+p.arch)
+		unpackOnly(t, img, root)
+		bin := filepath.Join(root, image.BinaryName)
+		checkStaticBinary(t, bin, p.machine)
+		if built := filepath.Join(out, "linux-"+p.arch, "nodelocaldns"); !bytes.Equal(mustRead(t, bin), mustRead(t, built)) {
+			t.Errorf("linux/%s: the image's binary differs from %s", p.arch, built)
+		}
+	}
+
+	// The classic docker store knows no index: manifest.json gives it this machine's image, whose binary is
+	// also the one make image leaves at $(IMAGE_OUT)/nodelocaldns (test/cluster runs it on the host).
 	m, err := tarball.LoadManifest(func() (io.ReadCloser, error) { return os.Open(tarPath) })
 	if err != nil {
 		t.Fatalf("read %s: %v", tarPath, err)
@@ -58,14 +77,18 @@ func TestMakeImage(t *testing.T) {
 	if len(m) != 1 || !slices.Equal(m[0].RepoTags, []string{testRef}) {
 		t.Fatalf("manifest.json = %+v, want one image tagged %s", m, testRef)
 	}
-	img, err := tarball.ImageFromPath(tarPath, nil)
+	loaded, err := tarball.ImageFromPath(tarPath, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkImageConfig(t, img)
-	root := filepath.Join(out, "rootfs")
-	unpackOnly(t, img, root)
-	checkStaticBinary(t, filepath.Join(root, "nodelocaldns"))
+	host := imgs["linux/"+runtime.GOARCH]
+	if got, want := configName(t, loaded), configName(t, host); got != want {
+		t.Errorf("manifest.json's image has config %s, want linux/%s's %s", got, runtime.GOARCH, want)
+	}
+	root := filepath.Join(out, "rootfs-"+runtime.GOARCH)
+	if !bytes.Equal(mustRead(t, filepath.Join(out, "nodelocaldns")), mustRead(t, filepath.Join(root, image.BinaryName))) {
+		t.Errorf("%s/nodelocaldns is not the linux/%s image's binary", out, runtime.GOARCH)
+	}
 
 	// The binary runs, under both names, and reports the version it was built with.
 	for _, name := range []string{"nodelocaldns", "node-cache"} {
@@ -97,10 +120,42 @@ func TestMakeImage(t *testing.T) {
 			t.Errorf("%s: node-cache -print-rules %q: %v\n%s", name, args, err, b)
 		}
 	}
+
+	again := t.TempDir()
+	makeImage(t, again)
+	if a, b := mustRead(t, tarPath), mustRead(t, filepath.Join(again, "nodelocaldns-image.tar")); !bytes.Equal(a, b) {
+		_, idx2 := imagetest.ReadArchive(t, filepath.Join(again, "nodelocaldns-image.tar"))
+		d1, _ := idx.Digest()
+		d2, _ := idx2.Digest()
+		t.Errorf("two builds of one commit differ: index %s and %s (%d and %d bytes)", d1, d2, len(a), len(b))
+	}
 }
 
-// checkImageConfig: the config is what deploy/Dockerfile sets, for the requested version and time.
-func checkImageConfig(t *testing.T, img v1.Image) {
+// makeImage runs `make image` into out with the test's reference, version and time.
+func makeImage(t *testing.T, out string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "make", "--no-print-directory", "-C", "..", "-f", "deploy/deploy.mk", "image",
+		"IMAGE_OUT="+out, "IMAGE_REF="+testRef, "IMAGE_VERSION="+testVersion, "IMAGE_EPOCH="+strconv.Itoa(testEpoch))
+	start := time.Now()
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("make image: %v\n%s", err, b)
+	}
+	t.Logf("make image took %v", time.Since(start).Round(time.Millisecond))
+}
+
+func configName(t *testing.T, img v1.Image) v1.Hash {
+	t.Helper()
+	h, err := img.ConfigName()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// checkImageConfig: the config is what deploy/Dockerfile sets, for the requested version, time and architecture.
+func checkImageConfig(t *testing.T, img v1.Image, arch string) {
 	t.Helper()
 	cf, err := img.ConfigFile()
 	if err != nil {
@@ -128,8 +183,8 @@ func checkImageConfig(t *testing.T, img v1.Image) {
 			t.Errorf("label %s = %q, want the Dockerfile's %q", k, c.Labels[k], v)
 		}
 	}
-	if cf.OS != "linux" || cf.Architecture != runtime.GOARCH || cf.Created.Unix() != testEpoch {
-		t.Errorf("platform %s/%s created %v, want linux/%s created at %d", cf.OS, cf.Architecture, cf.Created.Time, runtime.GOARCH, testEpoch)
+	if cf.OS != "linux" || cf.Architecture != arch || cf.Created.Unix() != testEpoch {
+		t.Errorf("platform %s/%s created %v, want linux/%s created at %d", cf.OS, cf.Architecture, cf.Created.Time, arch, testEpoch)
 	}
 }
 
@@ -167,14 +222,18 @@ func unpackOnly(t *testing.T, img v1.Image, root string) {
 	}
 }
 
-// checkStaticBinary: no program interpreter and no shared libraries, so it runs on an empty filesystem.
-func checkStaticBinary(t *testing.T, p string) {
+// checkStaticBinary: an executable for machine, with no program interpreter and no shared libraries, so it
+// runs on an empty filesystem.
+func checkStaticBinary(t *testing.T, p string, machine elf.Machine) {
 	t.Helper()
 	f, err := elf.Open(p)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
+	if f.Machine != machine {
+		t.Errorf("%s is ELF machine %s, want %s", p, f.Machine, machine)
+	}
 	for _, prog := range f.Progs {
 		if prog.Type == elf.PT_INTERP {
 			t.Errorf("%s has a PT_INTERP program header (%s): dynamically linked", p, image.Interpreter(f))

@@ -52,7 +52,7 @@ skip_or_fail() {
 declare -A tools=(
 	[qemu-system-x86_64]=qemu-system-x86 [depmod]=kmod [cpio]=cpio [xz]=xz-utils [dpkg-deb]=dpkg
 	[ip]=iproute2 [nft]=nftables [conntrack]=conntrack [dig]=bind9-dnsutils [xtables-nft-multi]=iptables
-	[ipvsadm]=ipvsadm
+	[ipvsadm]=ipvsadm [ethtool]=ethtool
 )
 install_tools() {
 	local missing=()
@@ -138,14 +138,14 @@ build_initramfs() {
 	rm -rf "$root" && mkdir -p "$root"/{bin,usr/bin,usr/sbin,usr/lib,usr/lib64,proc,sys,dev,tests,src,etc}
 	ln -s usr/lib "$root/lib" && ln -s usr/lib64 "$root/lib64" && ln -s usr/sbin "$root/sbin"
 
-	# busybox for the shell and coreutils; iproute2, nft, conntrack, dig, iptables-nft and ipvsadm are the real
+	# busybox for the shell and coreutils; iproute2, nft, conntrack, dig, iptables-nft, ipvsadm and ethtool are the real
 	# ones, as the tests use them as independent observers or kube-proxy stand-ins (busybox's ip has no JSON output).
 	install -m 0755 /bin/busybox "$root/bin/busybox"
 	for app in $(/bin/busybox --list); do
 		[[ -e $root/bin/$app ]] || ln -s busybox "$root/bin/$app"
 	done
 	local prog progs=() xt=/usr/lib/x86_64-linux-gnu/xtables
-	for prog in ip nft conntrack xtables-nft-multi ipvsadm; do
+	for prog in ip nft conntrack xtables-nft-multi ipvsadm ethtool; do
 		progs+=("$(command -v "$prog")")
 		install -m 0755 "${progs[-1]}" "$root/usr/sbin/$prog"
 	done

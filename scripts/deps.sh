@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Installs the Debian packages a target needs, only those missing, and fetches the Go modules.
-# Usage: scripts/deps.sh [test|demo|bench]
+# Usage: scripts/deps.sh [test|demo|bench|arm64]
 set -euo pipefail
-need=(nftables iptables conntrack iproute2 dnsutils)
+need=(nftables iptables conntrack iproute2 dnsutils ethtool)
+# qemu-user: qemu-aarch64, which runs the arm64 unit tests (make test-arm64). Installed without its recommended
+# qemu-user-binfmt, like everything here (--no-install-recommends): nothing is registered with the host's binfmt_misc.
 case "${1:-test}" in
+  test)  need+=(qemu-user) ;;
   demo)  need+=(dnsmasq-base) ;;
   bench) need+=(dnsmasq-base unbound dnsperf) ;;
+  arm64) need=(qemu-user) ;;
 esac
 missing=()
 for p in "${need[@]}"; do

@@ -52,7 +52,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	case options.ModePrintRules:
 		vote, fallback, why := supervisor.PrintFallback(o, os.Getenv)
-		spec := nft.Spec{LocalIPs: o.LocalIPs, DNSPort: o.DNSPort, HealthPort: o.HealthPort, Fallback: vote}
+		spec := nft.Spec{LocalIPs: o.LocalIPs, DNSPort: o.DNSPort, HealthPort: o.HealthPort, Fallbacks: vote}
 		if err := spec.Validate(); err != nil {
 			fmt.Fprintf(stderr, "nodelocaldns: %v\n", err)
 			return 2

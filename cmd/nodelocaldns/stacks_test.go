@@ -20,6 +20,7 @@ import (
 // number of other goroutines parked on small stacks (the idle agent has about 25).
 func TestStackTunerReachesTarget(t *testing.T) {
 	for _, idle := range []int{0, 25, 150} {
+		goroutines := runtime.NumGoroutine()
 		release := make(chan struct{})
 		for range idle {
 			go func() { <-release }()
@@ -48,22 +49,32 @@ func TestStackTunerReachesTarget(t *testing.T) {
 			}
 		}
 		t.Logf("%d idle goroutines: starting stack %d → %d bytes with %d ballast goroutines", idle, before, start, st.ballast)
-		st.stop()
 		close(release)
+		stopTuner(t, st, goroutines)
 	}
 }
 
 // However many goroutines the tuner parks, they cannot lift the starting size past the target: it never has
 // to take any back.
 func TestStackTunerCannotOvershoot(t *testing.T) {
+	goroutines := runtime.NumGoroutine()
 	st := newStackTuner(zaptest.NewLogger(t))
-	defer st.stop()
+	defer stopTuner(t, st, goroutines)
 	st.add(maxBallast)
 	runtime.GC() // lets the new goroutines run into their frames
 	runtime.GC()
 	if got := startingSize(); got != stackTarget {
 		t.Fatalf("starting stack size with %d ballast goroutines and little else = %d bytes, want %d", st.ballast, got, stackTarget)
 	}
+}
+
+// stopTuner releases st's ballast and waits until the goroutines are back to before, so that the next test counts
+// from a quiet runtime: TestStackTunerStops takes its baseline from runtime.NumGoroutine, and released goroutines
+// exit slowly under emulation (make test-arm64), where that baseline raced with the exits.
+func stopTuner(t *testing.T, st *stackTuner, before int) {
+	t.Helper()
+	st.stop()
+	testenv.Eventually(t, 5*time.Second, "the released ballast goroutines to exit", func() bool { return runtime.NumGoroutine() <= before })
 }
 
 func startingSize() uint64 {

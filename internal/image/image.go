@@ -5,8 +5,9 @@
 // agent programs nftables over netlink and needs nothing else from the filesystem. Entrypoint, user, environment
 // and labels are the ones deploy/Dockerfile sets (a test in deploy/ holds the two together).
 //
-// [Build] is pure: bytes in, an in-memory image out, identical bytes and Spec give an identical digest. Only
-// [WriteTarball] touches the filesystem.
+// One image per platform ([Build]); an OCI image index over them ([Index]), so that one reference serves the
+// amd64 and the arm64 nodes of a cluster. Both are pure: bytes in, an in-memory value out, identical bytes and
+// Spec give an identical digest. Only [WriteArchive] touches the filesystem.
 package image
 
 import (

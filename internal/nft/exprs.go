@@ -14,6 +14,7 @@ import (
 const (
 	ip4SaddrOffset = 12
 	ip4DaddrOffset = 16
+	ip4CsumOffset  = 10
 	ip6SaddrOffset = 8
 	ip6DaddrOffset = 24
 	sportOffset    = 0
@@ -89,6 +90,8 @@ func tableNamed(name string) *nftables.Table {
 func nftSet(t *nftables.Table, s Set) (*nftables.Set, []nftables.SetElement) {
 	set := &nftables.Set{Table: t, Name: s.Name, KeyType: nftables.TypeIPAddr}
 	switch {
+	case s.Concat && s.IPv6:
+		set.KeyType, set.Concatenation = nftables.MustConcatSetType(nftables.TypeIP6Addr, nftables.TypeInetService), true
 	case s.Concat:
 		set.KeyType, set.Concatenation = nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetService), true
 	case s.IPv6:
@@ -105,18 +108,20 @@ func nftSet(t *nftables.Table, s Set) (*nftables.Set, []nftables.SetElement) {
 	return set, elems
 }
 
-// pairKey is an `ipv4_addr . inet_service` element's key: each field padded to 4 bytes, the port big endian.
+// pairKey is an `ipv4_addr . inet_service` or `ipv6_addr . inet_service` element's key: each field padded to
+// a multiple of 4 bytes, the port big endian.
 func pairKey(p netip.AddrPort) []byte {
-	a := p.Addr().As4()
-	return []byte{a[0], a[1], a[2], a[3], byte(p.Port() >> 8), byte(p.Port()), 0, 0}
+	return append(p.Addr().AsSlice(), byte(p.Port()>>8), byte(p.Port()), 0, 0)
 }
 
-// pairOf reads an element key pairKey wrote.
+// pairOf reads an element key pairKey wrote, of either family.
 func pairOf(key []byte) (netip.AddrPort, bool) {
-	if len(key) != 8 {
+	if len(key) != 4+4 && len(key) != 16+4 {
 		return netip.AddrPort{}, false
 	}
-	return netip.AddrPortFrom(netip.AddrFrom4([4]byte(key[:4])), uint16(key[4])<<8|uint16(key[5])), true
+	n := len(key) - 4
+	ip, _ := netip.AddrFromSlice(key[:n])
+	return netip.AddrPortFrom(ip, uint16(key[n])<<8|uint16(key[n+1])), true
 }
 
 func nftChain(t *nftables.Table, c Chain) *nftables.Chain {

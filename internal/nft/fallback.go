@@ -40,17 +40,17 @@ import (
 // other reply from the ClusterIP is the address it already has.
 //
 // The table is not owned: it must outlive every instance (a crash, a pod delete, a rollout without surge).
-// What it covers is a lease: every element of set covered4 carries a timeout, which each instance renews on
+// What it covers is a lease: every element of sets covered4 and covered6 carries a timeout, which each instance renews on
 // its passes. An uninstall that ran no hook leaves the table, and within the lease its rules match nothing
 // more. It aims at kube-dns's ClusterIP, never at a Service our install creates: a Service deleted with us
 // has no address left for the fallback to hand to whoever gets it next.
 
 // FallbackSpec is everything the fallback table depends on.
 type FallbackSpec struct {
-	// Target is the kube-dns Service's ClusterIP.
-	Target netip.Addr
-	// Covered are the (local IP, DNS port) pairs to fall back for: those of every live instance. Pairs not in
-	// Target's family, and Target itself, are left out.
+	// Targets are the kube-dns Service's ClusterIPs, at most one per family (dual-stack: both).
+	Targets []netip.Addr
+	// Covered are the (local IP, DNS port) pairs to fall back for: those of every live instance. Pairs of a
+	// family no target has, and the targets themselves, are left out.
 	Covered []netip.AddrPort
 	// Lease is how long each covered pair stays in the table without being renewed.
 	Lease time.Duration
@@ -59,14 +59,22 @@ type FallbackSpec struct {
 // Fallback is the desired content of table inet [FallbackTableName]: a plain value, built by [BuildFallback],
 // printed by [Fallback.String], programmed by [Conn.ApplyFallback].
 type Fallback struct {
-	Set    Set // covered4: the covered pairs, each with the lease as its timeout
+	// Sets are covered4 and covered6, each there when its family has a target: the covered pairs, each
+	// with the lease as its timeout.
+	Sets   []Set
 	Chains []FallbackChain
-	// Skipped are the pairs the table cannot cover (another family than the target's).
+	// Skipped are the pairs the table cannot cover (a family no target has).
 	Skipped []netip.AddrPort
 }
 
 // Covered are the pairs the table falls back for, sorted.
-func (f *Fallback) Covered() []netip.AddrPort { return f.Set.Pairs }
+func (f *Fallback) Covered() []netip.AddrPort {
+	var out []netip.AddrPort
+	for _, s := range f.Sets {
+		out = append(out, s.Pairs...)
+	}
+	return sortedPairs(out)
+}
 
 // FallbackChain is a base chain of the fallback table.
 type FallbackChain struct {
@@ -98,19 +106,20 @@ func (r FallbackRule) String() string {
 	return strings.Join(parts, " ")
 }
 
-// ErrFallbackIPv6 says why an IPv6 kube-dns ClusterIP gets no fallback yet: rewriting an IPv6 address needs
-// the transport checksum's pseudo-header updated (NFT_PAYLOAD_L4CSUM_PSEUDOHDR), and google/nftables v0.3.0
-// sends NFTA_PAYLOAD_CSUM_FLAGS only together with an L3 checksum, which IPv6 has not: the kernel would
-// forward every rewritten query with a wrong checksum. TestPayloadCsumFlagsNeedL3Csum pins that behaviour.
-var ErrFallbackIPv6 = errors.New("the link-local fallback needs an IPv4 kube-dns ClusterIP (IPv6 rewrites are not supported yet)")
-
 // Validate reports the first reason the spec cannot be programmed.
 func (s FallbackSpec) Validate() error {
-	if !s.Target.IsValid() || s.Target.IsUnspecified() {
+	if len(s.Targets) == 0 {
 		return errors.New("no kube-dns ClusterIP to fall back to")
 	}
-	if !s.Target.Is4() {
-		return ErrFallbackIPv6
+	var families [2]bool
+	for _, t := range s.Targets {
+		if !t.IsValid() || t.IsUnspecified() || t.Is4In6() {
+			return fmt.Errorf("kube-dns ClusterIP %v: not a unicast IPv4 or IPv6 address", t)
+		}
+		if families[b2i(t.Is6())] {
+			return fmt.Errorf("kube-dns ClusterIPs %v: at most one per family", s.Targets)
+		}
+		families[b2i(t.Is6())] = true
 	}
 	if s.Lease <= 0 {
 		return fmt.Errorf("lease %v: must be positive", s.Lease)
@@ -123,31 +132,59 @@ func (s FallbackSpec) Validate() error {
 	return nil
 }
 
-// BuildFallback computes the fallback table from s. It is pure and deterministic: the pairs are
-// deduplicated and sorted, so every instance given the same instances builds the same table. A spec with no
-// pair to cover builds the chains with an empty set, which steer nothing.
-func BuildFallback(s FallbackSpec) *Fallback {
-	f := &Fallback{Set: Set{Name: SetCovered4, Concat: true, Timeout: s.Lease}}
-	var ports []uint16
-	for _, p := range sortedPairs(s.Covered) {
-		switch {
-		case p.Addr() == s.Target:
-		case p.Addr().Is4() != s.Target.Is4():
-			f.Skipped = append(f.Skipped, p)
-		default:
-			f.Set.Pairs = append(f.Set.Pairs, p)
-			ports = append(ports, p.Port())
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// target is s's ClusterIP of ip's family, if it has one.
+func (s FallbackSpec) target(ip netip.Addr) (netip.Addr, bool) {
+	for _, t := range s.Targets {
+		if t.Is4() == ip.Is4() {
+			return t, true
 		}
 	}
-	slices.Sort(ports)
-	ports = slices.Compact(ports)
+	return netip.Addr{}, false
+}
+
+// BuildFallback computes the fallback table from s. It is pure and deterministic: the targets and pairs are
+// sorted and deduplicated, so every instance given the same instances builds the same table. Each family with
+// a target gets its set and its rules (IPv4 first); a spec with no pair to cover builds them with empty sets,
+// which steer nothing.
+func BuildFallback(s FallbackSpec) *Fallback {
+	f := &Fallback{}
 	var pods, hosts, masq, replies []FallbackRule
-	for _, p := range []Proto{ProtoUDP, ProtoTCP} {
-		rewrite := FallbackRule{inPairs(DirTo, DirTo, p, SetCovered4), tracked(), counter(), setAddr(DirTo, s.Target)}
-		pods, hosts = append(pods, rewrite), append(hosts, rewrite)
-		masq = append(masq, FallbackRule{inPairs(DirFrom, DirTo, p, SetCovered4), masquerade()})
-		for _, port := range ports {
-			replies = append(replies, FallbackRule{ctDirection(ctReply), matchAddr(DirFrom, s.Target), matchPort(p, DirFrom, port), setAddrToOriginal()})
+	targets := slices.Clone(s.Targets)
+	slices.SortFunc(targets, netip.Addr.Compare)
+	for _, target := range slices.Compact(targets) {
+		set := Set{Name: SetCovered4, Concat: true, Timeout: s.Lease}
+		if target.Is6() {
+			set.Name, set.IPv6 = SetCovered6, true
+		}
+		var ports []uint16
+		for _, p := range sortedPairs(s.Covered) {
+			if p.Addr() != target && p.Addr().Is4() == target.Is4() {
+				set.Pairs = append(set.Pairs, p)
+				ports = append(ports, p.Port())
+			}
+		}
+		f.Sets = append(f.Sets, set)
+		slices.Sort(ports)
+		ports = slices.Compact(ports)
+		for _, p := range []Proto{ProtoUDP, ProtoTCP} {
+			rewrite := FallbackRule{inPairs(target, DirTo, DirTo, p, set.Name), tracked(), counter(), setAddr(DirTo, target)}
+			pods, hosts = append(pods, rewrite), append(hosts, rewrite)
+			masq = append(masq, FallbackRule{inPairs(target, DirFrom, DirTo, p, set.Name), masquerade()})
+			for _, port := range ports {
+				replies = append(replies, FallbackRule{ctDirection(ctReply), matchAddr(DirFrom, target), matchPort(p, DirFrom, port), setAddrToOriginal(target)})
+			}
+		}
+	}
+	for _, p := range sortedPairs(s.Covered) {
+		if _, ok := s.target(p.Addr()); !ok {
+			f.Skipped = append(f.Skipped, p)
 		}
 	}
 	f.Chains = []FallbackChain{
@@ -166,7 +203,12 @@ func BuildFallback(s FallbackSpec) *Fallback {
 func (f *Fallback) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "table inet %s {\n", FallbackTableName)
-	writeSet(&b, f.Set)
+	for i, set := range f.Sets {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		writeSet(&b, set)
+	}
 	for _, c := range f.Chains {
 		b.WriteString("\n")
 		fmt.Fprintf(&b, "\tchain %s {\n\t\ttype %s hook %s priority %s; policy accept;\n", c.Name, c.Type, c.Hook, priorityName(c.Hook, c.Priority))

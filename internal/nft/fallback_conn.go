@@ -25,11 +25,13 @@ func (c *Conn) ApplyFallback(f *Fallback) error {
 	c.ops.AddTable(t)
 	c.ops.DelTable(t)
 	c.ops.AddTable(t)
-	set, elems := nftSet(t, f.Set)
-	if err := c.ops.AddSet(set, elems); err != nil {
-		c.ops.DelTable(t) // a marshalling error: nothing sent yet, and this batch must not apply half a table
-		c.ops.Discard()
-		return fmt.Errorf("queue set %s: %w", f.Set.Name, err)
+	for _, s := range f.Sets {
+		set, elems := nftSet(t, s)
+		if err := c.ops.AddSet(set, elems); err != nil {
+			c.ops.DelTable(t) // a marshalling error: nothing sent yet, and this batch must not apply half a table
+			c.ops.Discard()
+			return fmt.Errorf("queue set %s: %w", s.Name, err)
+		}
 	}
 	rules := 0
 	for _, fc := range f.Chains {
@@ -57,8 +59,14 @@ func (c *Conn) FallbackInSync(f *Fallback) (bool, error) {
 	c.lock()
 	defer c.mu.Unlock()
 	t := tableNamed(FallbackTableName)
-	if ok, err := c.setHolds(t, f.Set); !ok || err != nil {
-		return false, err
+	for _, s := range coveredSets {
+		i := slices.IndexFunc(f.Sets, func(w Set) bool { return w.Name == s.Name })
+		if i >= 0 {
+			s = f.Sets[i]
+		}
+		if ok, err := c.setHolds(t, s, i >= 0); !ok || err != nil {
+			return false, err
+		}
 	}
 	for _, fc := range f.Chains {
 		have, err := c.ops.ListChain(t, fc.Name)
@@ -90,15 +98,22 @@ func (c *Conn) FallbackInSync(f *Fallback) (bool, error) {
 	return true, nil
 }
 
-// setHolds reports whether set want's elements in table t are exactly want's pairs. Called with c.mu held.
-func (c *Conn) setHolds(t *nftables.Table, want Set) (bool, error) {
+// coveredSets are the fallback table's sets as the read-back names them, without their elements.
+var coveredSets = []Set{{Name: SetCovered4, Concat: true}, {Name: SetCovered6, Concat: true, IPv6: true}}
+
+// setHolds reports whether set want in table t holds exactly want's pairs (present), or is not there (not
+// present). Called with c.mu held.
+func (c *Conn) setHolds(t *nftables.Table, want Set, present bool) (bool, error) {
 	set, _ := nftSet(t, want)
 	elems, err := c.ops.GetSetElements(set)
 	if IsNotExist(err) {
-		return false, nil
+		return !present, nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("list elements of set %s %s: %w", FallbackTableName, want.Name, err)
+	}
+	if !present {
+		return false, nil
 	}
 	var have []netip.AddrPort
 	for _, e := range elems {
@@ -116,21 +131,25 @@ func (c *Conn) setHolds(t *nftables.Table, want Set) (bool, error) {
 func (c *Conn) FallbackLease() (time.Duration, bool, error) {
 	c.lock()
 	defer c.mu.Unlock()
-	set, _ := nftSet(tableNamed(FallbackTableName), Set{Name: SetCovered4, Concat: true})
-	elems, err := c.ops.GetSetElements(set)
-	if IsNotExist(err) {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, fmt.Errorf("list elements of set %s %s: %w", FallbackTableName, SetCovered4, err)
-	}
 	var least time.Duration
-	for i, e := range elems {
-		if i == 0 || e.Expires < least {
-			least = e.Expires
+	found := false
+	for _, s := range coveredSets {
+		set, _ := nftSet(tableNamed(FallbackTableName), s)
+		elems, err := c.ops.GetSetElements(set)
+		if IsNotExist(err) {
+			continue
+		}
+		if err != nil {
+			return 0, false, fmt.Errorf("list elements of set %s %s: %w", FallbackTableName, s.Name, err)
+		}
+		for _, e := range elems {
+			if !found || e.Expires < least {
+				least = e.Expires
+			}
+			found = true
 		}
 	}
-	return least, len(elems) > 0, nil
+	return least, found, nil
 }
 
 // StopFallback empties the fallback's rewrite chains (pod-prerouting, host-output) in one transaction: no new

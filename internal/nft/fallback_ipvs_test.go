@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,36 +12,57 @@ import (
 )
 
 // TestFallbackThroughIPVS is the fallback in front of kube-proxy's IPVS mode, where the pods' only nameserver
-// is the link-local address: kube-proxy holds every ClusterIP on its kube-ipvs0 interface and serves it at
+// is the node-local address: kube-proxy holds every ClusterIP on its kube-ipvs0 interface and serves it at
 // input through an IPVS virtual service (NAT forwarding, conntrack on). With no listener, a pod's query to the
-// link-local address is rewritten to the kube-dns ClusterIP, taken by IPVS to kube-dns, and answered from the
-// link-local address (IPVS un-NATs the reply to the ClusterIP; the reply rule writes the original address back); with an instance serving, it is answered locally. Needs ip_vs, which Debian's stock kernel has
+// local address is rewritten to the kube-dns ClusterIP, taken by IPVS to kube-dns, and answered from the
+// local address (IPVS un-NATs the reply to the ClusterIP; the reply rule writes the original address back);
+// with an instance serving, it is answered locally. IPv4 and IPv6, with transmit checksum offload off on every
+// link, so that each receiver checks what the two rewrites left. Needs ip_vs, which Debian's stock kernel has
 // (the kernel VM, `make test-kernel`) and the development kernel has not.
 func TestFallbackThroughIPVS(t *testing.T) {
 	if _, err := os.Stat("/proc/net/ip_vs"); err != nil {
 		t.Skip("skipping: needs the ip_vs module (the kernel VM has it: make test-kernel)")
 	}
-	if _, err := exec.LookPath("ipvsadm"); err != nil {
-		t.Skip("skipping: needs ipvsadm")
+	for _, tool := range []string{"ipvsadm", "ethtool"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skip("skipping: needs " + tool)
+		}
 	}
+	for _, fam := range []struct{ name, clusterIP, local, kubeDNS string }{
+		{"ipv4", "10.96.0.10", linkLocalIP, kubeDNSPodIP},
+		{"ipv6", clusterIP6, local6, kubeDNSPodIP6},
+	} {
+		t.Run(fam.name, func(t *testing.T) { fallbackThroughIPVS(t, fam.clusterIP, fam.local, fam.kubeDNS) })
+	}
+}
+
+func fallbackThroughIPVS(t *testing.T, upstream, local, kubeDNS string) {
 	c := freshConn(t)
 	pn := testenv.NewPodNetwork(t)
 	pod, podLink := pn.Pod, pn.Pod.HostIf
-	if err := os.WriteFile("/proc/sys/net/ipv4/vs/conntrack", []byte("1"), 0o644); err != nil {
+	if err := os.WriteFile("/proc/sys/net/ipv4/vs/conntrack", []byte("1"), 0o644); err != nil { // both families'
 		t.Fatalf("IPVS conntrack: %v", err)
 	}
-	const upstream = "10.96.0.10" // kube-dns's ClusterIP
-	testenv.Run(t, "ip", "addr", "add", linkLocalIP+"/32", "dev", podLink)
+	bits, service, backend, dad := "/32", upstream+":53", kubeDNS+":53", []string{}
+	if strings.Contains(upstream, ":") {
+		pn.AddIPv6(t)
+		bits, service, backend, dad = "/128", "["+upstream+"]:53", "["+kubeDNS+"]:53", []string{"nodad"}
+	}
+	testenv.Run(t, "ip", append([]string{"addr", "add", local + bits, "dev", podLink}, dad...)...)
 	// kube-ipvs0 is a dummy interface holding every ClusterIP, down, as kube-proxy makes it.
 	testenv.Run(t, "ip", "link", "add", "kube-ipvs0", "type", "dummy")
 	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", "kube-ipvs0").Run() })
-	testenv.Run(t, "ip", "addr", "add", upstream+"/32", "dev", "kube-ipvs0")
+	testenv.Run(t, "ip", append([]string{"addr", "add", upstream + bits, "dev", "kube-ipvs0"}, dad...)...)
 	for _, proto := range []string{"-u", "-t"} {
-		testenv.Run(t, "ipvsadm", "-A", proto, upstream+":53", "-s", "rr")
-		testenv.Run(t, "ipvsadm", "-a", proto, upstream+":53", "-r", kubeDNSPodIP+":53", "-m")
+		testenv.Run(t, "ipvsadm", "-A", proto, service, "-s", "rr")
+		testenv.Run(t, "ipvsadm", "-a", proto, service, "-r", backend, "-m")
 	}
 	t.Cleanup(func() { _ = exec.Command("ipvsadm", "-C").Run() })
-	pn.KubeDNS.Do(t, func() { startDNS(t, kubeDNSPodIP, kubeDNSAnswer) })
+	for _, p := range []*testenv.Peer{pn.Pod, pn.KubeDNS} {
+		testenv.Run(t, "ip", "netns", "exec", p.Name, "ethtool", "-K", "eth0", "tx", "off")
+		testenv.Run(t, "ethtool", "-K", p.HostIf, "tx", "off")
+	}
+	pn.KubeDNS.Do(t, func() { startDNS(t, kubeDNS, kubeDNSAnswer) })
 	expect := func(server, when, want string) {
 		t.Helper()
 		for _, tcp := range []bool{false, true} {
@@ -50,20 +72,24 @@ func TestFallbackThroughIPVS(t *testing.T) {
 		}
 	}
 	expect(upstream, "IPVS alone (the observer works)", kubeDNSAnswer)
-	expect(linkLocalIP, "no fallback, no listener", "")
-	ll := netip.MustParseAddr(linkLocalIP)
-	if err := c.ApplyFallback(BuildFallback(FallbackSpec{Target: netip.MustParseAddr(upstream), Covered: []netip.AddrPort{netip.AddrPortFrom(ll, 53)}, Lease: time.Hour})); err != nil {
+	expect(local, "no fallback, no listener", "")
+	ll := netip.MustParseAddr(local)
+	if err := c.ApplyFallback(BuildFallback(FallbackSpec{Targets: []netip.Addr{netip.MustParseAddr(upstream)}, Covered: []netip.AddrPort{netip.AddrPortFrom(ll, 53)}, Lease: time.Hour})); err != nil {
 		t.Fatalf("ApplyFallback: %v", err)
 	}
-	expect(linkLocalIP, "fallback, no instance", kubeDNSAnswer)
-	stop := startDNS(t, linkLocalIP, localAnswer)
+	before := csumErrors(t, pn.Pod, pn.KubeDNS)
+	expect(local, "fallback, no instance", kubeDNSAnswer)
+	if after := csumErrors(t, pn.Pod, pn.KubeDNS); after != before {
+		t.Errorf("receivers counted checksum errors: %d before, %d after", before, after)
+	}
+	stop := startDNS(t, local, localAnswer)
 	if err := c.Apply(Build(Spec{LocalIPs: []netip.Addr{ll}, DNSPort: 53, HealthPort: 8080})); err != nil {
 		t.Fatalf("Apply: %v", err)
 	}
-	expect(linkLocalIP, "fallback, instance serving", localAnswer)
+	expect(local, "fallback, instance serving", localAnswer)
 	stop()
 	if err := c.Teardown(); err != nil { // what the kernel does when the instance dies
 		t.Fatalf("Teardown: %v", err)
 	}
-	expect(linkLocalIP, "fallback, instance gone", kubeDNSAnswer)
+	expect(local, "fallback, instance gone", kubeDNSAnswer)
 }

@@ -11,12 +11,9 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
-// The IPv6 side of the test network of netns_test.go.
+// The IPv6 side of the test network of netns_test.go (testenv.PodNetwork.AddIPv6).
 const (
-	nodePodSide6  = "2001:db8:1::1"
-	podIP6        = "2001:db8:1::2"
-	nodeKdnsSide6 = "2001:db8:2::1"
-	kubeDNSPodIP6 = "2001:db8:2::2"
+	kubeDNSPodIP6 = testenv.KubeDNSAddr6
 	clusterIP6    = "fd00:96::a"
 )
 
@@ -42,18 +39,9 @@ func TestGateFailsOpen(t *testing.T) {
 	c := freshConn(t)
 	pn := testenv.NewPodNetwork(t)
 	pod, kdns := pn.Pod, pn.KubeDNS
-	for _, cmd := range [][]string{
-		{"ip", "addr", "add", nodePodSide6 + "/64", "dev", pod.HostIf, "nodad"},
-		{"ip", "addr", "add", nodeKdnsSide6 + "/64", "dev", kdns.HostIf, "nodad"},
-		{"ip", "netns", "exec", pod.Name, "ip", "addr", "add", podIP6 + "/64", "dev", "eth0", "nodad"},
-		{"ip", "netns", "exec", pod.Name, "ip", "-6", "route", "add", "default", "via", nodePodSide6},
-		{"ip", "netns", "exec", kdns.Name, "ip", "addr", "add", kubeDNSPodIP6 + "/64", "dev", "eth0", "nodad"},
-		{"ip", "netns", "exec", kdns.Name, "ip", "-6", "route", "add", "default", "via", nodeKdnsSide6},
-		{"ip", "addr", "add", clusterIP + "/32", "dev", pod.HostIf},
-		{"ip", "addr", "add", clusterIP6 + "/128", "dev", pod.HostIf, "nodad"},
-	} {
-		testenv.Run(t, cmd[0], cmd[1:]...)
-	}
+	pn.AddIPv6(t)
+	testenv.Run(t, "ip", "addr", "add", clusterIP+"/32", "dev", pod.HostIf)
+	testenv.Run(t, "ip", "addr", "add", clusterIP6+"/128", "dev", pod.HostIf, "nodad")
 	kdns.Do(t, func() {
 		startDNS(t, kubeDNSPodIP, kubeDNSAnswer)
 		startDNS(t, kubeDNSPodIP6, kubeDNSAnswer)

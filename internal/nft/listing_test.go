@@ -107,14 +107,19 @@ func TestInstancesSayTheirWord(t *testing.T) {
 		t.Cleanup(func() { o.Close() })
 		return o
 	}
-	spec := Spec{LocalIPs: ips("169.254.20.10"), DNSPort: 53, HealthPort: 8080, Fallback: netip.MustParseAddrPort("10.96.0.10:53")}
+	spec := Spec{LocalIPs: ips("169.254.20.10"), DNSPort: 53, HealthPort: 8080, Fallbacks: []netip.AddrPort{netip.MustParseAddrPort("10.96.0.10:53")}}
 	if err := c.Apply(Registration(spec)); err != nil {
 		t.Fatal(err)
 	}
-	none, nosay, legacy := open(), open(), open()
+	none, nosay, legacy, dual := open(), open(), open(), open()
 	off := spec
-	off.Fallback = netip.AddrPort{}
+	off.Fallbacks = nil
 	if err := none.Apply(Listening(off)); err != nil {
+		t.Fatal(err)
+	}
+	both := spec
+	both.Fallbacks = []netip.AddrPort{netip.MustParseAddrPort("[fd00:96::a]:53"), netip.MustParseAddrPort("10.96.0.10:53")}
+	if err := dual.Apply(Registration(both)); err != nil {
 		t.Fatal(err)
 	}
 	noInterception := spec
@@ -132,13 +137,14 @@ func TestInstancesSayTheirWord(t *testing.T) {
 	}
 	got := map[string]string{}
 	for _, in := range ins {
-		got[in.Table] = fmt.Sprintf("voted=%v fallback=%v legacy=%v", in.Voted, in.Fallback, in.Legacy)
+		got[in.Table] = fmt.Sprintf("voted=%v fallback=%v legacy=%v", in.Voted, in.Fallbacks, in.Legacy)
 	}
 	want := map[string]string{
-		c.Table():      "voted=true fallback=10.96.0.10:53 legacy=false",
-		none.Table():   "voted=true fallback=invalid AddrPort legacy=false",
-		nosay.Table():  "voted=false fallback=invalid AddrPort legacy=false",
-		legacy.Table(): "voted=false fallback=invalid AddrPort legacy=true",
+		c.Table():      "voted=true fallback=[10.96.0.10:53] legacy=false",
+		none.Table():   "voted=true fallback=[] legacy=false",
+		nosay.Table():  "voted=false fallback=[] legacy=false",
+		legacy.Table(): "voted=false fallback=[] legacy=true",
+		dual.Table():   "voted=true fallback=[10.96.0.10:53 [fd00:96::a]:53] legacy=false",
 	}
 	for table, w := range want {
 		if got[table] != w {

@@ -25,6 +25,9 @@ const (
 	// while it does not (-linklocal-fallback=false, or no usable kube-dns ClusterIP). An instance that
 	// intercepts nothing (-setupiptables=false) has no such set: no say.
 	SetFallback4 = "fallback4"
+	// SetFallback6 is the same word for an IPv6 kube-dns ClusterIP. An instance that has a say has both sets
+	// (one element in all, in the set of its ClusterIP's family); earlier versions read fallback4 alone.
+	SetFallback6 = "fallback6"
 	// SetBound4 and SetBound6 hold the local IPs a DNS listener is bound to, and exist only while some local
 	// IP has none (Spec.Unbound): host-network clients' rules then match them instead of local4 and local6; and
 	// always on a kernel without nft_socket (Spec.Ungated), where pods' rules match them instead of the gate.
@@ -51,6 +54,8 @@ const (
 	// SetCovered4 holds the (address, port) pairs the fallback covers, each with the lease as its timeout: the
 	// rules match nothing once the elements expire, whoever is left to delete the table.
 	SetCovered4 = "covered4"
+	// SetCovered6 is covered4's IPv6 counterpart, there when the fallback has an IPv6 kube-dns ClusterIP.
+	SetCovered6 = "covered6"
 
 	// The fallback's chains, named by whose packets they take (pods' or host-network clients') and what they do.
 	ChainPodPrerouting  = "pod-prerouting"

@@ -40,6 +40,20 @@ func digFrom(t *testing.T, p *testenv.Peer, server string, tcp bool) string {
 	return s
 }
 
+// digFromHost asks server for test.example from the test's own namespace, as a host-network client: the A
+// record, or "" when nothing usable answered.
+func digFromHost(server string, tcp bool) string {
+	args := []string{"+short", "+tries=1", "+time=2", "@" + server, "test.example.", "A"}
+	if tcp {
+		args = append(args, "+tcp")
+	}
+	out, _ := exec.Command("dig", args...).CombinedOutput()
+	if s := strings.TrimSpace(string(out)); !strings.Contains(s, ";;") {
+		return s
+	}
+	return ""
+}
+
 // conntrackEntries lists the test namespace's conntrack entries that mention ip.
 func conntrackEntries(t *testing.T, ip string) []string {
 	t.Helper()

@@ -60,10 +60,10 @@ type Instance struct {
 	Serving bool         // it has its chains: it intercepts (or, without interception, says it serves)
 	Self    bool         // the table this Conn owns
 	// Voted says the table has set fallback4: the instance has a word on the link-local fallback, which is
-	// Fallback (invalid: it wants none). Legacy says an earlier version's instance owns it (it marks the
-	// queries it takes, for a fallback table of its own making).
+	// Fallbacks (sets fallback4 and fallback6; empty: it wants none). Legacy says an earlier version's instance
+	// owns it (it marks the queries it takes, for a fallback table of its own making).
 	Voted, Legacy bool
-	Fallback      netip.AddrPort
+	Fallbacks     []netip.AddrPort
 }
 
 // hasOwner reads the owner flag in either byte order: google/nftables v0.3.0 decodes NFTA_TABLE_FLAGS without
@@ -104,7 +104,7 @@ func (c *Conn) Instances() ([]Instance, error) {
 			return nil, fmt.Errorf("list sets of table inet %s: %w", t.Name, err)
 		}
 		for _, s := range sets {
-			if s.Name != SetLocal4 && s.Name != SetLocal6 && s.Name != SetFallback4 {
+			if s.Name != SetLocal4 && s.Name != SetLocal6 && s.Name != SetFallback4 && s.Name != SetFallback6 {
 				continue
 			}
 			elems, err := c.ops.GetSetElements(s)
@@ -114,11 +114,11 @@ func (c *Conn) Instances() ([]Instance, error) {
 			if err != nil {
 				return nil, fmt.Errorf("list elements of set %s of table inet %s: %w", s.Name, t.Name, err)
 			}
-			if s.Name == SetFallback4 {
-				in.Voted = true
+			if s.Name == SetFallback4 || s.Name == SetFallback6 {
+				in.Voted = in.Voted || s.Name == SetFallback4
 				for _, e := range elems {
 					if p, ok := pairOf(e.Key); ok {
-						in.Fallback = p
+						in.Fallbacks = append(in.Fallbacks, p)
 					}
 				}
 				continue
@@ -130,6 +130,7 @@ func (c *Conn) Instances() ([]Instance, error) {
 			}
 		}
 		in.IPs = sortedUnique(in.IPs)
+		in.Fallbacks = sortedPairs(in.Fallbacks)
 		out = append(out, in)
 	}
 	slices.SortFunc(out, func(a, b Instance) int {

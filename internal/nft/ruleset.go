@@ -191,15 +191,20 @@ func stepAside(r *Ruleset, s Spec) {
 
 // Registration is the table an instance creates first: its sets (which addresses it needs on the shared
 // interface) and no chain, so it steers nothing yet ("registered, starting"). An instance that intercepts has
-// its word on the link-local fallback there too (set fallback4, [Spec.Fallback]).
+// its word on the link-local fallback there too (sets fallback4 and fallback6, [Spec.Fallbacks]).
 func Registration(s Spec) *Ruleset {
 	r := &Ruleset{Sets: setPair(SetLocal4, SetLocal6, s.LocalIPs)}
 	if !s.NoInterception {
-		vote := Set{Name: SetFallback4, Concat: true}
-		if s.Fallback.IsValid() {
-			vote.Pairs = []netip.AddrPort{s.Fallback}
+		v4 := Set{Name: SetFallback4, Concat: true}
+		v6 := Set{Name: SetFallback6, Concat: true, IPv6: true}
+		for _, p := range sortedPairs(s.Fallbacks) {
+			if p.Addr().Is4() {
+				v4.Pairs = append(v4.Pairs, p)
+			} else {
+				v6.Pairs = append(v6.Pairs, p)
+			}
 		}
-		r.Sets = append(r.Sets, vote)
+		r.Sets = append(r.Sets, v4, v6)
 	}
 	if len(s.Unbound) > 0 || (s.Ungated && !s.NoInterception) {
 		bound := slices.DeleteFunc(slices.Clone(s.LocalIPs), func(ip netip.Addr) bool { return slices.Contains(s.Unbound, ip) })

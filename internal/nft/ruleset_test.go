@@ -20,7 +20,7 @@ var goldenCases = []struct {
 	spec Spec
 }{
 	// An instance that wants the link-local fallback says towards which kube-dns ClusterIP (set fallback4).
-	{"ipv4", Spec{LocalIPs: ips("169.254.20.10"), DNSPort: 53, HealthPort: 8080, Fallback: netip.MustParseAddrPort("10.96.0.10:53")}},
+	{"ipv4", Spec{LocalIPs: ips("169.254.20.10"), DNSPort: 53, HealthPort: 8080, Fallbacks: []netip.AddrPort{netip.MustParseAddrPort("10.96.0.10:53")}}},
 	{"ipv6", Spec{LocalIPs: ips("fd00::a"), DNSPort: 53, HealthPort: 8080}},
 	{"dual-stack", Spec{LocalIPs: ips("169.254.20.10", "fd00::a"), DNSPort: 53, HealthPort: 8080}},
 	{"several-ips", Spec{
@@ -89,8 +89,8 @@ func TestBuildIsDeterministic(t *testing.T) {
 func TestBuildKeepsBothSetsAndStaticRules(t *testing.T) {
 	v4 := Build(Spec{LocalIPs: ips("169.254.20.10"), DNSPort: 53, HealthPort: 8080})
 	v6 := Build(Spec{LocalIPs: ips("fd00::a"), DNSPort: 53, HealthPort: 8080})
-	if len(v4.Sets) != 3 || len(v6.Sets) != 3 {
-		t.Fatalf("want both address sets and the fallback's always, got %d and %d", len(v4.Sets), len(v6.Sets))
+	if len(v4.Sets) != 4 || len(v6.Sets) != 4 {
+		t.Fatalf("want both address sets and both of the fallback's always, got %d and %d", len(v4.Sets), len(v6.Sets))
 	}
 	for i := range v4.Chains {
 		if len(v4.Chains[i].Rules) != len(v6.Chains[i].Rules) {

@@ -21,9 +21,10 @@ type Spec struct {
 	// What only the kernel could know (a listener gone inside a process that still runs) then blackholes pods'
 	// queries until the table goes with the process. A stopped process blackholes them with the gate too.
 	Ungated bool
-	// Fallback is the instance's word on the link-local fallback (set fallback4): the kube-dns ClusterIP it
-	// would send queries to and its DNS port; invalid while it wants no fallback.
-	Fallback netip.AddrPort
+	// Fallbacks is the instance's word on the link-local fallback (sets fallback4 and fallback6): the kube-dns
+	// ClusterIPs it would send queries to, at most one per family, each with its DNS port; empty while it
+	// wants no fallback.
+	Fallbacks []netip.AddrPort
 	// NoInterception (-setupiptables=false) programs no base chain at all, only the sets and a marker chain.
 	NoInterception bool
 	// StepAside are local IPs the instance does not intercept (a foreign drop covers them; the supervisor's

@@ -75,7 +75,11 @@ func writeSet(b *strings.Builder, s Set) {
 // writePairs prints a concatenated set's type and elements, one per line as nft lists them (in the kernel's
 // order, which for a hash set is its hash's: comparisons with a listing sort the element lines).
 func writePairs(b *strings.Builder, s Set) {
-	b.WriteString("\t\ttype ipv4_addr . inet_service\n")
+	if s.IPv6 {
+		b.WriteString("\t\ttype ipv6_addr . inet_service\n")
+	} else {
+		b.WriteString("\t\ttype ipv4_addr . inet_service\n")
+	}
 	timeout := ""
 	if s.Timeout > 0 {
 		b.WriteString("\t\tflags timeout\n")

@@ -42,9 +42,10 @@ type Options struct {
 	// LinkLocalFallback (-linklocal-fallback) keeps the fallback table, which sends queries to the local IPs
 	// no Service backs to the kube-dns ClusterIP while nothing takes them.
 	LinkLocalFallback bool
-	// KubeDNSIP (-kube-dns-ip) is the kube-dns Service's ClusterIP the fallback sends queries to; invalid: take
-	// it from $KUBE_DNS_SERVICE_HOST, else from -localip (the supervisor's fallbackVote).
-	KubeDNSIP netip.Addr
+	// KubeDNSIPs (-kube-dns-ip) are the kube-dns Service's ClusterIPs the fallback sends queries to, at most
+	// one per family (a dual-stack Service has two); empty: take them from $KUBE_DNS_SERVICE_HOST, else from
+	// -localip (the supervisor's fallbackVote).
+	KubeDNSIPs []netip.Addr
 	// FallbackLease (-fallback-lease) is how long the fallback covers an address without a live instance
 	// renewing it.
 	FallbackLease time.Duration
@@ -136,7 +137,7 @@ func Parse(args []string, usage io.Writer) (*Options, error) {
 	fs.BoolVar(&r.printRules, "print-rules", false, "print the nftables ruleset for these flags and exit; touches nothing")
 	fs.BoolVar(&r.teardown, "teardown", false, "remove the interface and the link-local fallback an earlier run left behind (unless an instance is still running) and exit")
 	fs.BoolVar(&o.LinkLocalFallback, "linklocal-fallback", true, "while nothing listens, send queries to the local IPs no Service backs to the kube-dns ClusterIP (an nftables table that outlives the agent for at most -fallback-lease; -teardown removes it); false also removes one an earlier run left")
-	fs.StringVar(&r.kubeDNSIP, "kube-dns-ip", "", "the kube-dns Service's ClusterIP, where the link-local fallback sends queries (default $KUBE_DNS_SERVICE_HOST, else the one ClusterIP in -localip)")
+	fs.StringVar(&r.kubeDNSIP, "kube-dns-ip", "", "the kube-dns Service's ClusterIP, where the link-local fallback sends queries; a dual-stack Service's two, comma-separated (default $KUBE_DNS_SERVICE_HOST, else the ClusterIP in -localip of each family)")
 	fs.DurationVar(&o.FallbackLease, "fallback-lease", DefaultFallbackLease, "how long the link-local fallback outlives the last instance (renewed on the -syncinterval passes); at least 3 times -syncinterval, which a longer -syncinterval makes the default")
 	fs.BoolVar(&o.StepAside, "foreign-drop-step-aside", true, "while another table's drop on input or output certainly stops DNS to a local IP, leave that IP's queries to kube-dns instead of intercepting them (false: intercept anyway, as before)")
 	fs.StringVar(&r.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -201,12 +202,8 @@ func (r *raw) finish(o *Options) error {
 	if err := validateInterfaceName(o.InterfaceName); err != nil {
 		return err
 	}
-	if r.kubeDNSIP != "" {
-		ip, err := netip.ParseAddr(r.kubeDNSIP)
-		if err != nil || ip.IsUnspecified() {
-			return fmt.Errorf("invalid value %q for flag -kube-dns-ip: want the kube-dns Service's ClusterIP", r.kubeDNSIP)
-		}
-		o.KubeDNSIP = ip.Unmap()
+	if o.KubeDNSIPs, err = parseKubeDNSIPs(r.kubeDNSIP); err != nil {
+		return err
 	}
 	if !r.leaseSet && o.FallbackLease < 3*o.SyncInterval {
 		o.FallbackLease = 3 * o.SyncInterval // a long -syncinterval lengthens the default lease with it
@@ -303,4 +300,27 @@ func (s *seconds) Set(v string) error {
 	}
 	*s = seconds(d)
 	return nil
+}
+
+// parseKubeDNSIPs reads -kube-dns-ip: one ClusterIP, or a dual-stack Service's two (one per family),
+// comma-separated; "" is none.
+func parseKubeDNSIPs(v string) ([]netip.Addr, error) {
+	if v == "" {
+		return nil, nil
+	}
+	var ips []netip.Addr
+	for _, f := range strings.Split(v, ",") {
+		ip, err := netip.ParseAddr(strings.TrimSpace(f))
+		if err != nil || ip.IsUnspecified() {
+			return nil, fmt.Errorf("invalid value %q for flag -kube-dns-ip: want the kube-dns Service's ClusterIP (a dual-stack one's two, comma-separated)", v)
+		}
+		ip = ip.Unmap()
+		for _, seen := range ips {
+			if seen.Is4() == ip.Is4() {
+				return nil, fmt.Errorf("invalid value %q for flag -kube-dns-ip: %v and %v are of one family; a Service has at most one ClusterIP per family", v, seen, ip)
+			}
+		}
+		ips = append(ips, ip)
+	}
+	return ips, nil
 }

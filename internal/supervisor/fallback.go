@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -36,55 +37,72 @@ var _ fallbackTable = (*nft.Conn)(nil)
 // kubeDNSEnv is where kube-system pods find the kube-dns Service's ClusterIP (Kubernetes' service links).
 const kubeDNSEnv = "KUBE_DNS_SERVICE_HOST"
 
-// fallbackVote is what this instance says of the fallback: the kube-dns ClusterIP and our DNS port, and where
-// the ClusterIP came from; or invalid, and why. It is pure: the flags and the environment only.
-func fallbackVote(o *options.Options, getenv func(string) string) (netip.AddrPort, string) {
+// fallbackVote is what this instance says of the fallback: the kube-dns ClusterIPs (at most one per family)
+// each with our DNS port, and where they came from; or none, and why. It is pure: the flags and the
+// environment only. -kube-dns-ip, when given, names them all; else each family takes its ClusterIP from
+// $KUBE_DNS_SERVICE_HOST (the Service's primary family), else from -localip.
+func fallbackVote(o *options.Options, getenv func(string) string) ([]netip.AddrPort, string) {
 	if !o.LinkLocalFallback {
-		return netip.AddrPort{}, "-linklocal-fallback=false"
+		return nil, "-linklocal-fallback=false"
 	}
-	ip, from := o.KubeDNSIP, "-kube-dns-ip"
-	if v := getenv(kubeDNSEnv); !ip.IsValid() && v != "" {
-		from = "$" + kubeDNSEnv
-		var err error
-		if ip, err = netip.ParseAddr(v); err != nil || ip.IsUnspecified() {
-			return netip.AddrPort{}, fmt.Sprintf("%s=%q is not an IP address", from, v)
+	ips, from := o.KubeDNSIPs, "-kube-dns-ip"
+	if len(ips) == 0 {
+		var env netip.Addr
+		if v := getenv(kubeDNSEnv); v != "" {
+			var err error
+			if env, err = netip.ParseAddr(v); err != nil || env.IsUnspecified() {
+				return nil, fmt.Sprintf("$%s=%q is not an IP address", kubeDNSEnv, v)
+			}
+			env = env.Unmap()
 		}
-		ip = ip.Unmap()
+		var froms []string
+		for _, v6 := range []bool{false, true} {
+			// The standard manifest's -localip is "<link-local>,__PILLAR__DNS__SERVER__": its one address of
+			// a family that is not link-local is the cluster DNS ClusterIP, whatever the Service is called
+			// (rke2-coredns-..., coredns).
+			switch local := clusterDNSOf(o.LocalIPs, v6); {
+			case env.IsValid() && env.Is6() == v6:
+				ips, froms = append(ips, env), append(froms, "$"+kubeDNSEnv)
+			case local.IsValid():
+				ips, froms = append(ips, local), append(froms, "-localip")
+			}
+		}
+		from = strings.Join(slices.Compact(froms), " and ")
 	}
-	if !ip.IsValid() {
-		// The standard manifest's -localip is "<link-local>,__PILLAR__DNS__SERVER__": its one address that is
-		// not link-local is the cluster DNS ClusterIP, whatever the Service is called (rke2-coredns-..., coredns).
-		ip, from = clusterDNSOf(o.LocalIPs), "-localip"
+	if len(ips) == 0 {
+		return nil, fmt.Sprintf("$%s is not set, -kube-dns-ip is not given, and -localip names no ClusterIP (the kube-dns Service's)", kubeDNSEnv)
 	}
-	if !ip.IsValid() {
-		return netip.AddrPort{}, fmt.Sprintf("$%s is not set, -kube-dns-ip is not given, and -localip names no ClusterIP (the kube-dns Service's)", kubeDNSEnv)
+	if err := (nft.FallbackSpec{Targets: ips, Lease: o.FallbackLease}).Validate(); err != nil {
+		return nil, fmt.Sprintf("%s %v: %v", from, ips, err)
 	}
-	if err := (nft.FallbackSpec{Target: ip, Lease: o.FallbackLease}).Validate(); err != nil {
-		return netip.AddrPort{}, fmt.Sprintf("%s %s: %v", from, ip, err)
+	vote := make([]netip.AddrPort, len(ips))
+	for i, ip := range ips {
+		vote[i] = netip.AddrPortFrom(ip, o.DNSPort)
 	}
-	return netip.AddrPortFrom(ip, o.DNSPort), "kube-dns ClusterIP from " + from
+	slices.SortFunc(vote, netip.AddrPort.Compare)
+	return vote, "kube-dns ClusterIP from " + from
 }
 
 // PrintFallback is what `-print-rules` shows for these flags and this environment: this instance's word in
-// its table (spec.Fallback), and the fallback table it would keep were it alone (nil, and why, when none).
-func PrintFallback(o *options.Options, getenv func(string) string) (vote netip.AddrPort, table *nft.Fallback, why string) {
+// its table (spec.Fallbacks), and the fallback table it would keep were it alone (nil, and why, when none).
+func PrintFallback(o *options.Options, getenv func(string) string) (vote []netip.AddrPort, table *nft.Fallback, why string) {
 	vote, why = fallbackVote(o, getenv)
 	if !o.SetupNftables {
 		return vote, nil, "-setupiptables=false"
 	}
-	d := decideFallback([]nft.Instance{{Table: "self", IPs: o.LocalIPs, Self: true, Voted: true, Fallback: vote}}, o.FallbackLease)
+	d := decideFallback([]nft.Instance{{Table: "self", IPs: o.LocalIPs, Self: true, Voted: true, Fallbacks: vote}}, o.FallbackLease)
 	if d.spec == nil {
 		return vote, nil, why
 	}
 	return vote, nft.BuildFallback(*d.spec), d.why + ", " + why
 }
 
-// clusterDNSOf is the one IPv4 address of ips that is not link-local (nor loopback), or invalid when there is
-// not exactly one.
-func clusterDNSOf(ips []netip.Addr) netip.Addr {
+// clusterDNSOf is the one address of ips of the family (IPv6 when v6) that is not link-local (nor loopback),
+// or invalid when there is not exactly one.
+func clusterDNSOf(ips []netip.Addr, v6 bool) netip.Addr {
 	var found netip.Addr
 	for _, ip := range ips {
-		if !ip.Is4() || ip.IsLinkLocalUnicast() || ip.IsLoopback() {
+		if ip.Is6() != v6 || ip.IsLinkLocalUnicast() || ip.IsLoopback() {
 			continue
 		}
 		if found.IsValid() {
@@ -107,8 +125,11 @@ type fallbackDecision struct {
 
 // decideFallback derives the fallback table from every live instance's word, the same on every instance:
 // none while any instance wants none (a rollout of -linklocal-fallback=false sticks from its first pod on);
-// else towards the lowest kube-dns ClusterIP said, covering every address of every instance that wants it
-// (the union) on its own DNS port, except the ClusterIPs said, which fail open through kube-proxy.
+// else, for each family every instance names a kube-dns ClusterIP of, towards the lowest one said, covering
+// every address of every instance (the union) on its own DNS port, except the ClusterIPs said, which fail
+// open through kube-proxy. A family some instance names none of gets no fallback: so an earlier version's
+// instance (IPv4 only) and this one decide the same table during a rollout, rather than rewriting each
+// other's.
 func decideFallback(ins []nft.Instance, lease time.Duration) fallbackDecision {
 	var voters []nft.Instance
 	for _, in := range ins {
@@ -122,25 +143,50 @@ func decideFallback(ins []nft.Instance, lease time.Duration) fallbackDecision {
 	if len(voters) == 0 {
 		return fallbackDecision{leave: true, why: "no instance intercepts"}
 	}
-	var targets []netip.Addr
+	var said []netip.Addr
 	for _, in := range voters {
-		if !in.Fallback.IsValid() {
+		if len(in.Fallbacks) == 0 {
 			return fallbackDecision{why: "instance table " + in.Table + " wants no fallback"}
 		}
-		targets = append(targets, in.Fallback.Addr())
+		for _, v := range in.Fallbacks {
+			said = append(said, v.Addr())
+		}
 	}
-	slices.SortFunc(targets, netip.Addr.Compare)
-	spec := &nft.FallbackSpec{Target: targets[0], Lease: lease}
+	slices.SortFunc(said, netip.Addr.Compare)
+	spec := &nft.FallbackSpec{Lease: lease}
+	var why []string
+	for _, v6 := range []bool{false, true} {
+		ofFamily := func(v netip.AddrPort) bool { return v.Addr().Is6() == v6 }
+		everyone := !slices.ContainsFunc(voters, func(in nft.Instance) bool { return !slices.ContainsFunc(in.Fallbacks, ofFamily) })
+		if i := slices.IndexFunc(said, func(ip netip.Addr) bool { return ip.Is6() == v6 }); i >= 0 && everyone {
+			spec.Targets = append(spec.Targets, said[i])
+			why = append(why, said[i].String())
+		}
+	}
+	if len(spec.Targets) == 0 {
+		return fallbackDecision{why: "the instances name no ClusterIP of one family all alike"}
+	}
 	for _, in := range voters {
 		for _, ip := range in.IPs {
-			if !slices.Contains(targets, ip) {
-				spec.Covered = append(spec.Covered, netip.AddrPortFrom(ip, in.Fallback.Port()))
+			if !slices.Contains(said, ip) {
+				spec.Covered = append(spec.Covered, netip.AddrPortFrom(ip, votedPort(in.Fallbacks, ip)))
 			}
 		}
 	}
 	slices.SortFunc(spec.Covered, netip.AddrPort.Compare)
 	spec.Covered = slices.Compact(spec.Covered)
-	return fallbackDecision{spec: spec, why: "towards " + targets[0].String()}
+	return fallbackDecision{spec: spec, why: "towards " + strings.Join(why, " and ")}
+}
+
+// votedPort is the DNS port an instance's vote names for ip's family (its one port, whatever the family,
+// when it names no ClusterIP of that family: nothing covers that address then).
+func votedPort(vote []netip.AddrPort, ip netip.Addr) uint16 {
+	for _, v := range vote {
+		if v.Addr().Is4() == ip.Is4() {
+			return v.Port()
+		}
+	}
+	return vote[0].Port()
 }
 
 // fallback keeps the kernel's fallback table equal to the live instances' decision.
@@ -148,7 +194,7 @@ type fallback struct {
 	log     *zap.Logger
 	m       *metrics.Metrics
 	table   fallbackTable // nil: the agent touches no kernel state
-	vote    netip.AddrPort
+	vote    []netip.AddrPort
 	lease   time.Duration
 	said    string // the last decision logged
 	skipped []netip.AddrPort
@@ -156,9 +202,9 @@ type fallback struct {
 
 // newFallback prepares the fallback keeper for this instance's vote (fallbackVote); a vote of none says why,
 // once.
-func newFallback(log *zap.Logger, m *metrics.Metrics, table fallbackTable, o *options.Options, vote netip.AddrPort, why string) *fallback {
+func newFallback(log *zap.Logger, m *metrics.Metrics, table fallbackTable, o *options.Options, vote []netip.AddrPort, why string) *fallback {
 	f := &fallback{log: log, m: m, table: table, vote: vote, lease: o.FallbackLease}
-	if table != nil && o.SetupNftables && !vote.IsValid() {
+	if table != nil && o.SetupNftables && len(vote) == 0 {
 		log.Warn("this instance wants no link-local fallback (while it is live, no instance keeps one): while nothing "+
 			"listens, queries to the local IPs without a Service behind them fail", zap.String("reason", why))
 	}
@@ -198,8 +244,8 @@ func (f *fallback) ensure(ins []nft.Instance) (string, error) {
 	if !slices.Equal(want.Skipped, f.skipped) {
 		f.skipped = want.Skipped
 		if len(want.Skipped) > 0 {
-			f.log.Warn("no link-local fallback for these local IPs (another family than the kube-dns ClusterIP's)",
-				zap.Stringers("pairs", want.Skipped), zap.Stringer("kube-dns", d.spec.Target))
+			f.log.Warn("no link-local fallback for these local IPs (not every live instance names a kube-dns ClusterIP of their family)",
+				zap.Stringers("pairs", want.Skipped), zap.Stringers("kube-dns", d.spec.Targets))
 		}
 	}
 	ok, err := f.table.FallbackInSync(want)
@@ -211,11 +257,11 @@ func (f *fallback) ensure(ins []nft.Instance) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("link-local fallback: %w", err)
 	}
-	covered = f.vote.IsValid() && len(want.Skipped) == 0
+	covered = len(f.vote) > 0 && len(want.Skipped) == 0
 	if ok {
 		return "", nil
 	}
-	return fmt.Sprintf("fallback table for %v towards %s (lease %v)", want.Covered(), d.spec.Target, f.lease), nil
+	return fmt.Sprintf("fallback table for %v towards %v (lease %v)", want.Covered(), d.spec.Targets, f.lease), nil
 }
 
 // renew writes the table again, in sync as it is, once less than half of this instance's lease is left on some

@@ -30,7 +30,7 @@ type fakeFallbackTable struct {
 }
 
 func (k *fakeFallbackTable) ApplyFallback(f *nft.Fallback) error {
-	k.listing, k.stopped, k.left = f.String(), false, f.Set.Timeout
+	k.listing, k.stopped, k.left = f.String(), false, f.Sets[0].Timeout
 	k.writes++
 	return nil
 }
@@ -74,11 +74,7 @@ func newTestFallback(t *testing.T, k *fakeFallbackTable, vote string) (*fallback
 		t.Fatal(err)
 	}
 	o := &options.Options{SetupNftables: true, LinkLocalFallback: vote != "", DNSPort: 53, FallbackLease: testLease}
-	var v netip.AddrPort
-	if vote != "" {
-		v = netip.MustParseAddrPort(vote)
-	}
-	return newFallback(zaptest.NewLogger(t), m, k, o, v, "test"), m
+	return newFallback(zaptest.NewLogger(t), m, k, o, votes(vote), "test"), m
 }
 
 func failOpenLinkLocal(m *metrics.Metrics) float64 {
@@ -90,13 +86,24 @@ func failOpenLinkLocal(m *metrics.Metrics) float64 {
 }
 
 // instance is a live instance's table as Instances lists it: its addresses and its word on the fallback
-// ("" says none; "-" says it has no say).
+// (comma-separated; "" says none; "-" says it has no say).
 func instance(table, vote string, ips ...string) nft.Instance {
 	in := nft.Instance{Table: table, IPs: addrs(ips...), Voted: vote != "-"}
-	if vote != "" && vote != "-" {
-		in.Fallback = netip.MustParseAddrPort(vote)
+	if vote != "-" {
+		in.Fallbacks = votes(vote)
 	}
 	return in
+}
+
+// votes reads a comma-separated vote ("10.96.0.10:53,[fd00:96::a]:53"); "" is none.
+func votes(s string) []netip.AddrPort {
+	var out []netip.AddrPort
+	for _, v := range strings.Split(s, ",") {
+		if v != "" {
+			out = append(out, netip.MustParseAddrPort(v))
+		}
+	}
+	return out
 }
 
 // TestDecideFallback: every instance derives the same table from the same instances, whatever their flags.
@@ -105,7 +112,7 @@ func TestDecideFallback(t *testing.T) {
 		name   string
 		ins    []nft.Instance
 		leave  bool
-		target string   // "" with leave false: delete the table
+		target string   // the targets, space-separated; "" with leave false: delete the table
 		covers []string // the covered pairs, sorted
 	}{
 		{name: "one instance, iptables mode: the ClusterIP fails open through kube-proxy",
@@ -126,6 +133,19 @@ func TestDecideFallback(t *testing.T) {
 			ins: []nft.Instance{instance("nodelocaldns", "-", "169.254.20.11"),
 				instance("nodelocaldns-1", "10.96.0.10:53", "169.254.20.10")},
 			target: "10.96.0.10", covers: []string{"169.254.20.10:53"}},
+		{name: "IPv6-only: the IPv6 ClusterIP, the IPv6 local address",
+			ins:    []nft.Instance{instance("nodelocaldns", "[fd00:96::a]:53", "fd00::10", "fd00:96::a")},
+			target: "fd00:96::a", covers: []string{"[fd00::10]:53"}},
+		{name: "dual-stack: each family towards its own ClusterIP",
+			ins:    []nft.Instance{instance("nodelocaldns", "10.96.0.10:53,[fd00:96::a]:53", "169.254.20.10", "fd00::10", "10.96.0.10", "fd00:96::a")},
+			target: "10.96.0.10 fd00:96::a", covers: []string{"169.254.20.10:53", "[fd00::10]:53"}},
+		{name: "a surge from an IPv4 to a dual-stack vote: IPv4 only, as the old instance decides, until it leaves",
+			ins: []nft.Instance{instance("nodelocaldns", "10.96.0.10:53", "169.254.20.10", "10.96.0.10", "fd00::10"),
+				instance("nodelocaldns-1", "10.96.0.10:53,[fd00:96::a]:53", "169.254.20.10", "fd00::10", "10.96.0.10", "fd00:96::a")},
+			target: "10.96.0.10", covers: []string{"169.254.20.10:53"}},
+		{name: "an IPv4 vote and an IPv6 one: no family both name, no table",
+			ins: []nft.Instance{instance("nodelocaldns", "10.96.0.10:53", "169.254.20.10"),
+				instance("nodelocaldns-1", "[fd00:96::a]:53", "fd00::10")}},
 		{name: "nobody has a say", ins: []nft.Instance{instance("nodelocaldns", "-", "169.254.20.10")}, leave: true},
 		{name: "an earlier version keeps its own table",
 			ins: []nft.Instance{{Table: "nodelocaldns", IPs: addrs("169.254.20.10"), Legacy: true},
@@ -151,7 +171,11 @@ func TestDecideFallback(t *testing.T) {
 			case d.spec == nil:
 				t.Fatalf("decided no table (%s), want one towards %s", d.why, tc.target)
 			}
-			if got := d.spec.Target.String(); got != tc.target {
+			var targets []string
+			for _, ip := range d.spec.Targets {
+				targets = append(targets, ip.String())
+			}
+			if got := strings.Join(targets, " "); got != tc.target {
 				t.Errorf("target %s, want %s", got, tc.target)
 			}
 			var got []string
@@ -233,7 +257,11 @@ func TestFallbackVote(t *testing.T) {
 		{name: "no variable, IPVS mode's -localip", localip: "169.254.20.10", why: "KUBE_DNS_SERVICE_HOST is not set"},
 		{name: "no variable, two ClusterIPs in -localip", localip: "169.254.20.10,10.43.0.10,10.43.0.11", why: "names no ClusterIP"},
 		{name: "not an address", env: "kube-dns", why: "is not an IP address"},
-		{name: "IPv6", env: "fd00:96::a", why: "IPv4 kube-dns ClusterIP"},
+		{name: "IPv6", env: "fd00:96::a", want: "[fd00:96::a]:53", why: "$KUBE_DNS_SERVICE_HOST"},
+		{name: "dual-stack flag", flag: "fd00:96::a,10.96.0.10", env: "10.96.0.20", want: "10.96.0.10:53,[fd00:96::a]:53", why: "-kube-dns-ip"},
+		{name: "dual-stack: the environment's family, -localip's other", env: "10.96.0.10", localip: "169.254.20.10,fd00::10,fe80::10",
+			want: "10.96.0.10:53,[fd00::10]:53", why: "$KUBE_DNS_SERVICE_HOST and -localip"},
+		{name: "IPv6 -localip with a local address and a ClusterIP: ambiguous", localip: "fd00::10,fd00:96::a", why: "names no ClusterIP"},
 		{name: "switched off", env: "10.96.0.10", off: true, why: "-linklocal-fallback=false"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -244,7 +272,7 @@ func TestFallbackVote(t *testing.T) {
 				}
 			}
 			if tc.flag != "" {
-				o.KubeDNSIP = netip.MustParseAddr(tc.flag)
+				o.KubeDNSIPs = addrs(strings.Split(tc.flag, ",")...)
 			}
 			vote, why := fallbackVote(o, func(k string) string {
 				if k == kubeDNSEnv {
@@ -252,9 +280,12 @@ func TestFallbackVote(t *testing.T) {
 				}
 				return ""
 			})
-			if got := ""; vote.IsValid() {
-				got = vote.String()
-				if got != tc.want {
+			if len(vote) > 0 {
+				var s []string
+				for _, v := range vote {
+					s = append(s, v.String())
+				}
+				if got := strings.Join(s, ","); got != tc.want {
 					t.Errorf("vote %s, want %s", got, tc.want)
 				}
 			} else if tc.want != "" {

@@ -136,7 +136,7 @@ func (n *node) ensureLink() ([]string, error) {
 // serve (even if our table were unreadable), and the live instances as the kernel lists them (with ours, as
 // our table says it, in those states); it counts the instances.
 func (n *node) addresses() ([]netip.Addr, []nft.Instance, error) {
-	self := nft.Instance{Table: "self", IPs: n.spec.LocalIPs, Self: true, Voted: !n.spec.NoInterception, Fallback: n.spec.Fallback}
+	self := nft.Instance{Table: "self", IPs: n.spec.LocalIPs, Self: true, Voted: !n.spec.NoInterception, Fallbacks: n.spec.Fallbacks}
 	if n.reg == nil {
 		return union(nil, self), []nft.Instance{self}, nil
 	}

@@ -33,7 +33,7 @@ type fakeTable struct {
 	gated   bool
 	applies int
 	voted   bool // the fallback's set, and what it says
-	vote    netip.AddrPort
+	vote    []netip.AddrPort
 }
 
 func newFakeKernel() *fakeKernel { return &fakeKernel{tables: map[string]*fakeTable{}} }
@@ -74,11 +74,9 @@ func (r *fakeReg) Apply(rs *nft.Ruleset) error {
 		case nft.SetLocal4, nft.SetLocal6: // as Conn.Instances: only these say what the interface must carry
 			t.ips = append(t.ips, s.Elements...)
 		case nft.SetBound4, nft.SetBound6: // the listeners' addresses, not the interface's
-		case nft.SetFallback4:
+		case nft.SetFallback4, nft.SetFallback6:
 			t.voted = true
-			if len(s.Pairs) > 0 {
-				t.vote = s.Pairs[0]
-			}
+			t.vote = append(t.vote, s.Pairs...)
 		default:
 			t.aside = append(t.aside, s.Elements...)
 		}
@@ -109,7 +107,7 @@ func (r *fakeReg) Instances() ([]nft.Instance, error) {
 	r.turn("list tables")
 	var out []nft.Instance
 	for name, t := range r.k.tables {
-		out = append(out, nft.Instance{Table: name, IPs: slices.Clone(t.ips), Serving: t.serving, Self: name == r.name, Voted: t.voted, Fallback: t.vote})
+		out = append(out, nft.Instance{Table: name, IPs: slices.Clone(t.ips), Serving: t.serving, Self: name == r.name, Voted: t.voted, Fallbacks: t.vote})
 	}
 	slices.SortFunc(out, func(a, b nft.Instance) int { return strings.Compare(a.Table, b.Table) })
 	return out, nil

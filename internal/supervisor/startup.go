@@ -51,9 +51,9 @@ func (s *Supervisor) openKernel() error {
 	s.kernel = k
 	s.node = &node{log: s.log, m: s.m, reg: k.registry(), links: k.linkManager(), ifname: s.opts.InterfaceName, spec: s.spec}
 	foreign := newForeignReport(s.log, s.m, k.foreignTables(), s.spec, s.opts.StepAside)
-	fb := newFallback(s.log, s.m, k.fallbackTable(), s.opts, s.spec.Fallback, s.fallbackWhy)
+	fb := newFallback(s.log, s.m, k.fallbackTable(), s.opts, s.spec.Fallbacks, s.fallbackWhy)
 	s.reconcile = newReconciler(s.log, s.m, s.opts.InterfaceName, s.opts.SyncInterval, s.node, fb, foreign)
-	if k.fallbackTable() != nil && s.spec.Fallback.IsValid() {
+	if k.fallbackTable() != nil && len(s.spec.Fallbacks) > 0 {
 		s.node.quiesce = s.quiesceForFallback
 	}
 	return nil

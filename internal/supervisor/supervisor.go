@@ -82,7 +82,7 @@ type Supervisor struct {
 	reconcile *reconciler       // the interface and the foreign report (reconcile.go); set by the kernel phase
 	dns       *dnsserver.Server // set by the coredns phase
 	dnsOpts   dnsserver.Options // how CoreDNS is embedded (the fast path)
-	// fallbackWhy says why spec.Fallback is invalid: this instance wants no link-local fallback.
+	// fallbackWhy says why spec.Fallbacks is empty: this instance wants no link-local fallback.
 	fallbackWhy string
 	reload      *reloader // ConfigMap changes and SIGUSR1 (reload.go); set by the coredns phase
 }
@@ -105,7 +105,7 @@ func New(cfg Config) (*Supervisor, error) {
 		}}
 	s.dnsOpts = dnsserver.Options{FastPath: fastpath.Enabled(cfg.Getenv)}
 	s.spec = nft.Spec{LocalIPs: o.LocalIPs, DNSPort: o.DNSPort, HealthPort: o.HealthPort, NoInterception: !o.SetupNftables}
-	s.spec.Fallback, s.fallbackWhy = fallbackVote(o, cfg.Getenv)
+	s.spec.Fallbacks, s.fallbackWhy = fallbackVote(o, cfg.Getenv)
 	if err := s.spec.Validate(); err != nil {
 		return nil, err
 	}

@@ -11,9 +11,17 @@ import (
 //
 //	pod       192.0.2.2/24    (node side 192.0.2.1)
 //	kube-dns  198.51.100.2/24 (node side 198.51.100.1)
+//
+// and, after [PodNetwork.AddIPv6]:
+//
+//	pod       2001:db8:1::2/64 (node side 2001:db8:1::1)
+//	kube-dns  2001:db8:2::2/64 (node side 2001:db8:2::1)
 const (
 	PodHost, PodAddr         = "192.0.2.1", "192.0.2.2"
 	KubeDNSHost, KubeDNSAddr = "198.51.100.1", "198.51.100.2"
+
+	PodHost6, PodAddr6         = "2001:db8:1::1", "2001:db8:1::2"
+	KubeDNSHost6, KubeDNSAddr6 = "2001:db8:2::1", "2001:db8:2::2"
 )
 
 // PodNetwork is the node's two peers.
@@ -35,4 +43,19 @@ func NewPodNetwork(t testing.TB) *PodNetwork {
 		}
 	}
 	return &PodNetwork{Pod: AddPeer(t, "pod", PodHost, PodAddr), KubeDNS: AddPeer(t, "kubedns", KubeDNSHost, KubeDNSAddr)}
+}
+
+// AddIPv6 gives the pod network its IPv6 side: the addresses above (no duplicate address detection, so they
+// are usable at once), and the peers' default routes via the node.
+func (pn *PodNetwork) AddIPv6(t testing.TB) {
+	t.Helper()
+	Run(t, "ip", "addr", "add", PodHost6+"/64", "dev", pn.Pod.HostIf, "nodad")
+	Run(t, "ip", "addr", "add", KubeDNSHost6+"/64", "dev", pn.KubeDNS.HostIf, "nodad")
+	for _, p := range []struct {
+		peer       *Peer
+		addr, host string
+	}{{pn.Pod, PodAddr6, PodHost6}, {pn.KubeDNS, KubeDNSAddr6, KubeDNSHost6}} {
+		p.peer.Exec(t, "ip", "addr", "add", p.addr+"/64", "dev", "eth0", "nodad")
+		p.peer.Exec(t, "ip", "-6", "route", "add", "default", "via", p.host)
+	}
 }

@@ -25,20 +25,40 @@ import (
 // envMarker is set in the re-executed child so it knows it already runs in its own namespace.
 const envMarker = "NODELOCALDNS_TEST_NETNS"
 
+// envEmulator names the user-mode emulator the test binaries run under; `make test-arm64` sets it to
+// qemu-aarch64. qemu-user can neither clone into a new network namespace (EINVAL) nor pass nftables netlink
+// (it translates NETLINK_ROUTE, NETLINK_AUDIT and NETLINK_KOBJECT_UEVENT only), so under it [Main] does not
+// re-execute and [RequireRoot] skips: a package's pure tests run, its kernel tests do not.
+const envEmulator = "NODELOCALDNS_TEST_EMULATOR"
+
 // IsRoot reports whether the process can create namespaces and program the kernel.
 func IsRoot() bool { return os.Geteuid() == 0 }
 
 // InThrowawayNetNS reports whether this process was re-executed into a fresh network namespace by [Main] or [Reexec].
 func InThrowawayNetNS() bool { return os.Getenv(envMarker) == "1" }
 
+// Emulator is the user-mode emulator the tests run under (see envEmulator), or "".
+func Emulator() string { return os.Getenv(envEmulator) }
+
 // RequireRoot skips t unless the test runs as root inside a throwaway network namespace.
 func RequireRoot(t testing.TB) {
 	t.Helper()
+	if e := Emulator(); e != "" {
+		t.Skipf("skipping: under user-mode emulation (%s=%s): no network namespaces, no nftables netlink", envEmulator, e)
+	}
 	if !IsRoot() {
 		t.Skip("skipping: needs root to create a throwaway network namespace (run `make test` as root)")
 	}
 	if !InThrowawayNetNS() {
 		t.Skip("skipping: not inside a throwaway network namespace (the package's TestMain must call testenv.Main)")
+	}
+}
+
+// RequireIPv6 skips the test on a kernel without IPv6 (booted with ipv6.disable=1).
+func RequireIPv6(t testing.TB) {
+	t.Helper()
+	if !ipv6Enabled() {
+		t.Skip("skipping: the kernel has no IPv6 (/proc/sys/net/ipv6 is missing)")
 	}
 }
 
@@ -53,10 +73,10 @@ func Main(m *testing.M) int {
 
 // Reexec re-executes the current binary, with the same arguments, inside a new network namespace with loopback
 // up, and returns its exit code and true. In the child (already in the new namespace), or when not root, it
-// brings up loopback where it can and returns false: the caller then goes on with its own work. Benchmarks use
-// it the same way as tests.
+// brings up loopback where it can and returns false: the caller then goes on with its own work. Under an
+// emulator it returns false at once (RequireRoot then skips). Benchmarks use it the same way as tests.
 func Reexec() (int, bool) {
-	if !IsRoot() {
+	if !IsRoot() || Emulator() != "" {
 		return 0, false
 	}
 	if InThrowawayNetNS() {

@@ -35,9 +35,13 @@ func (v *ConfigMapVolume) Update(t testing.TB, data map[string]string) {
 // node-cache sees it at run time after the documented deploy-time sed (iptables mode): LOCAL__DNS, DNS__DOMAIN and
 // DNS__SERVER are filled in, __PILLAR__CLUSTER__DNS__ and __PILLAR__UPSTREAM__SERVERS__ are left for the agent.
 func StandardCorefile(localIP, dnsServer, domain string) string {
+	tmpl := deploy.StandardCorefile
+	if strings.Contains(localIP, ":") { // an IPv6 address in host:port needs brackets, as node-cache's docs say
+		tmpl = strings.ReplaceAll(tmpl, "health __PILLAR__LOCAL__DNS__:", "health [__PILLAR__LOCAL__DNS__]:")
+	}
 	return strings.NewReplacer(
 		"__PILLAR__LOCAL__DNS__", localIP,
 		"__PILLAR__DNS__SERVER__", dnsServer,
 		"__PILLAR__DNS__DOMAIN__", domain,
-	).Replace(deploy.StandardCorefile)
+	).Replace(tmpl)
 }

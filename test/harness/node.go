@@ -27,6 +27,13 @@ const (
 	UpstreamAddr      = "198.51.100.3"
 	UpstreamClusterIP = "10.96.0.11"
 
+	// The same for an IPv6-only cluster (NewNode6): its node-local address is a ULA, as node-cache's docs
+	// recommend for IPv6, and kube-dns-upstream listens on UpstreamAddr6 beside testenv.KubeDNSAddr6.
+	LocalIP6           = "fd00::10"
+	ClusterIP6         = "fd00:96::a"
+	UpstreamAddr6      = "2001:db8:2::3"
+	UpstreamClusterIP6 = "fd00:96::b"
+
 	AnswerKubeDNS = "203.0.113.1" // kube-dns reached through the DNAT: the agent is not in the path
 	AnswerAgent   = "203.0.113.2" // kube-dns-upstream: the agent served (or forwarded) it
 )
@@ -49,6 +56,21 @@ var kubeProxyRuleset = fmt.Sprintf(`table ip kube-proxy {
 	}
 }
 `, ClusterIP, testenv.KubeDNSAddr, UpstreamClusterIP, UpstreamAddr)
+
+// kubeProxyRuleset6 is kubeProxyRuleset for NewNode6's IPv6 Services.
+var kubeProxyRuleset6 = fmt.Sprintf(`table ip6 kube-proxy {
+	chain prerouting {
+		type nat hook prerouting priority -100; policy accept;
+		ip6 daddr %[1]s meta l4proto { tcp, udp } th dport 53 dnat to [%[2]s]:53
+		ip6 daddr %[3]s meta l4proto { tcp, udp } th dport 53 dnat to [%[4]s]:53
+	}
+	chain output {
+		type nat hook output priority -100; policy accept;
+		ip6 daddr %[1]s meta l4proto { tcp, udp } th dport 53 dnat to [%[2]s]:53
+		ip6 daddr %[3]s meta l4proto { tcp, udp } th dport 53 dnat to [%[4]s]:53
+	}
+}
+`, ClusterIP6, testenv.KubeDNSAddr6, UpstreamClusterIP6, UpstreamAddr6)
 
 // Node is the fixture around the agents: the pod network, kube-proxy's DNAT, the two kube-dns servers.
 type Node struct {
@@ -74,5 +96,22 @@ func NewNode(t testing.TB) *Node {
 	testenv.Run(t, "ip", "route", "replace", "10.96.0.0/16", "via", testenv.KubeDNSAddr)
 	ApplyKubeProxy(t)
 	t.Cleanup(func() { _ = exec.Command("nft", "delete", "table", "ip", "kube-proxy").Run() })
+	return n
+}
+
+// NewNode6 builds the node of an IPv6-only cluster: NewNode's with every address, Service and kube-proxy rule
+// IPv6 (the peers keep their IPv4 addresses, which nothing uses).
+func NewNode6(t testing.TB) *Node {
+	t.Helper()
+	n := &Node{PodNetwork: testenv.NewPodNetwork(t)}
+	n.AddIPv6(t)
+	n.KubeDNS.Exec(t, "ip", "addr", "add", UpstreamAddr6+"/64", "dev", "eth0", "nodad")
+	n.KubeDNS.Do(t, func() {
+		n.Direct = StartUpstream(t, "["+testenv.KubeDNSAddr6+"]:53", AnswerKubeDNS)
+		n.Upstream = StartUpstream(t, "["+UpstreamAddr6+"]:53", AnswerAgent)
+	})
+	testenv.Run(t, "ip", "-6", "route", "replace", "fd00:96::/112", "via", testenv.KubeDNSAddr6)
+	testenv.NftApply(t, kubeProxyRuleset6)
+	t.Cleanup(func() { _ = exec.Command("nft", "delete", "table", "ip6", "kube-proxy").Run() })
 	return n
 }

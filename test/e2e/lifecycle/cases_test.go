@@ -58,7 +58,7 @@ func (m *matrix) surgeAddsAnAddress() {
 	m.phase("surge adding an IP: new instance starts", expectation{zero: []string{harness.ClusterIP, harness.LocalIP}})
 	next := m.n.startWith(harness.LocalIP+","+harness.ClusterIP+","+newIP, harness.ClusterIP+" "+newIP)
 	next.WaitReady()
-	testenv.Eventually(t, 5*time.Second, "/ready answers 200 with both instances serving", func() bool { c, _ := ready(); return c == 200 })
+	testenv.Eventually(t, 5*time.Second, "/ready answers 200 with both instances serving", func() bool { c, _ := m.n.ready(); return c == 200 })
 	m.phase("surge adding an IP: both serve", expectation{zero: []string{harness.ClusterIP, harness.LocalIP, newIP}})
 	time.Sleep(serveFor)
 	m.phase("surge adding an IP: old instance SIGTERM", expectation{zero: []string{harness.ClusterIP, harness.LocalIP, newIP}})

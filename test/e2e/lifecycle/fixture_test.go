@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -27,28 +28,46 @@ const (
 	healthURL     = "http://" + harness.LocalIP + ":8080/health"
 )
 
+// family is what a cluster of one IP family gives the agent: the node-local address and the kube-dns ClusterIP
+// (the pod's two ways to DNS, and -localip), and the kube-dns-upstream ClusterIP it forwards to.
+type family struct {
+	local, clusterIP, upstreamClusterIP string
+}
+
+var (
+	ipv4 = family{harness.LocalIP, harness.ClusterIP, harness.UpstreamClusterIP}
+	ipv6 = family{harness.LocalIP6, harness.ClusterIP6, harness.UpstreamClusterIP6}
+)
+
 // node is the fixture around the agents.
 type node struct {
 	t *testing.T
 	*harness.Node
+	fam family
 }
 
 func newNode(t *testing.T) *node {
 	t.Helper()
-	return &node{t: t, Node: harness.NewNode(t)}
+	return &node{t: t, Node: harness.NewNode(t), fam: ipv4}
+}
+
+// newNode6 is the node of an IPv6-only cluster.
+func newNode6(t *testing.T) *node {
+	t.Helper()
+	return &node{t: t, Node: harness.NewNode6(t), fam: ipv6}
 }
 
 // start runs an agent with node-cache's DaemonSet flags plus extra.
 func (n *node) start(extra ...string) *harness.Agent {
 	n.t.Helper()
-	return n.startWith(harness.LocalIP+","+harness.ClusterIP, harness.ClusterIP, extra...)
+	return n.startWith(n.fam.local+","+n.fam.clusterIP, n.fam.clusterIP, extra...)
 }
 
 // startWith runs an agent listening on localips (the -localip value); bind is what the Corefile binds besides
-// harness.LocalIP.
+// the node-local address.
 func (n *node) startWith(localips, bind string, extra ...string) *harness.Agent {
 	n.t.Helper()
-	return n.startCorefile(localips, harness.StandardCorefile(harness.LocalIP, bind, "cluster.local"), extra...)
+	return n.startCorefile(localips, harness.StandardCorefile(n.fam.local, bind, "cluster.local"), extra...)
 }
 
 // startCorefile runs an agent with the given base Corefile.
@@ -62,7 +81,7 @@ func (n *node) startCorefile(localips, corefile string, extra ...string) *harnes
 	return harness.Start(n.t, harness.Config{
 		Args:         args,
 		BaseCorefile: corefile,
-		Env:          []string{"KUBE_DNS_UPSTREAM_SERVICE_HOST=" + harness.UpstreamClusterIP, "KUBE_DNS_SERVICE_HOST=" + harness.ClusterIP},
+		Env:          []string{"KUBE_DNS_UPSTREAM_SERVICE_HOST=" + n.fam.upstreamClusterIP, "KUBE_DNS_SERVICE_HOST=" + n.fam.clusterIP},
 		Stderr:       stderr,
 	})
 }
@@ -156,6 +175,11 @@ func requireNothingLeft(t *testing.T) {
 
 // ready asks /ready on the Corefile's health address: the HTTP status, or 0 when nothing answers.
 func ready() (int, string) { return probe(readyURL) }
+
+// ready asks /ready on n's node-local address.
+func (n *node) ready() (int, string) {
+	return probe("http://" + net.JoinHostPort(n.fam.local, "8080") + "/ready")
+}
 
 // probe asks url as the kubelet's probes do: the HTTP status, or 0 when nothing answers.
 func probe(url string) (int, string) {

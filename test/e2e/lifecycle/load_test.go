@@ -30,8 +30,12 @@ const (
 	queryTimeout = time.Second
 )
 
-// targets are the pod's two ways to the node's DNS, in report order.
+// targets are the pod's two ways to the node's DNS, and a surge's new address, in report order.
 var targets = []string{harness.ClusterIP, harness.LocalIP, newIP}
+
+// targetLabel names a target in the report.
+var targetLabel = map[string]string{harness.ClusterIP: "clusterip", harness.LocalIP: "link-local", newIP: "new-ip",
+	harness.ClusterIP6: "clusterip6", harness.LocalIP6: "local6"}
 
 // counts is what happened to the queries sent to one target during one phase.
 type counts struct {
@@ -42,10 +46,12 @@ type counts struct {
 
 // load sends the queries from the pod namespace and files each one under the phase current when it was sent.
 type load struct {
-	stop  chan struct{}
-	done  sync.WaitGroup
-	phase atomic.Int32
-	seq   atomic.Uint32
+	name    string // the report's: "lifecycle matrix" (its file: lifecycle-matrix.txt)
+	targets []string
+	stop    chan struct{}
+	done    sync.WaitGroup
+	phase   atomic.Int32
+	seq     atomic.Uint32
 
 	mu     sync.Mutex
 	names  []string
@@ -62,10 +68,10 @@ func (l *load) note(s string) {
 	l.notes = append(l.notes, s)
 }
 
-// startLoad starts the load in the pod namespace; it runs until the test ends.
-func startLoad(t *testing.T, podNS string) *load {
+// startLoad starts the load in the pod namespace towards targets; it runs until the test ends.
+func startLoad(t *testing.T, podNS string, targets ...string) *load {
 	t.Helper()
-	l := &load{stop: make(chan struct{}), counts: map[int]map[string]*counts{}}
+	l := &load{name: "lifecycle matrix", targets: targets, stop: make(chan struct{}), counts: map[int]map[string]*counts{}}
 	l.begin("before any agent")
 	started := make(chan error, 1)
 	l.done.Add(1)
@@ -130,7 +136,7 @@ func (l *load) send(podNS string, started chan<- error) {
 		}
 		l.stalled(time.Since(last) - loadInterval)
 		last = time.Now()
-		for _, target := range targets {
+		for _, target := range l.targets {
 			phase, sent := int(l.phase.Load()), time.Now()
 			name := fmt.Sprintf("svc%d.default.svc.cluster.local.", l.seq.Add(1)%64)
 			conn, err := net.DialUDP("udp", nil, &net.UDPAddr{IP: net.ParseIP(target), Port: 53})
@@ -319,12 +325,12 @@ func (l *load) table() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%-48s %-10s %6s %6s %8s %11s %6s  %s\n", "case", "target", "sent", "failed", "by agent", "by kube-dns", "stall", "failures (sent at, from the case's start)")
 	for i, name := range names {
-		for _, target := range targets {
+		for _, target := range l.targets {
 			c := l.get(i, target)
 			if c.sent == 0 {
 				continue
 			}
-			label := map[string]string{harness.ClusterIP: "clusterip", harness.LocalIP: "link-local", newIP: "new-ip"}[target]
+			label := targetLabel[target]
 			when := ""
 			if c.failed > 0 {
 				when = fmt.Sprintf(" (%v..%v)", c.firstFail.Round(time.Millisecond), c.lastFail.Round(time.Millisecond))
@@ -357,15 +363,15 @@ func (l *load) report(t *testing.T) {
 		tbl += "\n" + n + "\n"
 	}
 	l.mu.Unlock()
-	out := fmt.Sprintf("lifecycle matrix: failed DNS queries from the pod namespace per case (%d/s per target, %v timeout;\n"+
+	out := fmt.Sprintf("%s: failed DNS queries from the pod namespace per case (%d/s per target, %v timeout;\n"+
 		"late = answered after the timeout, by the kernel's receive time; stall = longest the load generator itself was held up)\n%s",
-		int(time.Second/loadInterval), queryTimeout, tbl)
+		l.name, int(time.Second/loadInterval), queryTimeout, tbl)
 	t.Log(out)
 	fmt.Fprintf(os.Stdout, "\n%s\n", out)
 	if dir := os.Getenv(reportDirEnv); dir != "" {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Errorf("write report: %v", err)
-		} else if err := os.WriteFile(filepath.Join(dir, "lifecycle-matrix.txt"), []byte(out), 0o644); err != nil {
+		} else if err := os.WriteFile(filepath.Join(dir, strings.ReplaceAll(l.name, " ", "-")+".txt"), []byte(out), 0o644); err != nil {
 			t.Errorf("write report: %v", err)
 		}
 	}

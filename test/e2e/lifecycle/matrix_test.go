@@ -70,7 +70,7 @@ func TestLifecycleMatrix(t *testing.T) {
 	testenv.RequireRoot(t)
 	harness.Binary(t) // build before the clock starts
 	n := newNode(t)
-	m := &matrix{t: t, n: n, load: startLoad(t, n.Pod.Name)}
+	m := &matrix{t: t, n: n, load: startLoad(t, n.Pod.Name, targets...)}
 	m.phase("no agent: kube-dns through the DNAT", expectation{zero: []string{harness.ClusterIP}, allDirect: true})
 	time.Sleep(serveFor)
 
@@ -126,7 +126,7 @@ func TestLifecycleMatrix(t *testing.T) {
 	if !linkExists(t) {
 		t.Fatalf("interface %s gone after the old instance left", ifname)
 	}
-	requireReady(t)
+	m.requireReady()
 	m.serve()
 
 	// A rollout interrupted by deleting the DaemonSet: both leave at once, the last one out removes everything.
@@ -182,13 +182,13 @@ func (m *matrix) start(name string, graceful bool, extra ...string) *harness.Age
 	m.t.Helper()
 	e := expectation{}
 	if graceful {
-		e.zero = []string{harness.ClusterIP}
+		e.zero = []string{m.n.fam.clusterIP}
 	}
 	m.phase(name, e)
 	a := m.n.start(extra...)
 	seen := map[int]bool{}
 	testenv.Eventually(m.t, 30*time.Second, "/ready answers 200", func() bool {
-		code, _ := ready()
+		code, _ := m.n.ready()
 		seen[code] = true
 		if code == 200 && ourTables(m.t) != 1 {
 			m.t.Fatalf("/ready said 200 before table %s was in place", table)
@@ -202,7 +202,7 @@ func (m *matrix) start(name string, graceful bool, extra ...string) *harness.Age
 
 // serve is a steady phase with an agent ready: nothing fails and the agent answers the ClusterIP.
 func (m *matrix) serve() {
-	m.phase("serving", expectation{zero: []string{harness.ClusterIP, harness.LocalIP}, allAgent: true})
+	m.phase("serving", expectation{zero: []string{m.n.fam.clusterIP, m.n.fam.local}, allAgent: true})
 	time.Sleep(serveFor)
 	m.requireSameTable()
 }
@@ -213,7 +213,7 @@ func (m *matrix) startSecond() *harness.Agent {
 	m.t.Helper()
 	a := m.n.start()
 	a.WaitReady()
-	testenv.Eventually(m.t, 5*time.Second, "/ready answers 200 with both instances serving", func() bool { c, _ := ready(); return c == 200 })
+	testenv.Eventually(m.t, 5*time.Second, "/ready answers 200 with both instances serving", func() bool { c, _ := m.n.ready(); return c == 200 })
 	return a
 }
 
@@ -243,10 +243,10 @@ func (m *matrix) requireSameTable() {
 	}
 }
 
-func requireReady(t *testing.T) {
-	t.Helper()
-	if code, body := ready(); code != 200 {
-		t.Fatalf("/ready = %d %q, want 200", code, body)
+func (m *matrix) requireReady() {
+	m.t.Helper()
+	if code, body := m.n.ready(); code != 200 {
+		m.t.Fatalf("/ready = %d %q, want 200", code, body)
 	}
 }
 
@@ -278,7 +278,7 @@ func (m *matrix) settleAndCheck() {
 					name, late, target, m.load.stall(e.phase))
 			}
 		}
-		c := m.load.get(e.phase, harness.ClusterIP)
+		c := m.load.get(e.phase, m.n.fam.clusterIP)
 		if e.allAgent && c.viaKubeDNS > 0 {
 			t.Errorf("%s: %d ClusterIP queries bypassed the agent (answered by kube-dns through the DNAT)", name, c.viaKubeDNS)
 		}
