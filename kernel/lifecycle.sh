@@ -49,7 +49,7 @@ dump() { for f in "$work"/agent*.log; do echo "lifecycle: log $f:"; tail -20 "$f
 if "$bin" -print-rules -localip "$ip4" 2>"$work/preflight" >/dev/null && grep -q 'MISSING conntrack' "$work/preflight"; then
 	step "start without conntrack's expressions"
 	grep 'preflight' "$work/preflight" | sed 's/^/lifecycle: /'
-	grep -q '^nodelocaldns: preflight: kernel .* lacks conntrack; has owner-flag, socket$' "$work/preflight" ||
+	grep -q '^nodelocaldns: preflight: kernel .* lacks conntrack; has owner-flag, socket, ipv6-rewrite$' "$work/preflight" ||
 		fail "preflight: -print-rules does not sum up conntrack missing, the rest present"
 	start 1
 	wait_exit "$pid1" 120 || fail "no conntrack: the agent still runs 120 s after its start"
@@ -81,7 +81,7 @@ capability() { wget -qO- "http://127.0.0.1:935$1/metrics" | grep "^nodelocaldns_
 if [ -d /sys/module/nft_socket ]; then
 	grep -q 'refused the socket expression' "$work/agent1.log" && fail "start: ungated although the kernel has nft_socket"
 	echo "lifecycle: the kernel has nft_socket: the agent gates on a live listener"
-	grep -q '^nodelocaldns: preflight: kernel .*: nothing missing (owner-flag, socket, conntrack)$' "$work/preflight" ||
+	grep -q '^nodelocaldns: preflight: kernel .*: nothing missing (owner-flag, socket, conntrack, ipv6-rewrite)$' "$work/preflight" ||
 		fail "preflight: -print-rules does not say nothing is missing"
 	grep -q '"logger":"preflight","msg":"the node has every kernel capability the agent uses"' "$work/agent1.log" ||
 		fail "preflight: the agent did not log that nothing is missing"
@@ -91,14 +91,14 @@ else
 	echo "lifecycle: the kernel has no nft_socket: the agent gates on the addresses it has bound"
 	grep -q '^nodelocaldns: preflight: MISSING socket: the socket expression (nft_socket' "$work/preflight" ||
 		fail "preflight: -print-rules does not list the socket expression as missing"
-	grep -q '^nodelocaldns: preflight: kernel .* lacks socket; has owner-flag, conntrack$' "$work/preflight" ||
+	grep -q '^nodelocaldns: preflight: kernel .* lacks socket; has owner-flag, conntrack, ipv6-rewrite$' "$work/preflight" ||
 		fail "preflight: -print-rules does not sum up socket missing, the rest present"
 	[ "$(grep -c '"logger":"preflight","msg":"the node lacks a kernel capability"' "$work/agent1.log")" = 1 ] &&
 		grep -q '"logger":"preflight","msg":"the node lacks a kernel capability","capability":"socket"' "$work/agent1.log" ||
 		fail "preflight: the agent did not log one warning, for the socket expression"
 	[ "$(capability 1 socket)" = 0 ] || fail "preflight: nodelocaldns_node_capability{name=\"socket\"} is $(capability 1 socket), want 0"
 fi
-for c in owner-flag conntrack; do
+for c in owner-flag conntrack ipv6-rewrite; do
 	[ "$(capability 1 $c)" = 1 ] || fail "preflight: nodelocaldns_node_capability{name=\"$c\"} is $(capability 1 $c), want 1"
 done
 echo "lifecycle: preflight: metric $(wget -qO- http://127.0.0.1:9351/metrics | grep '^nodelocaldns_node_capability' | tr '\n' ' ')"

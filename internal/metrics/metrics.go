@@ -86,7 +86,7 @@ func New(reg prometheus.Registerer, counters func() ([]RuleCounter, error)) (*Me
 		ConfigPolling: gauge("config_watch_polling",
 			"1 when inotify is unavailable (its limits exhausted) and the ConfigMap directories are re-read periodically instead."),
 		NodeCapability: gaugeVec("node_capability",
-			"1 for each kernel capability the agent relies on that the node has, 0 for one it lacks (the agent's start-up log says what each costs): owner-flag (the agent cannot start without it), socket (pods' queries are gated on the addresses the agent has bound instead of a live listener), conntrack, ipv6 (only where an IPv6 -localip is configured).",
+			"1 for each kernel capability the agent relies on that the node has, 0 for one it lacks (the agent's start-up log says what each costs): owner-flag (the agent cannot start without it), socket (pods' queries are gated on the addresses the agent has bound instead of a live listener), conntrack, ipv6-rewrite (the IPv6 link-local fallback's address rewrite), ipv6 (only where an IPv6 -localip is configured).",
 			"name"),
 	}
 	for _, t := range []string{ErrIptables, ErrIptablesLock, ErrInterfaceAdd, ErrInterfaceCheck, ErrConfigmap, ErrNftables} {

@@ -3,6 +3,7 @@ package nft
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"strconv"
 	"syscall"
@@ -30,11 +31,11 @@ const (
 	CapOwnerFlag = "owner-flag"
 	CapSocket    = "socket"
 	CapConntrack = "conntrack"
+	CapIPv6Write = "ipv6-rewrite"
 )
 
-// Capabilities is every kernel capability the preflight probes, in the order it reports them. Another joins as
-// one more entry: the payload write's checksum flags without an L3 checksum (the IPv6 link-local fallback's
-// address rewrite) belong here, probed with the expression the fallback encodes, once it does.
+// Capabilities is every kernel capability the preflight probes, in the order it reports them; another joins as
+// one more entry. Each probes with the expressions the tables use, built where the tables build them.
 func Capabilities() []Capability {
 	return []Capability{
 		{
@@ -58,6 +59,13 @@ func Capabilities() []Capability {
 				"the link-local fallback (ct state) cannot be written either",
 			exprs: []expr.Any{&expr.Ct{Key: expr.CtKeySTATE, Register: 1}, &expr.Notrack{}},
 		},
+		{
+			Name: CapIPv6Write,
+			What: "the IPv6 address rewrite with its transport checksum fix (a payload write with NFT_PAYLOAD_L4CSUM_PSEUDOHDR)",
+			Cost: "the link-local fallback cannot be written where a kube-dns ClusterIP is IPv6: while no instance serves, " +
+				"queries to the local IPs no Service backs get no answer (nodelocaldns_fail_open{path=\"link-local\"} is 0)",
+			exprs: setAddr(DirTo, probeIPv6).exprs,
+		},
 	}
 }
 
@@ -67,6 +75,9 @@ type Probed struct {
 	Present bool
 	Refusal error // the kernel's answer when it lacks the capability
 }
+
+// probeIPv6 is the address the IPv6 rewrite's probe writes (never into a packet: the rule is never committed).
+var probeIPv6 = netip.MustParseAddr("fd00::53")
 
 // probeChain is the regular chain of a probe's table: no hook, so that no packet ever meets its rule.
 const probeChain = "probe"

@@ -55,7 +55,7 @@ func TestProbeCapabilities(t *testing.T) {
 			t.Errorf("%s: present %v with refusal %v", p.Name, p.Present, p.Refusal)
 		}
 	}
-	if want := []string{CapOwnerFlag, CapSocket, CapConntrack}; !slices.Equal(names, want) {
+	if want := []string{CapOwnerFlag, CapSocket, CapConntrack, CapIPv6Write}; !slices.Equal(names, want) {
 		t.Errorf("probed %v, want %v", names, want)
 	}
 	if after := testenv.Run(t, "nft", "list", "ruleset"); after != before {
@@ -68,6 +68,7 @@ func TestProbeCapabilities(t *testing.T) {
 	for name, stmt := range map[string]string{
 		CapSocket:    "socket wildcard 0 socket transparent 0",
 		CapConntrack: "ct state established notrack",
+		CapIPv6Write: "ip6 daddr set fd00::53",
 	} {
 		out, err := exec.Command("nft", "-c", "table inet nftcheck { chain c { "+stmt+"; }; }").CombinedOutput()
 		if nftHas := err == nil; nftHas == missing[name] {

@@ -65,25 +65,25 @@ func TestLines(t *testing.T) {
 		want []string // substrings, each of the line at its index
 	}{
 		{"full kernel", fakeNode("6.1.0-18-amd64", nil, ptr("0")), v4,
-			[]string{"nodelocaldns: preflight: kernel 6.1.0-18-amd64: nothing missing (owner-flag, socket, conntrack)"}},
+			[]string{"nodelocaldns: preflight: kernel 6.1.0-18-amd64: nothing missing (owner-flag, socket, conntrack, ipv6-rewrite)"}},
 		{"full kernel, IPv6 configured", fakeNode("6.1.0", nil, ptr("0")), dual,
-			[]string{"nothing missing (owner-flag, socket, conntrack, ipv6)"}},
+			[]string{"nothing missing (owner-flag, socket, conntrack, ipv6-rewrite, ipv6)"}},
 		{"no nft_socket", fakeNode("6.6.0-azl3", nil, ptr("0"), nft.CapSocket), v4,
 			[]string{"MISSING socket: the socket expression (nft_socket, CONFIG_NFT_SOCKET): pods' queries are intercepted for the addresses the agent has bound",
-				"kernel 6.6.0-azl3 lacks socket; has owner-flag, conntrack"}},
+				"kernel 6.6.0-azl3 lacks socket; has owner-flag, conntrack, ipv6-rewrite"}},
 		{"no nft_socket, no conntrack, IPv6 disabled", fakeNode("6.12.0", nil, ptr("1"), nft.CapSocket, nft.CapConntrack), dual,
 			[]string{"MISSING socket", "MISSING conntrack: conntrack's expressions (nft_ct", "MISSING ipv6: IPv6 (an IPv6 -localip is configured): the agent cannot start",
-				"lacks socket, conntrack, ipv6; has owner-flag"}},
+				"lacks socket, conntrack, ipv6; has owner-flag, ipv6-rewrite"}},
 		{"IPv6 not in the kernel", fakeNode("6.12.0", nil, nil), dual,
 			[]string{"MISSING ipv6", "lacks ipv6"}},
 		{"IPv6 disabled, but not configured", fakeNode("6.12.0", nil, ptr("1")), v4,
-			[]string{"nothing missing (owner-flag, socket, conntrack)"}},
+			[]string{"nothing missing (owner-flag, socket, conntrack, ipv6-rewrite)"}},
 		{"not probed, old kernel", fakeNode("5.10.0-21-amd64", syscall.EPERM, ptr("0")), v4,
-			[]string{"MISSING owner-flag: the table owner flag (NFT_TABLE_F_OWNER, Linux 5.12): the agent cannot start", "has none; not probed: socket, conntrack"}},
+			[]string{"MISSING owner-flag: the table owner flag (NFT_TABLE_F_OWNER, Linux 5.12): the agent cannot start", "has none; not probed: socket, conntrack, ipv6-rewrite"}},
 		{"not probed, new kernel", fakeNode("5.15.0-91-generic", syscall.EPERM, ptr("0")), v4,
-			[]string{"kernel 5.15.0-91-generic has owner-flag; not probed: socket, conntrack (operation not permitted: needs CAP_NET_ADMIN"}},
+			[]string{"kernel 5.15.0-91-generic has owner-flag; not probed: socket, conntrack, ipv6-rewrite (operation not permitted: needs CAP_NET_ADMIN"}},
 		{"not probed, release not understood", fakeNode("6", syscall.EPERM, ptr("0")), v4,
-			[]string{"kernel 6 has none; not probed: owner-flag, socket, conntrack"}},
+			[]string{"kernel 6 has none; not probed: owner-flag, socket, conntrack, ipv6-rewrite"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			lines := tc.node.Check(tc.ips).Lines()
@@ -115,9 +115,9 @@ func TestLogAndExport(t *testing.T) {
 		gauge  map[string]float64
 	}{
 		{"full", fakeNode("6.1.0", nil, ptr("0")).Check(dual), nil, true,
-			map[string]float64{"owner-flag": 1, "socket": 1, "conntrack": 1, "ipv6": 1}},
+			map[string]float64{"owner-flag": 1, "socket": 1, "conntrack": 1, "ipv6-rewrite": 1, "ipv6": 1}},
 		{"no nft_socket", fakeNode("6.6.0", nil, ptr("0"), nft.CapSocket).Check(v4), []string{"socket"}, false,
-			map[string]float64{"owner-flag": 1, "socket": 0, "conntrack": 1}},
+			map[string]float64{"owner-flag": 1, "socket": 0, "conntrack": 1, "ipv6-rewrite": 1}},
 		{"not probed", fakeNode("6.6.0", errors.New("probe owner-flag: operation not permitted"), ptr("1")).Check(dual), []string{"ipv6", ""}, false,
 			map[string]float64{"owner-flag": 1, "ipv6": 0}},
 	} {
@@ -165,8 +165,8 @@ func TestHost(t *testing.T) {
 			t.Errorf("%s: known %v, present %v (%s); held back %q", f.Name, f.Known, f.Present, f.Why, held)
 		}
 	}
-	if len(r.Findings) != 4 {
-		t.Errorf("findings %v, want owner-flag, socket, conntrack, ipv6", r.Findings)
+	if len(r.Findings) != 5 {
+		t.Errorf("findings %v, want owner-flag, socket, conntrack, ipv6-rewrite, ipv6", r.Findings)
 	}
 	if err := os.WriteFile("/proc/sys/net/ipv6/conf/default/disable_ipv6", []byte("1"), 0); err != nil {
 		t.Fatal(err)
