@@ -24,27 +24,12 @@ cd "$(dirname "$0")/.."
 repo=$PWD
 cache=$repo/.cache/kernel
 marker="NODELOCALDNS-KERNEL-RESULT"
-if_possible=false
-[[ ${1:-} == --if-possible ]] && if_possible=true
-if $if_possible && [[ ${CI:-} == true ]]; then
-	echo "kernel: CI=true: the VM is required (--if-possible ignored)" >&2
-	if_possible=false
-fi
+source scripts/optional-step.sh
+optional_step kernel "the VM" "$@"
 started=$(date +%s.%N)
 # variant names the files of a boot with modules held back: initramfs-without-nft_socket.cpio, vm-....log
 variant=${KERNEL_HOLD_BACK:+-without-${KERNEL_HOLD_BACK// /-}}
 
-log() { echo "kernel: $*" >&2; }
-elapsed() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
-# skip_or_fail explains why the VM cannot run: a skip under --if-possible, else a failure.
-skip_or_fail() {
-	if $if_possible; then
-		log "skipped: $*"
-		exit 0
-	fi
-	log "error: $*"
-	exit 1
-}
 
 # --- host tools -------------------------------------------------------------------------------------------
 # command -> Debian package. busybox must be the static build: it is the VM's only userland besides the

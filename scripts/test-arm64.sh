@@ -16,28 +16,13 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
-if_possible=false
-[[ ${1:-} == --if-possible ]] && if_possible=true
-if $if_possible && [[ ${CI:-} == true ]]; then
-	echo "arm64: CI=true: qemu-aarch64 is required (--if-possible ignored)" >&2
-	if_possible=false
-fi
+source scripts/optional-step.sh
+optional_step arm64 qemu-aarch64 "$@"
 pkgs=${ARM64_PKGS:-./cmd/... ./internal/...}
 skip=${ARM64_SKIP:-}
 out=out/test-arm64
 emu=qemu-aarch64
 
-log() { echo "arm64: $*" >&2; }
-elapsed() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
-# skip_or_fail explains why the emulated run cannot happen: a skip under --if-possible, else a failure.
-skip_or_fail() {
-	if $if_possible; then
-		log "skipped: $*"
-		exit 0
-	fi
-	log "error: $*"
-	exit 1
-}
 
 # have_emu: the emulator is on PATH and runs (not merely named).
 have_emu() { $emu --version >/dev/null 2>&1; }
