@@ -43,7 +43,7 @@ type Server struct {
 	path     string
 	corefile []byte
 	health   map[string]*healthListener
-	lameduck time.Duration
+	lameduck atomic.Int64 // a time.Duration; read without mu (Lameduck), so a hung reload cannot block it
 
 	ready  atomic.Pointer[func() error]
 	live   atomic.Pointer[func(context.Context) error]
@@ -175,7 +175,7 @@ func (s *Server) Reload(corefile []byte) (changed bool, err error) {
 // stopped and no longer reads from the listeners the new one inherited, so the loop probes may go.
 func (s *Server) commit() error {
 	p := pendingOf(s.inst)
-	s.lameduck = p.lameduck
+	s.lameduck.Store(int64(p.lameduck))
 	// The fast path hands the queries it does not answer to a configuration's handlers: it must follow the new
 	// one before the loop probes go, or a probe it passes to the previous configuration is answered there (no
 	// loop) and a looping reload goes undetected (seen in the lifecycle matrix under load, 1 run in 3).
@@ -190,6 +190,9 @@ func (s *Server) commit() error {
 	return s.syncHealth(p.health)
 }
 
+// Lameduck is the Corefile's health lameduck, which Stop waits out first.
+func (s *Server) Lameduck() time.Duration { return time.Duration(s.lameduck.Load()) }
+
 // Stop waits out the Corefile's health lameduck, then stops every server and the health listeners.
 func (s *Server) Stop() error {
 	s.mu.Lock()
@@ -197,9 +200,9 @@ func (s *Server) Stop() error {
 	if s.inst == nil {
 		return nil
 	}
-	if s.lameduck > 0 {
-		s.log.Info("lameduck", zap.Duration("duration", s.lameduck))
-		time.Sleep(s.lameduck)
+	if d := s.Lameduck(); d > 0 {
+		s.log.Info("lameduck", zap.Duration("duration", d))
+		time.Sleep(d)
 	}
 	errs := s.inst.ShutdownCallbacks()
 	if s.fast != nil {

@@ -29,11 +29,9 @@ func (s *Supervisor) shutdown(l *loops) {
 		if othersServe.Load() {
 			b.do("hand queries over", 0, s.passQueries)
 		}
-		b.do("stop coredns", 0, func() {
-			if err := s.dns.Stop(); err != nil {
-				s.log.Warn("stop coredns", zap.Error(err))
-			}
-		})
+		// The last instance out has stopped CoreDNS already, before the interface went (lastOut); this waits
+		// for that same stop.
+		b.do("stop coredns", 0, func() { <-s.stopDNS() })
 	}
 	if s.opts.PIDFile != "" {
 		os.Remove(s.opts.PIDFile)
@@ -52,18 +50,47 @@ func (s *Supervisor) passQueries() {
 	time.Sleep(drainDelay)
 }
 
-// quiesceForFallback is the last instance out's drain while the link-local fallback is in place: new UDP
-// queries leave our listeners (detach.go) and, finding no socket bound to the addresses, are sent to kube-dns
-// by the fallback; those already queued are answered; then the interface can go. Without it, queries sent
-// after the interface went would still find our sockets bound to the gone addresses, pass the fallback's gate
-// and be lost until CoreDNS stops.
-func (s *Supervisor) quiesceForFallback(drain time.Duration) {
+// lastOut is the last instance out's drain, before the interface goes (node.leave). New UDP queries leave our
+// listeners (detach.go): finding no socket bound to the addresses, they are sent to kube-dns by the link-local
+// fallback (the ClusterIP's by kube-proxy, our table being gone). CoreDNS is given drain to read what is queued
+// on them, then stopped, which waits for the answers in flight (a miss waits for its upstream, a few hundred ms
+// for an external name) to be written, within answersDrain. Every answer leaves from the address its query was
+// sent to, so the interface must stay until then: an answer written after it went is dropped, and its client
+// waits out its timeout. Without the detach, queries sent after the interface went would still find our
+// sockets bound to the gone addresses, pass the fallback's gate and be lost until CoreDNS stops.
+func (s *Supervisor) lastOut(drain time.Duration) {
 	n, err := detachListeners(s.opts.LocalIPs, s.opts.DNSPort)
 	if err != nil {
 		s.log.Warn("detach dns listeners; queries queued on them when they close are lost", zap.Error(err))
 	}
-	s.log.Info("detached dns listeners; the link-local fallback sends new queries to kube-dns", zap.Int("listeners", n))
+	s.log.Info("detached dns listeners; new queries go to kube-dns", zap.Int("listeners", n))
 	time.Sleep(drain)
+	if s.dns == nil {
+		return // start-up failed before CoreDNS started: nothing is in flight
+	}
+	t := time.Now()
+	within := answersDrain + s.dns.Lameduck() // Stop waits out the Corefile's lameduck first
+	select {
+	case <-s.stopDNS():
+		s.log.Info("answered the queries in flight", zap.Duration("elapsed", time.Since(t)))
+	case <-time.After(within):
+		s.log.Warn("coredns still answering after the drain; answers written from now on are lost", zap.Duration("drain", within))
+	}
+}
+
+// stopDNS stops CoreDNS once, and returns a channel closed when it has stopped: the last instance out stops it
+// before its interface goes (lastOut), and shutdown waits for the same stop.
+func (s *Supervisor) stopDNS() <-chan struct{} {
+	s.dnsStop.Do(func() {
+		s.dnsStopped = make(chan struct{})
+		go func() {
+			defer close(s.dnsStopped)
+			if err := s.dns.Stop(); err != nil {
+				s.log.Warn("stop coredns", zap.Error(err))
+			}
+		}()
+	})
+	return s.dnsStopped
 }
 
 // bounded runs each step of shutdown in order until the deadline; a step still running then is abandoned

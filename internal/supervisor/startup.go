@@ -53,9 +53,7 @@ func (s *Supervisor) openKernel() error {
 	foreign := newForeignReport(s.log, s.m, k.foreignTables(), s.spec, s.opts.StepAside)
 	fb := newFallback(s.log, s.m, k.fallbackTable(), s.opts, s.spec.Fallbacks, s.fallbackWhy)
 	s.reconcile = newReconciler(s.log, s.m, s.opts.InterfaceName, s.opts.SyncInterval, s.node, fb, foreign)
-	if k.fallbackTable() != nil && len(s.spec.Fallbacks) > 0 {
-		s.node.quiesce = s.quiesceForFallback
-	}
+	s.node.quiesce = s.lastOut
 	return nil
 }
 

@@ -26,6 +26,7 @@ import (
 	"context"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -50,6 +51,13 @@ const (
 	// removing the interface (they are answered from the addresses they were sent to), and between detaching
 	// the DNS listeners and stopping CoreDNS when another instance stays (detach.go).
 	drainDelay = 100 * time.Millisecond
+	// answersDrain bounds how long the last instance out waits for the answers in flight to be written before
+	// its interface goes (shutdown.go, lastOut), the Corefile's lameduck aside. No useful answer comes later:
+	// CoreDNS's forward gives up on a query after 5 s (plugin/forward's defaultTimeout), as the fast path's miss
+	// server does on stop, and a resolver with glibc's or musl's default (timeout:5) has stopped waiting by
+	// then. It waits only as long as answers are in flight. With loopsStop, the whole shutdown stays well within
+	// shutdownDeadline.
+	answersDrain = 5 * time.Second
 	// loopCheckWait bounds how long start-up waits for the `loop` directive's probes before intercepting.
 	loopCheckWait = 2 * time.Second
 )
@@ -85,6 +93,8 @@ type Supervisor struct {
 	// fallbackWhy says why spec.Fallbacks is empty: this instance wants no link-local fallback.
 	fallbackWhy string
 	reload      *reloader // ConfigMap changes and SIGUSR1 (reload.go); set by the coredns phase
+	dnsStop     sync.Once // stopDNS (shutdown.go)
+	dnsStopped  chan struct{}
 }
 
 // New validates cfg and prepares an agent; nothing is started yet.

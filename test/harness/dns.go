@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"math/rand/v2"
 	"net"
 	"strings"
 	"sync"
@@ -20,6 +21,8 @@ type Upstream struct {
 	Answer  net.IP // the A record it gives for every name
 	TTL     uint32
 	Queries atomic.Int64
+	// delayMin and delayMax bound how long each answer waits (SetDelay); 0: it goes at once.
+	delayMin, delayMax atomic.Int64
 
 	mu     sync.Mutex
 	byName map[string]int // queries per question name (lowercase, fully qualified)
@@ -49,8 +52,18 @@ func StartUpstream(t testing.TB, addr, answer string) *Upstream {
 	return u
 }
 
+// SetDelay makes every answer from now on wait a time drawn evenly from [lo, hi]: an upstream as slow as
+// external names often are (a few hundred ms), so that a test can have answers in flight when something happens.
+func (u *Upstream) SetDelay(lo, hi time.Duration) {
+	u.delayMin.Store(int64(lo))
+	u.delayMax.Store(int64(hi))
+}
+
 func (u *Upstream) serve(w dns.ResponseWriter, r *dns.Msg) {
 	u.Queries.Add(1)
+	if lo, hi := u.delayMin.Load(), u.delayMax.Load(); hi > 0 {
+		time.Sleep(time.Duration(lo + rand.Int64N(hi-lo+1)))
+	}
 	if len(r.Question) == 1 {
 		u.mu.Lock()
 		if u.byName == nil {

@@ -1,0 +1,49 @@
+package lifecycle
+
+import (
+	"net"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nodelocaldns/nodelocaldns/test/harness"
+)
+
+// Slow misses across the last instance's SIGTERM. kube-dns-upstream answers each query after 300 to 800 ms, as
+// upstreams do for external names, and the pod asks both addresses for names never asked before, so every
+// query is a miss that the agent holds while it waits. Then the only instance is stopped: the queries it
+// already holds must still be answered (from the addresses they were sent to, so the interface must stay until
+// they are written), and the ones sent after it detached its listeners go to kube-dns (the ClusterIP through
+// kube-proxy, the link-local address through the fallback). No query may be lost.
+func TestLastOutAnswersSlowMisses(t *testing.T) {
+	n := newNode(t)
+	a := n.start()
+	a.WaitReady()
+	n.Upstream.SetDelay(300*time.Millisecond, 800*time.Millisecond)
+
+	dial := func(target string) (c *net.UDPConn, err error) {
+		n.Pod.Do(t, func() { c, err = net.DialUDP("udp", nil, &net.UDPAddr{IP: net.ParseIP(target), Port: 53}) })
+		return c, err
+	}
+	// 100 queries/s per address; 3 s is well past the slowest answer.
+	m := harness.StartMisses(t, dial, "default.svc.cluster.local", 10*time.Millisecond, 3*time.Second, harness.ClusterIP, harness.LocalIP)
+	time.Sleep(1500 * time.Millisecond) // up to 0.8 s of misses in flight
+	stopped := time.Now()
+	a.Signal(syscall.SIGTERM)
+	code := a.Wait(30 * time.Second)
+	took := time.Since(stopped)
+	time.Sleep(500 * time.Millisecond) // after the agent: kube-dns alone
+	c := m.Stop()
+	t.Logf("slow misses (300-800 ms upstream) across the last instance's SIGTERM: %v; the agent took %v to stop", c, took.Round(time.Millisecond))
+	if code != 0 {
+		t.Errorf("agent exited with code %d", code)
+	}
+	if c.Answers["agent"] == 0 || c.Answers["kube-dns"] == 0 {
+		t.Errorf("want answers from the agent before the stop and from kube-dns after it: %v", c)
+	}
+	if c.Lost > 0 {
+		t.Errorf("%d of %d slow misses lost across the SIGTERM (first sent %v before it): %v", c.Lost, c.Sent,
+			stopped.Sub(c.Lost1st).Round(time.Millisecond), c)
+	}
+	requireNothingLeft(t)
+}

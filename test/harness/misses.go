@@ -1,0 +1,172 @@
+package harness
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// Misses is a stream of cache misses: every tick, one UDP A query for a name never asked before to each target,
+// from a fresh socket (a new source port, as a pod's resolver uses), each waiting up to its timeout for an
+// answer. A query is lost when no successful answer with an A record arrives in time.
+type Misses struct {
+	dial    func(target string) (*net.UDPConn, error)
+	targets []string
+	zone    string
+	timeout time.Duration
+	seq     atomic.Int64
+
+	stop     chan struct{}
+	sender   sync.WaitGroup
+	inflight sync.WaitGroup
+
+	mu     sync.Mutex
+	counts MissCounts
+}
+
+// MissCounts is what happened to a stream's queries.
+type MissCounts struct {
+	Sent, Lost int
+	Answers    map[string]int // by who answered (Who)
+	Reasons    map[string]int // why the lost ones were lost
+	Lost1st    time.Time      // when the first lost query was sent
+}
+
+func (c MissCounts) String() string {
+	return fmt.Sprintf("sent %d, lost %d (%s), answered by %s", c.Sent, c.Lost, counted(c.Reasons), counted(c.Answers))
+}
+
+func counted(m map[string]int) string {
+	var out []string
+	for k, v := range m {
+		out = append(out, fmt.Sprintf("%s=%d", k, v))
+	}
+	sort.Strings(out)
+	return strings.Join(out, " ")
+}
+
+// StartMisses starts the stream: names q<n>.<zone>, sockets from dial (which decides the client's namespace).
+func StartMisses(t testing.TB, dial func(target string) (*net.UDPConn, error), zone string, every, timeout time.Duration, targets ...string) *Misses {
+	m := &Misses{dial: dial, targets: targets, zone: zone, timeout: timeout, stop: make(chan struct{}),
+		counts: MissCounts{Answers: map[string]int{}, Reasons: map[string]int{}}}
+	m.sender.Add(1)
+	go m.send(every)
+	t.Cleanup(func() { m.Stop() })
+	return m
+}
+
+func (m *Misses) send(every time.Duration) {
+	defer m.sender.Done()
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-tick.C:
+		}
+		for _, target := range m.targets {
+			name := fmt.Sprintf("q%d.%s.", m.seq.Add(1), m.zone)
+			sent := time.Now()
+			conn, err := m.dial(target)
+			if err != nil {
+				m.record(sent, "", fmt.Errorf("dial: %w", err))
+				continue
+			}
+			m.inflight.Add(1)
+			go func() {
+				defer m.inflight.Done()
+				defer conn.Close()
+				answer, err := m.ask(conn, name)
+				m.record(sent, answer, err)
+			}()
+		}
+	}
+}
+
+func (m *Misses) ask(conn *net.UDPConn, name string) (string, error) {
+	q := new(dns.Msg)
+	q.SetQuestion(name, dns.TypeA)
+	wire, err := q.Pack()
+	if err != nil {
+		return "", err
+	}
+	conn.SetDeadline(time.Now().Add(m.timeout))
+	if _, err := conn.Write(wire); err != nil {
+		return "", err
+	}
+	buf := make([]byte, 4096)
+	for {
+		n, err := conn.Read(buf)
+		if err != nil {
+			return "", err
+		}
+		r := new(dns.Msg)
+		if r.Unpack(buf[:n]) != nil || r.Id != q.Id {
+			continue
+		}
+		if r.Rcode != dns.RcodeSuccess {
+			return "", &RcodeError{Rcode: r.Rcode}
+		}
+		for _, rr := range r.Answer {
+			if a, ok := rr.(*dns.A); ok {
+				return a.A.String(), nil
+			}
+		}
+		return "", &RcodeError{Rcode: r.Rcode, NoData: true}
+	}
+}
+
+func (m *Misses) record(sent time.Time, answer string, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := &m.counts
+	c.Sent++
+	if err == nil {
+		c.Answers[Who(answer)]++
+		return
+	}
+	if c.Lost == 0 || sent.Before(c.Lost1st) {
+		c.Lost1st = sent
+	}
+	c.Lost++
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne) && ne.Timeout():
+		c.Reasons["timeout"]++
+	default:
+		c.Reasons[err.Error()]++
+	}
+}
+
+// Stop ends the stream, waits for every query sent to get its answer or its timeout, and returns the counts.
+func (m *Misses) Stop() MissCounts {
+	select {
+	case <-m.stop:
+	default:
+		close(m.stop)
+	}
+	m.sender.Wait()
+	m.inflight.Wait()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := m.counts
+	c.Answers, c.Reasons = clone(c.Answers), clone(c.Reasons)
+	return c
+}
+
+func clone(m map[string]int) map[string]int {
+	out := make(map[string]int, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
