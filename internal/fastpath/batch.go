@@ -83,10 +83,7 @@ func newBatch(c *net.UDPConn) (*batch, error) {
 
 // recv waits for at least one datagram and returns how many it received, at most batchSize.
 func (b *batch) recv() (int, error) {
-	for i := range b.hdrs {
-		b.hdrs[i].hdr.Namelen = unix.SizeofSockaddrInet6
-		b.hdrs[i].hdr.Flags = 0
-	}
+	b.reset()
 	var n int
 	var errno syscall.Errno
 	err := b.rc.Read(func(fd uintptr) bool {
@@ -97,6 +94,31 @@ func (b *batch) recv() (int, error) {
 		n, errno = r, e
 		return true
 	})
+	return b.received(n, errno, err)
+}
+
+// recvQueued receives what is queued, without waiting and whatever the socket's read deadline: 0 when nothing
+// is (the end of a reader's drain, listener.go).
+func (b *batch) recvQueued() (int, error) {
+	b.reset()
+	var n int
+	var errno syscall.Errno
+	err := b.rc.Control(func(fd uintptr) { n, errno = mmsg(unix.SYS_RECVMMSG, fd, b.hdrs[:]) })
+	if errno == unix.EAGAIN {
+		return 0, nil
+	}
+	return b.received(n, errno, err)
+}
+
+func (b *batch) reset() {
+	for i := range b.hdrs {
+		b.hdrs[i].hdr.Namelen = unix.SizeofSockaddrInet6
+		b.hdrs[i].hdr.Flags = 0
+	}
+}
+
+// received counts a receive call's datagrams, or returns its error.
+func (b *batch) received(n int, errno syscall.Errno, err error) (int, error) {
 	switch {
 	case err != nil:
 		return 0, err

@@ -2,9 +2,11 @@ package fastpath
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -28,6 +30,10 @@ type listener struct {
 	srv   *dns.Server
 	done  chan struct{} // closed by close: stops the sweeper
 	wg    sync.WaitGroup
+	// readers are the conns' readers; draining, once set, makes each read what is queued on its socket and
+	// stop (drain).
+	readers  sync.WaitGroup
+	draining atomic.Bool
 
 	hit    atomic.Pointer[hitFunc] // answers a datagram from the store: answerHit, or a test's
 	panics panicLog
@@ -73,7 +79,7 @@ func openListener(log *zap.Logger, addr netip.AddrPort, core []*net.UDPConn, v *
 		}
 	})
 	for _, c := range l.conns {
-		l.wg.Go(func() { l.read(c) })
+		l.readers.Go(func() { l.read(c) })
 	}
 	l.wg.Go(l.sweep)
 	for _, c := range core {
@@ -96,16 +102,39 @@ func (l *listener) read(c *net.UDPConn) {
 	for {
 		n, err := b.recv()
 		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) && l.draining.Load() {
+				l.readQueued(b)
+				return
+			}
 			if errClosed(err) {
 				return
 			}
 			continue
 		}
-		for i := range n {
-			l.serve(b, i)
-		}
-		b.flush()
+		l.serveBatch(b, n)
 	}
+}
+
+// readQueued serves what is queued on a reader's socket, which gets nothing new (drain), until it is empty.
+func (l *listener) readQueued(b *batch) {
+	for {
+		n, err := b.recvQueued()
+		var errno syscall.Errno
+		switch {
+		case errors.As(err, &errno):
+			continue // the socket's pending error (an ICMP one), consumed by the call
+		case err != nil, n == 0:
+			return
+		}
+		l.serveBatch(b, n)
+	}
+}
+
+func (l *listener) serveBatch(b *batch, n int) {
+	for i := range n {
+		l.serve(b, i)
+	}
+	b.flush()
 }
 
 // serve answers the batch's i-th datagram or hands it to CoreDNS. A panic is contained (panic.go).
@@ -152,13 +181,20 @@ func (l *listener) update(v *view, core []*net.UDPConn) {
 
 // close gives the address back to CoreDNS's socket, unless a handover detached the fast path's sockets too (then
 // the successor's sockets get the queries, and reattaching CoreDNS's would only lose them when it stops: the
-// protocol is internal/handover's). The miss server stops first, answering what it read through the fast path's
-// socket, then the sockets close.
+// protocol is internal/handover's). Giving it back, the fast path's sockets leave the group the moment CoreDNS's
+// joins it, so every new datagram goes to CoreDNS's socket; what they already hold is still answered (drain).
+// Then the miss server stops, answering what it was handed (a slow miss waits for its upstream), and the
+// sockets close.
 func (l *listener) close() {
 	if !detached(l.conns[0]) {
 		for _, c := range l.core {
 			if err := attach(c); err != nil {
 				l.log.Warn("give the address back to coredns's socket", zap.Error(err))
+			}
+		}
+		for _, c := range l.conns {
+			if err := detach(c); err != nil {
+				l.log.Warn("steer the kernel away from the fast path's socket; datagrams it receives from now on are lost", zap.Error(err))
 			}
 		}
 	}
@@ -169,11 +205,35 @@ func (l *listener) close() {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	l.drain(ctx)
 	l.srv.ShutdownContext(ctx)
 	l.miss.Close()
 	close(l.done)
 	l.closeConns()
+	l.readers.Wait()
 	l.wg.Wait()
+}
+
+// drain has each reader serve what is queued on its socket, which no longer gets new datagrams (detached),
+// and stop; it returns once the miss server has taken every miss among it, or when ctx ends. A reader blocked
+// waiting for a datagram is woken by a read deadline in the past; nothing else sets one.
+func (l *listener) drain(ctx context.Context) {
+	l.draining.Store(true)
+	for _, c := range l.conns {
+		c.SetReadDeadline(time.Unix(1, 0))
+	}
+	read := make(chan struct{})
+	go func() { l.readers.Wait(); close(read) }()
+	select {
+	case <-read:
+	case <-ctx.Done():
+		return
+	}
+	// The miss server's reader takes each miss off the channel as it comes; once it is empty, every one is
+	// being answered, and the server's shutdown waits for those.
+	for len(l.miss.in) > 0 && ctx.Err() == nil {
+		time.Sleep(time.Millisecond)
+	}
 }
 
 func (l *listener) closeConns() {

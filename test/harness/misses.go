@@ -35,7 +35,7 @@ type Misses struct {
 // MissCounts is what happened to a stream's queries.
 type MissCounts struct {
 	Sent, Lost int
-	Answers    map[string]int // by who answered (Who)
+	Answers    map[string]int // by the answer's A record: each upstream of the tests answers its own
 	Reasons    map[string]int // why the lost ones were lost
 	Lost1st    time.Time      // when the first lost query was sent
 }
@@ -131,7 +131,7 @@ func (m *Misses) record(sent time.Time, answer string, err error) {
 	c := &m.counts
 	c.Sent++
 	if err == nil {
-		c.Answers[Who(answer)]++
+		c.Answers[answer]++
 		return
 	}
 	if c.Lost == 0 || sent.Before(c.Lost1st) {

@@ -38,7 +38,7 @@ func TestLastOutAnswersSlowMisses(t *testing.T) {
 	if code != 0 {
 		t.Errorf("agent exited with code %d", code)
 	}
-	if c.Answers["agent"] == 0 || c.Answers["kube-dns"] == 0 {
+	if c.Answers[harness.AnswerAgent] == 0 || c.Answers[harness.AnswerKubeDNS] == 0 {
 		t.Errorf("want answers from the agent before the stop and from kube-dns after it: %v", c)
 	}
 	if c.Lost > 0 {
