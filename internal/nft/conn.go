@@ -52,6 +52,7 @@ type Conn struct {
 	log    *zap.Logger
 	ops    nftOps
 	table  string        // the owned table's name; "" until the first Apply
+	drain  string        // the drain table's name while the instance drains (drain.go); ""
 	portID atomic.Uint32 // netlink port of our socket: the kernel stamps it on the notifications our writes cause
 }
 
@@ -139,24 +140,9 @@ func (c *Conn) Apply(r *Ruleset) error {
 	if err := c.queueClear(t); err != nil {
 		return err
 	}
-	elements := 0
-	for _, s := range r.Sets {
-		set, elems := nftSet(t, s)
-		if err := c.ops.AddSet(set, elems); err != nil {
-			// A marshalling error, before anything was sent: send what is queued so far only if it cannot
-			// remove anything. It can (the clear above), so drop the batch by failing it on purpose.
-			c.abort(t)
-			return fmt.Errorf("queue set %s: %w", s.Name, err)
-		}
-		elements += len(elems)
-	}
-	rules := 0
-	for _, ch := range r.Chains {
-		chain := c.ops.AddChain(nftChain(t, ch))
-		for _, rule := range ch.Rules {
-			c.ops.AddRule(&nftables.Rule{Table: t, Chain: chain, Exprs: rule.exprs(), UserData: rule.userData()})
-			rules++
-		}
+	elements, rules, err := c.queueRuleset(t, r)
+	if err != nil {
+		return err
 	}
 	if err := c.ops.Flush(); err != nil {
 		c.ops.Discard()
@@ -165,6 +151,29 @@ func (c *Conn) Apply(r *Ruleset) error {
 	c.log.Info("applied nftables table", zap.String("table", "inet "+c.table), zap.Int("chains", len(r.Chains)),
 		zap.Int("rules", rules), zap.Int("elements", elements), zap.Duration("elapsed", time.Since(start)))
 	return nil
+}
+
+// queueRuleset queues r's sets, chains and rules into t, and counts the elements and rules. On a marshalling
+// error nothing is sent. Called with c.mu held.
+func (c *Conn) queueRuleset(t *nftables.Table, r *Ruleset) (elements, rules int, err error) {
+	for _, s := range r.Sets {
+		set, elems := nftSet(t, s)
+		if err := c.ops.AddSet(set, elems); err != nil {
+			// A marshalling error, before anything was sent: send what is queued so far only if it cannot
+			// remove anything. It can (a clear, a table's delete), so drop the batch by failing it on purpose.
+			c.abort(t)
+			return 0, 0, fmt.Errorf("queue set %s: %w", s.Name, err)
+		}
+		elements += len(elems)
+	}
+	for _, ch := range r.Chains {
+		chain := c.ops.AddChain(nftChain(t, ch))
+		for _, rule := range ch.Rules {
+			c.ops.AddRule(&nftables.Rule{Table: t, Chain: chain, Exprs: rule.exprs(), UserData: rule.userData()})
+			rules++
+		}
+	}
+	return elements, rules, nil
 }
 
 // create takes the first free instance name with an owned table. Two instances starting at once may race for

@@ -148,7 +148,9 @@ func ForeignNotracks(chains []ForeignChain, ips []netip.Addr, port uint16) []For
 	return out
 }
 
-// ours says whether the chain's table is one of ours by name: an inet instance table or the fallback's.
+// ours says whether the chain's table is one of ours by name: an inet instance table, a leaving instance's
+// drain table or the fallback's.
 func (ch ForeignChain) ours() bool {
-	return ch.Family == nftables.TableFamilyINet && (isInstanceTableName(ch.Table) || ch.Table == FallbackTableName)
+	return ch.Family == nftables.TableFamilyINet && (isInstanceTableName(ch.Table) || isDrainTableName(ch.Table) ||
+		ch.Table == FallbackTableName)
 }

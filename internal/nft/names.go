@@ -99,6 +99,18 @@ func InstanceTableName(n int) string {
 	return TableName + "-" + strconv.Itoa(n)
 }
 
+// drainSuffix makes a leaving instance's drain table name (drain.go) from its instance table's.
+const drainSuffix = "-drain"
+
+// DrainTableName is the name of the drain table of the instance whose table was named instance.
+func DrainTableName(instance string) string { return instance + drainSuffix }
+
+// isDrainTableName reports whether name is one a leaving instance's drain table may have: it is no instance's.
+func isDrainTableName(name string) bool {
+	n, ok := strings.CutSuffix(name, drainSuffix)
+	return ok && isInstanceTableName(n)
+}
+
 // isInstanceTableName reports whether name is one an instance may own.
 func isInstanceTableName(name string) bool {
 	if name == TableName {

@@ -33,7 +33,10 @@ import (
 // registry is this instance's owned table and the kernel's list of all instances ([*nft.Conn]).
 type registry interface {
 	Apply(*nft.Ruleset) error
-	Teardown() error
+	// Leave deletes our table, putting the drain table ([nft.Draining]; nil: none) in its place in the same
+	// batch; EndDrain deletes that.
+	Leave(drain *nft.Ruleset) error
+	EndDrain() error
 	Instances() ([]nft.Instance, error)
 	DeleteLegacy() ([]string, error)
 	Table() string
@@ -301,7 +304,9 @@ func (n *node) leave(keepLink bool, drain time.Duration) (othersRemain bool, err
 	}
 	t := time.Now()
 	var errs []error
-	if err := n.reg.Teardown(); err != nil {
+	// The drain table keeps our answers to the queries we hold out of conntrack (nft/drain.go) until shutdown
+	// has written them (endDrain).
+	if err := n.reg.Leave(nft.Draining(n.spec)); err != nil {
 		// Our socket closing at exit removes it anyway.
 		errs = append(errs, fmt.Errorf("our table stays until the process exits: %w", err))
 	}
@@ -361,6 +366,16 @@ func (n *node) leave(keepLink bool, drain time.Duration) (othersRemain bool, err
 	}
 	n.log.Info("last instance out; removed the interface", zap.String("interface", n.ifname), zap.Duration("elapsed", time.Since(t)))
 	return false, errors.Join(errs...)
+}
+
+// endDrain deletes the drain table leave put in place: the answers we held are written (or abandoned).
+func (n *node) endDrain() {
+	if n.reg == nil {
+		return
+	}
+	if err := n.reg.EndDrain(); err != nil {
+		n.log.Warn("delete the drain table; it goes when the process exits", zap.Error(err))
+	}
 }
 
 // deleteLegacy deletes the tables an earlier version left (unowned, their notrack not gated): one would

@@ -103,6 +103,10 @@ func (r *fakeReg) Teardown() error {
 	return nil
 }
 
+// Leave is Teardown: the drain table is no instance's, and Instances, as the kernel's, does not list it.
+func (r *fakeReg) Leave(*nft.Ruleset) error { return r.Teardown() }
+func (r *fakeReg) EndDrain() error          { return nil }
+
 func (r *fakeReg) Instances() ([]nft.Instance, error) {
 	r.turn("list tables")
 	var out []nft.Instance
@@ -347,7 +351,7 @@ func TestTeardownModeKeepsInterfaceOfLiveInstance(t *testing.T) {
 	if !leave(t, teardown(), false) || !k.link {
 		t.Error("-teardown removed the interface of a live instance")
 	}
-	a.reg.Teardown() // the instance dies: the kernel drops its table
+	a.reg.Leave(nil) // the instance dies: the kernel drops its table
 	if leave(t, teardown(), false) || k.link {
 		t.Error("-teardown with no live instance left the interface")
 	}

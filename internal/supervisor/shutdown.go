@@ -33,6 +33,7 @@ func (s *Supervisor) shutdown(l *loops) {
 		// for that same stop.
 		b.do("stop coredns", 0, func() { <-s.stopDNS() })
 	}
+	b.do("delete the drain table", 0, s.node.endDrain)
 	if s.opts.PIDFile != "" {
 		os.Remove(s.opts.PIDFile)
 	}

@@ -2,6 +2,8 @@ package lifecycle
 
 import (
 	"net"
+	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -14,7 +16,8 @@ import (
 // query is a miss that the agent holds while it waits. Then the only instance is stopped: the queries it
 // already holds must still be answered (from the addresses they were sent to, so the interface must stay until
 // they are written), and the ones sent after it detached its listeners go to kube-dns (the ClusterIP through
-// kube-proxy, the link-local address through the fallback). No query may be lost.
+// kube-proxy, the link-local address through the fallback). No query may be lost, and no answer may leave a
+// conntrack entry behind.
 func TestLastOutAnswersSlowMisses(t *testing.T) {
 	n := newNode(t)
 	a := n.start()
@@ -45,5 +48,28 @@ func TestLastOutAnswersSlowMisses(t *testing.T) {
 		t.Errorf("%d of %d slow misses lost across the SIGTERM (first sent %v before it): %v", c.Lost, c.Sent,
 			stopped.Sub(c.Lost1st).Round(time.Millisecond), c)
 	}
+	if tracked := trackedReplies(t); len(tracked) > 0 {
+		t.Errorf("%d answers written during the drain went through conntrack (each entry captures its client's next "+
+			"query from that port):\n%s", len(tracked), strings.Join(tracked, "\n"))
+	}
 	requireNothingLeft(t)
+}
+
+// trackedReplies are the node's conntrack entries that one of our answers started: UDP from a local address's
+// port 53 in the original direction. A reply to a query that conntrack saw belongs to the query's entry.
+func trackedReplies(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	for _, from := range []string{harness.LocalIP, harness.ClusterIP} {
+		b, err := exec.Command("conntrack", "-L", "-p", "udp", "--orig-src", from, "--orig-port-src", "53").Output()
+		if err != nil {
+			t.Fatalf("conntrack -L: %v", err)
+		}
+		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			if l != "" {
+				out = append(out, l)
+			}
+		}
+	}
+	return out
 }

@@ -93,7 +93,8 @@ func instanceTables(t *testing.T) []string {
 	var out []string
 	for _, line := range strings.Split(testenv.Run(t, "nft", "list", "tables"), "\n") {
 		name, ok := strings.CutPrefix(strings.TrimSpace(line), "table inet ")
-		if ok && (name == "nodelocaldns" || strings.HasPrefix(name, "nodelocaldns-")) && name != fallbackTable {
+		if ok && (name == "nodelocaldns" || strings.HasPrefix(name, "nodelocaldns-")) && name != fallbackTable &&
+			!strings.HasSuffix(name, "-drain") { // a leaving instance's drain table: no instance's
 			out = append(out, name)
 		}
 	}
