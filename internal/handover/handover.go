@@ -8,13 +8,14 @@
 // queued on it stays readable. Closing a socket instead drops its queue. Connecting to AF_UNSPEC makes it
 // receive again; a group that once had a connected member may no longer spread datagrams by hash (the kernel
 // remembers it, sock_reuseport's has_conns), which nothing here needs: CoreDNS's socket is re-attached only as
-// the fast path closes its own.
+// the fast path's own are detached, to close.
 //
 // The protocol between the two parties that detach sockets, which this package is the one implementation of:
 //   - The fast path (internal/fastpath) stands in for CoreDNS's UDP listener on an address: it opens its own
 //     sockets in the group and detaches CoreDNS's, so that its own get the queries. Giving the address back, it
-//     re-attaches CoreDNS's socket, unless its own sockets are detached themselves: then the instance is
-//     leaving (below), and re-attaching would take queries away from the successor just before we stop.
+//     re-attaches CoreDNS's socket and detaches its own at once, then answers what they hold before closing
+//     them; unless its own sockets are detached already: then the instance is leaving (below), and
+//     re-attaching would take queries away from the successor just before we stop.
 //   - An instance that leaves while another stays (internal/supervisor) detaches every UDP socket of the
 //     process on the listen addresses, CoreDNS's and the fast path's alike ([DetachBound]), lets CoreDNS answer
 //     what is queued, then stops: the other instance's sockets get every new query.

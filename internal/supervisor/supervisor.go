@@ -7,9 +7,10 @@
 // chains (serving) ->
 // ready.
 // The interface comes before CoreDNS because `bind` needs the listen addresses to exist; the chains come last
-// and are gated on a live listener anyway. Shutdown, for every signal that ends the process: delete our table
-// (ClusterIP traffic falls back to kube-dns through kube-proxy), then remove the interface if no other
-// instance is left, else hand our DNS listeners over to them (detach.go), then stop CoreDNS. The kernel
+// and are gated on a live listener anyway. Shutdown, for every signal that ends the process: swap our table for
+// a drain table (ClusterIP traffic falls back to kube-dns through kube-proxy; our replies still skip
+// conntrack), then, if no other instance is left, detach our DNS listeners, let CoreDNS write the answers in
+// flight and remove the interface, else hand our DNS listeners over to them (detach.go); then stop CoreDNS. The kernel
 // removes our table by itself if the process dies (node.go). Nothing here exits the process: errors travel up
 // to main.
 //

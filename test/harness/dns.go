@@ -98,6 +98,11 @@ func Lookup(server, netw, name string, timeout time.Duration) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return firstA(r)
+}
+
+// firstA is the address of r's first A record, or an RcodeError.
+func firstA(r *dns.Msg) (string, error) {
 	if r.Rcode != dns.RcodeSuccess {
 		return "", &RcodeError{Rcode: r.Rcode}
 	}

@@ -92,37 +92,16 @@ func (m *Misses) send(every time.Duration) {
 	}
 }
 
+// ask sends one A query for name on conn and waits for its answer, skipping datagrams that are not it.
 func (m *Misses) ask(conn *net.UDPConn, name string) (string, error) {
 	q := new(dns.Msg)
 	q.SetQuestion(name, dns.TypeA)
-	wire, err := q.Pack()
+	c := &dns.Client{Timeout: m.timeout}
+	r, _, err := c.ExchangeWithConn(q, &dns.Conn{Conn: conn})
 	if err != nil {
 		return "", err
 	}
-	conn.SetDeadline(time.Now().Add(m.timeout))
-	if _, err := conn.Write(wire); err != nil {
-		return "", err
-	}
-	buf := make([]byte, 4096)
-	for {
-		n, err := conn.Read(buf)
-		if err != nil {
-			return "", err
-		}
-		r := new(dns.Msg)
-		if r.Unpack(buf[:n]) != nil || r.Id != q.Id {
-			continue
-		}
-		if r.Rcode != dns.RcodeSuccess {
-			return "", &RcodeError{Rcode: r.Rcode}
-		}
-		for _, rr := range r.Answer {
-			if a, ok := rr.(*dns.A); ok {
-				return a.A.String(), nil
-			}
-		}
-		return "", &RcodeError{Rcode: r.Rcode, NoData: true}
-	}
+	return firstA(r)
 }
 
 func (m *Misses) record(sent time.Time, answer string, err error) {
