@@ -41,10 +41,11 @@ type MissCounts struct {
 }
 
 func (c MissCounts) String() string {
-	return fmt.Sprintf("sent %d, lost %d (%s), answered by %s", c.Sent, c.Lost, counted(c.Reasons), counted(c.Answers))
+	return fmt.Sprintf("sent %d, lost %d (%s), answered by %s", c.Sent, c.Lost, Counted(c.Reasons), Counted(c.Answers))
 }
 
-func counted(m map[string]int) string {
+// Counted renders counts by key as "a=1 b=2", sorted.
+func Counted(m map[string]int) string {
 	var out []string
 	for k, v := range m {
 		out = append(out, fmt.Sprintf("%s=%d", k, v))

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -342,14 +341,7 @@ func (l *load) table() string {
 	return b.String()
 }
 
-func reasons(m map[string]int) string {
-	var out []string
-	for k, v := range m {
-		out = append(out, fmt.Sprintf("%s=%d", k, v))
-	}
-	sort.Strings(out)
-	return strings.Join(out, " ")
-}
+func reasons(m map[string]int) string { return harness.Counted(m) }
 
 // reportDirEnv names a directory for the table as a file: `go test ./...` shows a passing package's output
 // only with -v, so `make test` can set it and print the file afterwards.
