@@ -40,7 +40,7 @@ test: deps
 # serve, reload, surge and stop, and the ConfigMap reload tests. A short pass of its own: the whole end-to-end
 # suite is too slow under -race. The race runtime needs cgo, so this step alone turns it on.
 RACE_UNIT := ./cmd/... ./internal/... ./deploy/... ./scripts/... ./test/harness/
-RACE_E2E  := TestStartServeReloadSurgeStop|TestBaseCorefileUpdate|TestReloadWithSignal|TestNoFailureDuringReloads|TestHealthFailsWhileDNSDoesNotAnswer
+RACE_E2E  := TestStartServeReloadSurgeStop|TestReloadGivingTheAddressBackLosesNoMiss|TestBaseCorefileUpdate|TestReloadWithSignal|TestNoFailureDuringReloads|TestHealthFailsWhileDNSDoesNotAnswer
 test-race:
 	$(GO) build -o out/testsummary ./scripts/testsummary
 	@status=0; \
