@@ -1,0 +1,112 @@
+package outage
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
+	"github.com/nodelocaldns/nodelocaldns/test/harness"
+)
+
+// The fairness test's node: the agent on fairLocal (on the node's loopback, -setupinterface=false), two pods
+// hanging off the node by veth, each its own network namespace and source address, and a slow upstream for
+// external names (the kube-dns ConfigMap's upstreamNameservers) on 127.0.0.53:
+//
+//	flood pod   192.0.2.2   (node side 192.0.2.1)   unique external names, far more than the bound holds
+//	victim pod  198.18.0.2  (node side 198.18.0.1)  a few unique external names of its own
+const (
+	fairLocal    = "169.254.20.10"
+	slowLatency  = 500 * time.Millisecond // an external name's upstream latency: a few hundred ms is normal
+	fairFloodQPS = 2000                   // 1000 in flight at slowLatency: four times the bound of 250
+)
+
+// TestFairShareUnderFlood: while one pod floods unique external names at a slow upstream, another pod's
+// misses are all answered. With one bound for everyone (forward's max_concurrent alone), the flood holds all
+// of it and the victim's misses are REFUSED.
+func TestFairShareUnderFlood(t *testing.T) {
+	testenv.RequireRoot(t)
+	flooder := testenv.AddPeer(t, "flood", "192.0.2.1", "192.0.2.2")
+	victim := testenv.AddPeer(t, "victim", "198.18.0.1", "198.18.0.2")
+	testenv.Run(t, "ip", "addr", "add", fairLocal+"/32", "dev", "lo")
+	slow, _ := testenv.ServeDNS(t, upstream+":53", dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+		time.Sleep(slowLatency)
+		m := new(dns.Msg)
+		m.SetReply(r)
+		if len(r.Question) == 1 && r.Question[0].Qtype == dns.TypeA {
+			m.Answer = append(m.Answer, &dns.A{A: []byte{10, 0, 0, 53},
+				Hdr: dns.RR_Header{Name: r.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 300}})
+		}
+		w.WriteMsg(m)
+	}))
+	dir := t.TempDir()
+	vol := harness.NewConfigMapVolume(t, filepath.Join(dir, "kube-dns"),
+		map[string]string{"upstreamNameservers": `["` + upstream + `"]`})
+	a := harness.Start(t, harness.Config{
+		Dir:          dir,
+		BaseCorefile: harness.StandardCorefile(fairLocal, "", "cluster.local"),
+		Args: []string{"-localip", fairLocal, "-setupinterface=false", "-setupiptables=false",
+			"-upstreamsvc", "kube-dns-upstream", "-kubednscm", vol.Dir},
+		Env: []string{"KUBE_DNS_UPSTREAM_SERVICE_HOST=" + upstream},
+	})
+	a.WaitReady()
+	server := fairLocal + ":53"
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var f flood
+	floodErr := make(chan error, 1)
+	go flooder.Do(t, func() { floodErr <- f.run(ctx, server, "flood.example.", fairFloodQPS) })
+	time.Sleep(2 * slowLatency) // the bound is full from here on
+
+	const workers, each = 5, 6
+	var mu sync.Mutex
+	var answered, refused int
+	var failures []string
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := range workers {
+		wg.Go(func() {
+			victim.Do(t, func() {
+				for i := range each {
+					name := fmt.Sprintf("v%d-%d.victim.example", w, i)
+					got, err := harness.Lookup(server, "udp", name, 2*time.Second)
+					mu.Lock()
+					switch {
+					case err == nil && got == "10.0.0.53":
+						answered++
+					default:
+						if re, ok := err.(*harness.RcodeError); ok && re.Rcode == dns.RcodeRefused {
+							refused++
+						}
+						if len(failures) < 5 {
+							failures = append(failures, fmt.Sprintf("%s: %q, %v", name, got, err))
+						}
+					}
+					mu.Unlock()
+				}
+			})
+		})
+	}
+	wg.Wait()
+	took := time.Since(start)
+	cancel()
+	if err := <-floodErr; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("victim: %d of %d answered, %d REFUSED, in %s; flood (upstream %s): %s",
+		answered, workers*each, refused, took.Round(time.Millisecond), slow, f.summary())
+	if answered != workers*each {
+		t.Errorf("%d of the victim's %d misses failed under another pod's flood, e.g. %s",
+			workers*each-answered, workers*each, strings.Join(failures, "; "))
+	}
+	if f.sent.Load() < int64(fairFloodQPS) {
+		t.Errorf("the flood sent only %d queries", f.sent.Load())
+	}
+}
