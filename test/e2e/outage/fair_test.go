@@ -32,9 +32,7 @@ const (
 // of it and the victim's misses are REFUSED.
 func TestFairShareUnderFlood(t *testing.T) {
 	testenv.RequireRoot(t)
-	flooder := testenv.AddPeer(t, "flood", "192.0.2.1", "192.0.2.2")
-	victim := testenv.AddPeer(t, "victim", "198.18.0.1", "198.18.0.2")
-	testenv.Run(t, "ip", "addr", "add", fairLocal+"/32", "dev", "lo")
+	flooder, victim := twoPods(t)
 	slow, _ := testenv.ServeDNS(t, upstream+":53", dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
 		time.Sleep(slowLatency)
 		m := new(dns.Msg)
@@ -109,4 +107,13 @@ func TestFairShareUnderFlood(t *testing.T) {
 	if f.sent.Load() < int64(fairFloodQPS) {
 		t.Errorf("the flood sent only %d queries", f.sent.Load())
 	}
+}
+
+// twoPods makes the flood and victim pods and puts fairLocal on the node's loopback, until the test ends.
+func twoPods(t *testing.T) (flooder, victim *testenv.Peer) {
+	flooder = testenv.AddPeer(t, "flood", "192.0.2.1", "192.0.2.2")
+	victim = testenv.AddPeer(t, "victim", "198.18.0.1", "198.18.0.2")
+	testenv.Run(t, "ip", "addr", "add", fairLocal+"/32", "dev", "lo")
+	t.Cleanup(func() { testenv.Run(t, "ip", "addr", "del", fairLocal+"/32", "dev", "lo") })
+	return flooder, victim
 }
