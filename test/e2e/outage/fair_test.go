@@ -3,7 +3,6 @@ package outage
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -15,14 +14,7 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/test/harness"
 )
 
-// The fairness test's node: the agent on fairLocal (on the node's loopback, -setupinterface=false), two pods
-// hanging off the node by veth, each its own network namespace and source address, and a slow upstream for
-// external names (the kube-dns ConfigMap's upstreamNameservers) on 127.0.0.53:
-//
-//	flood pod   192.0.2.2   (node side 192.0.2.1)   unique external names, far more than the bound holds
-//	victim pod  198.18.0.2  (node side 198.18.0.1)  a few unique external names of its own
 const (
-	fairLocal    = "169.254.20.10"
 	slowLatency  = 500 * time.Millisecond // an external name's upstream latency: a few hundred ms is normal
 	fairFloodQPS = 2000                   // 1000 in flight at slowLatency: four times the bound of 250
 )
@@ -43,17 +35,7 @@ func TestFairShareUnderFlood(t *testing.T) {
 		}
 		w.WriteMsg(m)
 	}))
-	dir := t.TempDir()
-	vol := harness.NewConfigMapVolume(t, filepath.Join(dir, "kube-dns"),
-		map[string]string{"upstreamNameservers": `["` + upstream + `"]`})
-	a := harness.Start(t, harness.Config{
-		Dir:          dir,
-		BaseCorefile: harness.StandardCorefile(fairLocal, "", "cluster.local"),
-		Args: []string{"-localip", fairLocal, "-setupinterface=false", "-setupiptables=false",
-			"-upstreamsvc", "kube-dns-upstream", "-kubednscm", vol.Dir},
-		Env: []string{"KUBE_DNS_UPSTREAM_SERVICE_HOST=" + upstream},
-	})
-	a.WaitReady()
+	startOnLoopback(t, map[string]string{"upstreamNameservers": `["` + upstream + `"]`})
 	server := fairLocal + ":53"
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -107,13 +89,4 @@ func TestFairShareUnderFlood(t *testing.T) {
 	if f.sent.Load() < int64(fairFloodQPS) {
 		t.Errorf("the flood sent only %d queries", f.sent.Load())
 	}
-}
-
-// twoPods makes the flood and victim pods and puts fairLocal on the node's loopback, until the test ends.
-func twoPods(t *testing.T) (flooder, victim *testenv.Peer) {
-	flooder = testenv.AddPeer(t, "flood", "192.0.2.1", "192.0.2.2")
-	victim = testenv.AddPeer(t, "victim", "198.18.0.1", "198.18.0.2")
-	testenv.Run(t, "ip", "addr", "add", fairLocal+"/32", "dev", "lo")
-	t.Cleanup(func() { testenv.Run(t, "ip", "addr", "del", fairLocal+"/32", "dev", "lo") })
-	return flooder, victim
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -30,16 +29,7 @@ func TestTCPConnectionFlood(t *testing.T) {
 	testenv.RequireRoot(t)
 	flooder, victim := twoPods(t)
 	harness.StartUpstream(t, upstream+":53", "10.0.0.53")
-	dir := t.TempDir()
-	vol := harness.NewConfigMapVolume(t, filepath.Join(dir, "kube-dns"), nil)
-	a := harness.Start(t, harness.Config{
-		Dir:          dir,
-		BaseCorefile: harness.StandardCorefile(fairLocal, "", "cluster.local"),
-		Args: []string{"-localip", fairLocal, "-setupinterface=false", "-setupiptables=false",
-			"-upstreamsvc", "kube-dns-upstream", "-kubednscm", vol.Dir},
-		Env: []string{"KUBE_DNS_UPSTREAM_SERVICE_HOST=" + upstream},
-	})
-	a.WaitReady()
+	a := startOnLoopback(t, nil)
 	server := fairLocal + ":53"
 	const name = "held.default.svc.cluster.local"
 	if got, err := harness.Lookup(server, "tcp", name, 2*time.Second); err != nil || got != "10.0.0.53" {
