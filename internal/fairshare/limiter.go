@@ -90,15 +90,15 @@ func (l *limiter) release(src string) {
 	s := l.sources[src]
 	s.inflight--
 	l.forget(src, s)
+	if l.waiting == 0 {
+		l.inflight--
+		return
+	}
 	var next *source
 	for _, w := range l.sources {
 		if len(w.queue) > 0 && (next == nil || w.inflight < next.inflight) {
 			next = w
 		}
-	}
-	if next == nil {
-		l.inflight--
-		return
 	}
 	granted := next.queue[0]
 	next.queue = next.queue[1:]

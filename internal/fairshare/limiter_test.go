@@ -2,6 +2,9 @@ package fairshare
 
 import (
 	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -68,4 +71,32 @@ func waitFor(t *testing.T, l *limiter, waiting int) {
 		}
 	}
 	t.Fatalf("never %d waiting", waiting)
+}
+
+// Many sources at once, some flooding: never more than the limit in flight, and nothing left once all end.
+func TestLimiterUnderContention(t *testing.T) {
+	const limit = 8
+	l := newLimiter(limit, 20*time.Millisecond)
+	var held atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 64 {
+		src := fmt.Sprintf("s%d", g%5)
+		wg.Go(func() {
+			for range 50 {
+				if !l.acquire(context.Background(), src) {
+					continue
+				}
+				if n := held.Add(1); n > limit {
+					t.Errorf("%d in flight over a limit of %d", n, limit)
+				}
+				time.Sleep(100 * time.Microsecond)
+				held.Add(-1)
+				l.release(src)
+			}
+		})
+	}
+	wg.Wait()
+	if in, w, s := l.inFlight(); in != 0 || w != 0 || s != 0 {
+		t.Errorf("in flight %d, waiting %d, sources %d after everything ended; want 0", in, w, s)
+	}
 }
