@@ -11,11 +11,15 @@ import (
 	"github.com/coredns/caddy/caddyfile"
 )
 
-// ForwardMaxConcurrent is the max_concurrent given to a forward that sets no bound of its own. Each query in
-// flight towards an upstream holds a goroutine, a connection and its buffers (about 10 KiB together under a
-// flood); CoreDNS's forward documents about 2 KiB for the query alone. 1000 keeps a forward's worst case near
-// 10 MiB while still carrying 20k queries a second at an upstream latency of 50 ms.
+// ForwardMaxConcurrent is the max_concurrent given to a forward that sets no bound of its own, and the LIMIT of
+// the fairshare directive written beside it. Each query in flight towards an upstream holds a goroutine, a
+// connection and its buffers (about 10 KiB together under a flood); CoreDNS's forward documents about 2 KiB for
+// the query alone. 250 keeps a forward's worst case near 2.5 MiB while still carrying 5k queries a second at an
+// upstream latency of 50 ms (500 a second at 500 ms, shared fairly between the clients asking: fairshare).
 const ForwardMaxConcurrent = 250
+
+// fairshareDirective is internal/fairshare's directive: the bound shared fairly between clients.
+const fairshareDirective = "fairshare"
 
 // The forward options BoundForwards adds, and the ones that mean a forward is already bounded by its author.
 const (
@@ -25,6 +29,12 @@ const (
 
 // BoundForwards gives every `forward` directive of corefile that sets neither max_concurrent nor
 // failfast_all_unhealthy_upstreams both of them, and returns the result with the number of directives changed.
+// A server block where it bounds a forward also gets `fairshare ForwardMaxConcurrent` on the line before the
+// first such forward (unless it has a fairshare already, or the forward does not begin its line), so that the
+// bound is shared fairly between the clients asking instead of going to whoever floods (internal/fairshare).
+// A directive list without fairshare (a build without it) gets no fairshare line. The block's forwards share
+// that one limit: a block with several is rare (each zone has its own in
+// node-cache's Corefile), and one fair bound of 250 is what a single forward would have.
 //
 // Why: without them an upstream that stops answering under load takes memory without bound. Every miss waits
 // for forward's 5 s timeout, so 10k misses a second hold 50k goroutines and connections (measured: 30 MiB to
@@ -44,11 +54,15 @@ func BoundForwards(corefile []byte, directives []string) ([]byte, int, error) {
 	}
 	lines := strings.Split(string(corefile), "\n")
 	onLine := lineTokens(corefile)
-	edits := map[int]bool{} // line (1-based) -> whether the directive already opens a block there
+	edits := map[int]edit{} // line (1-based) -> what to do there
 	for _, b := range blocks {
+		fair := slices.Contains(directives, fairshareDirective) && len(b.Tokens[fairshareDirective]) == 0
 		for _, d := range splitDirectives(b.Tokens["forward"]) {
 			if line, hasBlock, ok := boundable(d, lines, onLine); ok {
-				edits[line] = hasBlock
+				e := edit{hasBlock: hasBlock, fair: fair && onLine[line][0] == "forward"}
+				fair = fair && !e.fair
+				e.fair = e.fair || edits[line].fair // a snippet's line, seen from several blocks
+				edits[line] = e
 			}
 		}
 	}
@@ -71,6 +85,12 @@ func BoundForwards(corefile []byte, directives []string) ([]byte, int, error) {
 		return nil, 0, fmt.Errorf("bound forward: the edited corefile does not parse: %w", err)
 	}
 	return out, len(edits), nil
+}
+
+// edit is what BoundForwards does to a forward's line.
+type edit struct {
+	hasBlock bool // the directive opens an option block on its line
+	fair     bool // a fairshare line goes before it
 }
 
 // splitDirectives cuts the tokens of every occurrence of one directive in a server block apart: each starts with
@@ -146,9 +166,15 @@ func tokenTexts(toks []caddyfile.Token) []string {
 }
 
 // boundLine returns what replaces line: the line and the options after it, in a block opened for them if the
-// directive had none. The options take the indentation of the block's next line when it is deeper.
-func boundLine(line, next string, hasBlock bool) []string {
+// directive had none, after a fairshare line if e says so. The options take the indentation of the block's next
+// line when it is deeper.
+func boundLine(line, next string, e edit) []string {
 	indent := leadingSpace(line)
+	if e.fair {
+		fair := indent + fairshareDirective + " " + strconv.Itoa(ForwardMaxConcurrent)
+		return append([]string{fair}, boundLine(line, next, edit{hasBlock: e.hasBlock})...)
+	}
+	hasBlock := e.hasBlock
 	inner := indent + "    "
 	if n := leadingSpace(next); hasBlock && len(n) > len(indent) && strings.TrimSpace(next) != "}" {
 		inner = n

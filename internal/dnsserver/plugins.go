@@ -9,11 +9,14 @@ import (
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/fairshare"
+
 	// The compiled-in plugins: node-cache's set (kubernetes-sigs/node-local-dns), plus ready. This import list
 	// is the one place they are named; Plugins and Directives read what these packages registered. reload,
 	// health and loop are ours (reload.go, health.go, loop.go): the upstream ones misbehave when CoreDNS is
 	// embedded and reloaded in-process, and upstream's loop exits the process. cache is ours too
 	// (internal/dnscache, CoreDNS's cache with bounded entries and an API the fast path answers from).
+	// fairshare is ours and new (internal/fairshare): it goes just before forward in the order.
 	_ "github.com/coredns/coredns/plugin/bind"
 	_ "github.com/coredns/coredns/plugin/bufsize"
 	_ "github.com/coredns/coredns/plugin/debug"
@@ -43,11 +46,14 @@ var register = sync.OnceFunc(func() {
 	plugin.Register("reload", setupReload)
 	plugin.Register("health", setupHealth)
 	plugin.Register("loop", setupLoop)
+	plugin.Register(fairshare.Name, fairshare.Setup)
 	registerCache()
 	compiled := registered()
-	dnsserver.Directives = slices.DeleteFunc(slices.Clone(dnsserver.Directives), func(d string) bool {
+	dirs := slices.DeleteFunc(slices.Clone(dnsserver.Directives), func(d string) bool {
 		return !slices.Contains(compiled, d)
 	})
+	// Just before forward: after cache (only misses take a slot) and after every plugin that answers itself.
+	dnsserver.Directives = slices.Insert(dirs, slices.Index(dirs, "forward"), fairshare.Name)
 	caddy.AppName, caddy.AppVersion = "CoreDNS", CoreDNSVersion()
 	caddy.Quiet, dnsserver.Quiet = true, true
 })

@@ -15,6 +15,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +25,7 @@ import (
 	"github.com/coredns/coredns/core/dnsserver"
 	"go.uber.org/zap"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/connlimit"
 	"github.com/nodelocaldns/nodelocaldns/internal/fastpath"
 )
 
@@ -37,6 +40,8 @@ type Options struct {
 type Server struct {
 	log  *zap.Logger
 	fast *fastpath.Path // nil when Options.FastPath is off
+	// conns caps the TCP connections CoreDNS holds (internal/connlimit), while it runs.
+	conns *connlimit.Limiter
 
 	mu       sync.Mutex // one start, reload or stop at a time
 	inst     *caddy.Instance
@@ -147,6 +152,7 @@ func (s *Server) Start(corefile []byte, path string) error {
 	}
 	s.inst, s.corefile = inst, corefile
 	s.gen++
+	s.conns = connlimit.Start(s.log.Named("connlimit"), connlimit.Default)
 	return s.commit()
 }
 
@@ -182,6 +188,7 @@ func (s *Server) commit() error {
 	if s.fast != nil {
 		s.fast.Sync(s.inst)
 	}
+	s.conns.Watch(tcpAddrs(s.inst))
 	s.loopChecks = s.loopChecks[:0:0]
 	for _, l := range p.loops {
 		l.bind(s.gen, s.reportLoop)
@@ -210,6 +217,7 @@ func (s *Server) Stop() error {
 	}
 	errs = append(errs, s.inst.Stop())
 	s.inst.Wait()
+	s.conns.Stop()
 	s.inst = nil
 	s.syncHealth(nil)
 	return errors.Join(errs...)
@@ -236,6 +244,17 @@ func (s *Server) Addrs() []string {
 		}
 	}
 	return addrs
+}
+
+// tcpAddrs lists inst's TCP listeners' addresses.
+func tcpAddrs(inst *caddy.Instance) []netip.AddrPort {
+	var out []netip.AddrPort
+	for _, sl := range inst.Servers() {
+		if a, ok := sl.Addr().(*net.TCPAddr); ok { // Addr is the listener's, LocalAddr the packet conn's
+			out = append(out, a.AddrPort())
+		}
+	}
+	return out
 }
 
 func (s *Server) input(corefile []byte) caddy.Input {

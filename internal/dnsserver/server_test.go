@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -198,12 +199,21 @@ func get(t *testing.T, url string) (int, string) {
 
 func TestPlugins(t *testing.T) {
 	got := strings.Join(Plugins(), " ")
-	want := "bind bufsize cache debug dns64 dnstap errors forward health hosts loadbalance log loop metadata pprof prometheus ready reload rewrite template timeouts trace whoami"
+	want := "bind bufsize cache debug dns64 dnstap errors fairshare forward health hosts loadbalance log loop metadata pprof prometheus ready reload rewrite template timeouts trace whoami"
 	if got != want {
 		t.Errorf("Plugins() = %s\nwant         %s", got, want)
 	}
 	// Every compiled-in plugin must be one CoreDNS knows how to order, or no Corefile could use it.
 	if d := Directives(); len(d) != len(Plugins()) {
 		t.Errorf("Directives() = %v: some plugin is not in CoreDNS's directive list", d)
+	}
+}
+
+// fairshare runs after cache and just before forward, so that only misses take a slot of the bound.
+func TestFairshareOrder(t *testing.T) {
+	d := Directives()
+	i, c, f := slices.Index(d, "fairshare"), slices.Index(d, "cache"), slices.Index(d, "forward")
+	if i < 0 || c > i || f != i+1 {
+		t.Errorf("Directives() = %v: want fairshare after cache and right before forward", d)
 	}
 }

@@ -7,6 +7,7 @@ package memcheck
 import (
 	"fmt"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/connlimit"
 	"github.com/nodelocaldns/nodelocaldns/internal/dnscache"
 	"github.com/nodelocaldns/nodelocaldns/internal/fastpath"
 )
@@ -14,6 +15,9 @@ import (
 // Baseline is the agent with CoreDNS and empty caches: about 30 MiB resident idle, with headroom for a burst of
 // queries in flight (bounded per forward by corefile.ForwardMaxConcurrent).
 const Baseline = 64 << 20
+
+// TCPWorstCase is the TCP connections CoreDNS may hold under connlimit's caps, each at its worst.
+var TCPWorstCase = connlimit.Default.WorstCaseBytes()
 
 // StoreWorstCase is the fast path's store beside one `cache` directive at its fullest (a store is per listener
 // address, for every block on it, so one per directive over-counts in the usual Corefile: never under).
@@ -23,7 +27,7 @@ const StoreWorstCase = fastpath.StoreWorstCaseBytes
 type Estimate struct {
 	Caches    int   // `cache` directives
 	Entries   int64 // their success + denial capacities
-	WorstCase int64 // bytes: Baseline + each cache's Entries × dnscache.KeyWorstCaseBytes + Caches × StoreWorstCase
+	WorstCase int64 // bytes: Baseline + TCPWorstCase + each cache's Entries × dnscache.KeyWorstCaseBytes + Caches × StoreWorstCase
 	Limit     int64 // the cgroup's memory limit; 0 for none
 }
 
@@ -33,7 +37,7 @@ func (e Estimate) Fits() bool { return e.Limit == 0 || e.WorstCase <= e.Limit }
 // New computes the worst case of caches against limit.
 func New(caches []Cache, limit int64) Estimate {
 	e := Estimate{Caches: len(caches), Limit: limit}
-	e.WorstCase = Baseline + int64(e.Caches)*StoreWorstCase
+	e.WorstCase = Baseline + TCPWorstCase + int64(e.Caches)*StoreWorstCase
 	for _, c := range caches {
 		e.Entries += c.Success + c.Denial
 		e.WorstCase += (c.Success + c.Denial) * dnscache.KeyWorstCaseBytes(c.PreferPositive)

@@ -115,3 +115,12 @@ func TestEstimate(t *testing.T) {
 		t.Error("no limit, or a limit equal to the worst case, does not fit")
 	}
 }
+
+// The TCP connections CoreDNS may hold are counted: a Corefile without caches is Baseline and their cap.
+func TestEstimateCountsTCPConnections(t *testing.T) {
+	e := New(nil, 0)
+	if e.WorstCase != Baseline+TCPWorstCase || TCPWorstCase < 1000*7<<10 {
+		t.Errorf("worst case of no cache %s, TCP connections %s; want Baseline + TCP, TCP at least 1000 of 7 KiB",
+			MiB(e.WorstCase), MiB(TCPWorstCase))
+	}
+}

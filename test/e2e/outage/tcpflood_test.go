@@ -1,0 +1,110 @@
+package outage
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/connlimit"
+	"github.com/nodelocaldns/nodelocaldns/internal/memcheck"
+	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
+	"github.com/nodelocaldns/nodelocaldns/test/harness"
+)
+
+// tcpFloodConns is how many TCP connections the flooding pod opens and leaves idle: the test process and the
+// agent share this machine's open-file limit (20000 here), so fewer than the 40k, enough to see the
+// memory they take.
+const tcpFloodConns = 15000
+
+// TestTCPConnectionFlood: a pod opens tcpFloodConns connections to the agent, each asking one cached name and
+// then left open. The agent holds no more of them than connlimit's per-source cap, its peak RSS stays within
+// what the memory check counts for everything but the caches (memcheck.Baseline + memcheck.TCPWorstCase; the
+// caches are all but empty here), and another pod's TCP query is answered.
+func TestTCPConnectionFlood(t *testing.T) {
+	testenv.RequireRoot(t)
+	flooder, victim := twoPods(t)
+	harness.StartUpstream(t, upstream+":53", "10.0.0.53")
+	a := startOnLoopback(t, nil)
+	server := fairLocal + ":53"
+	const name = "held.default.svc.cluster.local"
+	if got, err := harness.Lookup(server, "tcp", name, 2*time.Second); err != nil || got != "10.0.0.53" {
+		t.Fatalf("warm-up lookup: %q, %v", got, err)
+	}
+	time.Sleep(time.Second)
+	idle := procKiB(t, a.Cmd.Process.Pid, "VmRSS")
+	idleFDs := fds(t, a.Cmd.Process.Pid)
+
+	query := new(dns.Msg)
+	query.SetQuestion(dns.Fqdn(name), dns.TypeA)
+	raw, err := query.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	framed := append([]byte{byte(len(raw) >> 8), byte(len(raw))}, raw...)
+	var conns []net.Conn
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	start := time.Now()
+	var dialErrs int
+	flooder.Do(t, func() {
+		d := net.Dialer{Timeout: time.Second}
+		for range tcpFloodConns {
+			c, err := d.Dial("tcp", server)
+			if err != nil {
+				dialErrs++
+				continue
+			}
+			c.Write(framed) // one query, then idle: the server's idle timeout (10 s), not its first read's (3 s)
+			conns = append(conns, c)
+		}
+	})
+	opened := time.Since(start)
+	time.Sleep(500 * time.Millisecond)
+	rss, peak := procKiB(t, a.Cmd.Process.Pid, "VmRSS"), procKiB(t, a.Cmd.Process.Pid, "VmHWM")
+	var victimErr error
+	victim.Do(t, func() {
+		var got string
+		got, victimErr = harness.Lookup(server, "tcp", "victim.default.svc.cluster.local", 2*time.Second)
+		if victimErr == nil && got != "10.0.0.53" {
+			victimErr = fmt.Errorf("answer %q", got)
+		}
+	})
+	held := fds(t, a.Cmd.Process.Pid) - idleFDs
+	t.Logf("%d connections opened from one pod in %s (%d dials failed), the agent holds %d of them; agent RSS idle %d KiB, with them %d KiB (+%d KiB, %.1f KiB a connection), peak %d KiB; other pod's TCP query: %v",
+		len(conns), opened.Round(time.Millisecond), dialErrs, held, idle, rss, rss-idle, float64(rss-idle)/float64(max(1, len(conns))), peak, victimErr)
+	if testing.Verbose() {
+		for _, l := range a.Lines() {
+			if strings.Contains(fmt.Sprint(l), "connlimit") {
+				t.Log(l)
+			}
+		}
+	}
+	if victimErr != nil {
+		t.Errorf("another pod's TCP query under the flood: %v", victimErr)
+	}
+	if bound := (memcheck.Baseline + memcheck.TCPWorstCase) >> 10; peak > bound {
+		t.Errorf("peak RSS %d KiB with %d idle connections from one pod, over the %d KiB the memory check counts without caches",
+			peak, len(conns), bound)
+	}
+	if slack := 10; held > connlimit.Default.PerSource+slack {
+		t.Errorf("the agent holds %d connections from one pod, over the per-source cap of %d", held, connlimit.Default.PerSource)
+	}
+}
+
+// fds counts the open descriptors of process pid.
+func fds(t *testing.T, pid int) int {
+	t.Helper()
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
