@@ -21,6 +21,7 @@ import (
 	_ "golang.org/x/crypto/x509roots/fallback"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/dnsserver"
+	"github.com/nodelocaldns/nodelocaldns/internal/fastpath"
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 	"github.com/nodelocaldns/nodelocaldns/internal/options"
@@ -88,15 +89,22 @@ func serve(o *options.Options, log *zap.Logger, t tuning) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT)
 	defer stop()
 
+	// The default registry: CoreDNS's plugins register into it, and its prometheus plugin serves it too.
 	m, err := metrics.New(prometheus.DefaultRegisterer, nil) // the supervisor sets the rule counters' source
 	if err != nil {
+		log.Error("register metrics", zap.Error(err))
+		return 1
+	}
+	fast := fastpath.NewMetrics()
+	if err := fast.Register(prometheus.DefaultRegisterer); err != nil {
 		log.Error("register metrics", zap.Error(err))
 		return 1
 	}
 	pf := preflight.Host().Check(o.LocalIPs) // before anything is touched, and touching nothing
 	pf.Log(log.Named("preflight"))
 	pf.Export(m.NodeCapability)
-	cfg := supervisor.Config{Options: o, Log: log, Getenv: os.Getenv, Metrics: m, Gatherer: prometheus.DefaultGatherer}
+	cfg := supervisor.Config{Options: o, Log: log, Getenv: os.Getenv, Metrics: m, FastPath: fast,
+		Gatherer: prometheus.DefaultGatherer}
 	if t.Stacks {
 		cfg.Background = append(cfg.Background, supervisor.Actor{Name: "stack tuner", Run: newStackTuner(log.Named("tuning")).Run})
 	}

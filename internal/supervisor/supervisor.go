@@ -25,6 +25,7 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strconv"
 	"sync"
@@ -69,6 +70,9 @@ type Config struct {
 	Log     *zap.Logger
 	Getenv  func(string) string // os.Getenv in production
 	Metrics *metrics.Metrics    // nil: nothing is counted
+	// FastPath is what the fast path counts into, registered by the caller (it runs unless the environment
+	// turns it off: fastpath.Enabled).
+	FastPath *fastpath.Metrics
 	// Gatherer is served on -metrics-listen-address for the agent's whole life; nil serves no endpoint.
 	Gatherer prometheus.Gatherer
 	// Background runs beside the agent for its whole life: started first, stopped last (background.go).
@@ -114,7 +118,12 @@ func New(cfg Config) (*Supervisor, error) {
 			LocalIPs: o.LocalIPs, DNSPort: o.DNSPort, ClusterDNS: cfg.Getenv(env), ClusterDNSEnv: env,
 			PrometheusEndpoint: o.PrometheusListenAddress, Directives: dnsserver.Directives(),
 		}}
-	s.dnsOpts = dnsserver.Options{FastPath: fastpath.Enabled(cfg.Getenv)}
+	if fastpath.Enabled(cfg.Getenv) {
+		if cfg.FastPath == nil {
+			return nil, errors.New("the fast path is on, but has no metrics to count into")
+		}
+		s.dnsOpts.FastPath = cfg.FastPath
+	}
 	s.spec = nft.Spec{LocalIPs: o.LocalIPs, DNSPort: o.DNSPort, HealthPort: o.HealthPort, NoInterception: !o.SetupNftables}
 	s.spec.Fallbacks, s.fallbackWhy = fallbackVote(o, cfg.Getenv)
 	if err := s.spec.Validate(); err != nil {
