@@ -77,12 +77,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if o.Mode == options.ModeTeardown {
 		return teardown(o, log, supervisor.Teardown)
 	}
-	t := tune(os.Getenv, os.ReadFile)
-	logTuning(log, t)
-	return serve(o, log, t)
+	logTuning(log, tune(os.Getenv, os.ReadFile))
+	return serve(o, log)
 }
 
-func serve(o *options.Options, log *zap.Logger, t tuning) int {
+func serve(o *options.Options, log *zap.Logger) int {
 	// Every signal that would end the process leaves the node the same way (supervisor: delete our table, then
 	// the interface if no other instance is left). SIGKILL cannot be caught: the kernel then removes our
 	// owned table by itself.
@@ -105,9 +104,6 @@ func serve(o *options.Options, log *zap.Logger, t tuning) int {
 	pf.Export(m.NodeCapability)
 	cfg := supervisor.Config{Options: o, Log: log, Getenv: os.Getenv, Metrics: m, FastPath: fast,
 		Gatherer: prometheus.DefaultGatherer}
-	if t.Stacks {
-		cfg.Background = append(cfg.Background, supervisor.Actor{Name: "stack tuner", Run: newStackTuner(log.Named("tuning")).Run})
-	}
 	sup, err := supervisor.New(cfg)
 	if err != nil {
 		log.Error("invalid configuration", zap.Error(err))

@@ -20,7 +20,7 @@
 // bounded-frequency runner, damped by damping.go; foreign.go
 // looks at other tables (drops reported and stepped aside for, node-cache's leftovers removed); health.go answers /health and /ready; listeners.go checks CoreDNS bound our
 // addresses; shutdown.go stops everything by its deadline; teardown.go is `-teardown`; background.go runs the
-// metrics endpoint and the background actors; detach.go hands the listeners over.
+// metrics endpoint; detach.go hands the listeners over.
 package supervisor
 
 import (
@@ -75,18 +75,15 @@ type Config struct {
 	FastPath *fastpath.Metrics
 	// Gatherer is served on -metrics-listen-address for the agent's whole life; nil serves no endpoint.
 	Gatherer prometheus.Gatherer
-	// Background runs beside the agent for its whole life: started first, stopped last (background.go).
-	Background []Actor
 }
 
 // Supervisor runs one agent: it starts the parts below in order (startup.go), and stops them in reverse
 // (shutdown.go). Each part has one job; the supervisor only wires them together.
 type Supervisor struct {
-	opts       *options.Options
-	log        *zap.Logger
-	m          *metrics.Metrics
-	gatherer   prometheus.Gatherer
-	background []Actor
+	opts     *options.Options
+	log      *zap.Logger
+	m        *metrics.Metrics
+	gatherer prometheus.Gatherer
 
 	config    *renderer         // Corefile.base + kube-dns ConfigMap -> Corefile (render.go)
 	spec      nft.Spec          // our table, validated
@@ -105,7 +102,7 @@ type Supervisor struct {
 // New validates cfg and prepares an agent; nothing is started yet.
 func New(cfg Config) (*Supervisor, error) {
 	o := cfg.Options
-	s := &Supervisor{opts: o, log: cfg.Log, m: cfg.Metrics, gatherer: cfg.Gatherer, background: cfg.Background}
+	s := &Supervisor{opts: o, log: cfg.Log, m: cfg.Metrics, gatherer: cfg.Gatherer}
 	kubeDNSDir := o.KubeDNSConfigDir
 	if kubeDNSDir == "" {
 		if st, err := os.Stat(defaultKubeDNSCM); err == nil && st.IsDir() {
@@ -143,7 +140,7 @@ func New(cfg Config) (*Supervisor, error) {
 // reverse.
 func (s *Supervisor) Run(ctx context.Context) error {
 	start := time.Now()
-	// Deferred first, so it runs last: the metrics endpoint and the tuner outlive the shutdown.
+	// Deferred first, so it runs last: the metrics endpoint outlives the shutdown.
 	defer s.startBackground()()
 	watcher, cf, err := s.renderCorefile()
 	if err != nil {
