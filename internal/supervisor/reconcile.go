@@ -169,12 +169,10 @@ func (r *reconciler) startWatchers(ctx context.Context, wg *sync.WaitGroup, k *k
 // Only a pass asked for by several kinds (nft and link) counts under each; the duration histogram's count is
 // the number of passes.
 func (r *reconciler) countPass(reasons []string, result string, start time.Time) {
-	withMetrics(r.m, func(m *metrics.Metrics) {
-		m.PassDuration.Observe(time.Since(start).Seconds())
-		for _, trigger := range triggerKinds(reasons) {
-			m.Passes.WithLabelValues(trigger, result).Inc()
-		}
-	})
+	r.m.PassDuration.Observe(time.Since(start).Seconds())
+	for _, trigger := range triggerKinds(reasons) {
+		r.m.Passes.WithLabelValues(trigger, result).Inc()
+	}
 }
 
 // triggerKinds returns the distinct kinds (the part before ':') of reasons, sorted.
@@ -189,9 +187,9 @@ func triggerKinds(reasons []string) []string {
 }
 
 func (r *reconciler) repair(object string, n int) {
-	withMetrics(r.m, func(m *metrics.Metrics) { m.Repairs.WithLabelValues(object).Add(float64(n)) })
+	r.m.Repairs.WithLabelValues(object).Add(float64(n))
 }
 
 func setupError(m *metrics.Metrics, kind string) {
-	withMetrics(m, func(m *metrics.Metrics) { m.SetupErrors.WithLabelValues(kind).Inc() })
+	m.SetupErrors.WithLabelValues(kind).Inc()
 }

@@ -55,7 +55,7 @@ func TestRunServesProbesThroughStartReloadAndStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, err := New(Config{Options: o, Log: zaptest.NewLogger(t), Getenv: func(string) string { return "" },
-		FastPath: fastpath.NewMetrics()})
+		Metrics: testMetrics(t), FastPath: fastpath.NewMetrics()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -69,7 +69,7 @@ type Config struct {
 	Options *options.Options
 	Log     *zap.Logger
 	Getenv  func(string) string // os.Getenv in production
-	Metrics *metrics.Metrics    // nil: nothing is counted
+	Metrics *metrics.Metrics    // what the agent counts into, registered by the caller
 	// FastPath is what the fast path counts into, registered by the caller (it runs unless the environment
 	// turns it off: fastpath.Enabled).
 	FastPath *fastpath.Metrics
@@ -102,6 +102,9 @@ type Supervisor struct {
 // New validates cfg and prepares an agent; nothing is started yet.
 func New(cfg Config) (*Supervisor, error) {
 	o := cfg.Options
+	if cfg.Metrics == nil {
+		return nil, errors.New("no metrics to count into")
+	}
 	s := &Supervisor{opts: o, log: cfg.Log, m: cfg.Metrics, gatherer: cfg.Gatherer}
 	kubeDNSDir := o.KubeDNSConfigDir
 	if kubeDNSDir == "" {
