@@ -139,20 +139,7 @@ func (r *reconciler) startWatchers(ctx context.Context, wg *sync.WaitGroup, k *k
 		})
 	}
 	if k.conn != nil {
-		// A drop rule added to an existing foreign base chain is filtered out with every other foreign rule
-		// event (nft/watchbpf.go), so the foreign report is also refreshed on this slow tick.
-		wg.Go(func() {
-			t := time.NewTicker(foreignRecheck)
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-					r.runner.trigger(reasonForeign)
-				}
-			}
-		})
+		wg.Go(func() { r.recheckForeign(ctx) })
 	}
 	if k.links != nil {
 		wg.Go(func() {
@@ -161,6 +148,21 @@ func (r *reconciler) startWatchers(ctx context.Context, wg *sync.WaitGroup, k *k
 				r.log.Error("link watch stopped; relying on the periodic pass", zap.Error(err))
 			}
 		})
+	}
+}
+
+// recheckForeign asks for a pass every foreignRecheck, on the runner's clock, until ctx is done: a drop rule
+// added to an existing foreign base chain is filtered out with every other foreign rule event
+// (nft/watchbpf.go), so the foreign report is also refreshed on this slow tick, whatever -syncinterval says.
+func (r *reconciler) recheckForeign(ctx context.Context) {
+	tick := r.runner.clock.Tick(foreignRecheck) // collected once this returns (Go 1.23's time.Tick)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick:
+			r.runner.trigger(reasonForeign)
+		}
 	}
 }
 
