@@ -1,4 +1,4 @@
-# Kernel matrix (issue 9), included from the top-level Makefile: boot Debian's stock kernel in QEMU (TCG) and run
+# Kernel matrix, included from the top-level Makefile: boot Debian's stock kernel in QEMU (TCG) and run
 # the kernel tests of internal/link and internal/nft inside it, with the production `dummy` link kind. Needs root
 # (apt-get install of qemu-system-x86, busybox-static, kmod, cpio; the kernel is cached under .cache/kernel).
 #   make test-kernel                          all tests of both packages in the VM; fails on any failure

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Kernel matrix (issue 9): boot Debian's stock kernel (linux-image-amd64, where dummy, nf_tables, nft_ct, veth and
+# Kernel matrix: boot Debian's stock kernel (linux-image-amd64, where dummy, nf_tables, nft_ct, veth and
 # ifb are modules) in QEMU and run the kernel tests of internal/link and internal/nft inside it, so the production
 # `dummy` path is tested although the development kernel lacks it.
 #

@@ -47,7 +47,7 @@ func run() int {
 	flag.IntVar(&p.runs, "runs", 5, "runs of each workload per server, alternating (0: only the memory soak)")
 	flag.DurationVar(&p.duration, "duration", 5*time.Second, "length of one run")
 	flag.IntVar(&p.names, "names", 300, "names in the cache-hit set")
-	flag.DurationVar(&p.soak, "soak", 20*time.Second, "memory soak: load beyond the cache size this long (10m for the issue's figure; 0 = skip)")
+	flag.DurationVar(&p.soak, "soak", 20*time.Second, "memory soak: load beyond the cache size this long (10m for docs/performance.md's ten-minute soak; 0 = skip)")
 	flag.BoolVar(&p.variants, "variants", false, "also run the defaults with single knobs changed (knobs.go)")
 	flag.BoolVar(&p.verbose, "v", false, "copy the servers' logs to stderr")
 	only := flag.String("only", "", "comma-separated server names to run (e.g. \"nodelocaldns,node-cache-like\" for the ten-minute soak); empty: all")

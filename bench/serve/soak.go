@@ -22,7 +22,7 @@ type memory struct {
 	// the QPS each server reaches, so a faster server has more misses in flight at its peak.
 	run map[string]int64
 	// soak is the peak of a fresh process under the soak alone, the cache-filling load at the same rate for
-	// every server: issue 23's memory target.
+	// every server: what the memory target bounds (targets.go).
 	soak map[string]int64
 	cpu  map[string]float64
 }

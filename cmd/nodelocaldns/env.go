@@ -12,7 +12,6 @@ import (
 var envKnobs = []struct{ name, usage string }{
 	{fastpath.Env, "off: CoreDNS answers every query itself, without the cache-hit fast path (default on)"},
 	{tuningEnv, "off: leave the Go runtime's GC and memory-limit settings at Go's defaults (default on)"},
-	{stacksEnv, "on: run the goroutine stack tuner; worth it with " + fastpath.Env + "=off (default off)"},
 	{"<UPSTREAMSVC>_SERVICE_HOST", "the ClusterIP of the -upstreamsvc Service (KUBE_DNS_SERVICE_HOST for kube-dns), set by the kubelet; fills __PILLAR__CLUSTER__DNS__"},
 }
 

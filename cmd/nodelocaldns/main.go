@@ -21,6 +21,7 @@ import (
 	_ "golang.org/x/crypto/x509roots/fallback"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/dnsserver"
+	"github.com/nodelocaldns/nodelocaldns/internal/fastpath"
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 	"github.com/nodelocaldns/nodelocaldns/internal/options"
@@ -76,30 +77,33 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if o.Mode == options.ModeTeardown {
 		return teardown(o, log, supervisor.Teardown)
 	}
-	t := tune(os.Getenv, os.ReadFile)
-	logTuning(log, t)
-	return serve(o, log, t)
+	logTuning(log, tune(os.Getenv, os.ReadFile))
+	return serve(o, log)
 }
 
-func serve(o *options.Options, log *zap.Logger, t tuning) int {
+func serve(o *options.Options, log *zap.Logger) int {
 	// Every signal that would end the process leaves the node the same way (supervisor: delete our table, then
 	// the interface if no other instance is left). SIGKILL cannot be caught: the kernel then removes our
 	// owned table by itself.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT)
 	defer stop()
 
+	// The default registry: CoreDNS's plugins register into it, and its prometheus plugin serves it too.
 	m, err := metrics.New(prometheus.DefaultRegisterer, nil) // the supervisor sets the rule counters' source
 	if err != nil {
+		log.Error("register metrics", zap.Error(err))
+		return 1
+	}
+	fast := fastpath.NewMetrics()
+	if err := fast.Register(prometheus.DefaultRegisterer); err != nil {
 		log.Error("register metrics", zap.Error(err))
 		return 1
 	}
 	pf := preflight.Host().Check(o.LocalIPs) // before anything is touched, and touching nothing
 	pf.Log(log.Named("preflight"))
 	pf.Export(m.NodeCapability)
-	cfg := supervisor.Config{Options: o, Log: log, Getenv: os.Getenv, Metrics: m, Gatherer: prometheus.DefaultGatherer}
-	if t.Stacks {
-		cfg.Background = append(cfg.Background, supervisor.Actor{Name: "stack tuner", Run: newStackTuner(log.Named("tuning")).Run})
-	}
+	cfg := supervisor.Config{Options: o, Log: log, Getenv: os.Getenv, Metrics: m, FastPath: fast,
+		Gatherer: prometheus.DefaultGatherer}
 	sup, err := supervisor.New(cfg)
 	if err != nil {
 		log.Error("invalid configuration", zap.Error(err))

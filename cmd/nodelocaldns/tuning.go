@@ -16,11 +16,6 @@ import (
 const (
 	// tuningEnv=off leaves every runtime setting at Go's default, as node-cache runs CoreDNS.
 	tuningEnv = "NODELOCALDNS_TUNING"
-	// stacksEnv=on runs the stack tuner (stacks.go). It paid when CoreDNS started a goroutine for every query;
-	// with the fast path only misses get one, and bench/serve measured no CPU gain from it and ~2 MiB more heap
-	// under a miss-heavy load (16 KiB stacks for every miss in flight), so it is off by default. It is worth
-	// turning on with NODELOCALDNS_FASTPATH=off.
-	stacksEnv = "NODELOCALDNS_STACKS"
 	// gcPercent is Go's default again: with the fast path (internal/fastpath) a cache hit allocates nothing, so
 	// the garbage that made 400 pay (a few KiB per hit) is gone, and 400 only held heap the memory-limited pods
 	// need: bench/serve measured the CPU per query with 100 within noise of 400 and the peak RSS lower
@@ -37,19 +32,17 @@ const (
 // tuning is what tune applied.
 type tuning struct {
 	Off         bool
-	Stacks      bool  // run the stack tuner (stacks.go)
 	GCPercent   int   // 0: left as is (GOGC set, or tuning off)
 	MemoryLimit int64 // bytes; 0: left as is (GOMEMLIMIT set, no cgroup limit, or tuning off)
 }
 
 // tune applies the runtime defaults unless tuning is off; a Go variable the user set (GOGC, GOMEMLIMIT) wins.
-// readFile reads the cgroup limit (os.ReadFile in production). When Stacks is set, the caller also runs a
-// stackTuner (stacks.go).
+// readFile reads the cgroup limit (os.ReadFile in production).
 func tune(getenv func(string) string, readFile func(string) ([]byte, error)) tuning {
 	if strings.EqualFold(getenv(tuningEnv), "off") {
 		return tuning{Off: true}
 	}
-	t := tuning{Stacks: strings.EqualFold(getenv(stacksEnv), "on")}
+	var t tuning
 	if getenv("GOGC") == "" {
 		debug.SetGCPercent(gcPercent)
 		t.GCPercent = gcPercent
@@ -78,6 +71,6 @@ func memoryLimit(readFile func(string) ([]byte, error)) (int64, bool) {
 
 // logTuning logs what tune applied, with the GOMAXPROCS the runtime chose.
 func logTuning(log *zap.Logger, t tuning) {
-	log.Info("runtime tuning", zap.Bool("off", t.Off), zap.Bool("stacks", t.Stacks), zap.Int("gcpercent", t.GCPercent),
+	log.Info("runtime tuning", zap.Bool("off", t.Off), zap.Int("gcpercent", t.GCPercent),
 		zap.Int64("memorylimit", t.MemoryLimit), zap.Int("gomaxprocs", runtime.GOMAXPROCS(0)))
 }

@@ -13,6 +13,7 @@ package dnscache
 import (
 	"encoding/binary"
 	"hash/fnv"
+	"sync/atomic"
 	"time"
 
 	"github.com/coredns/coredns/core/dnsserver"
@@ -68,19 +69,29 @@ type Cache struct {
 
 	cfg     *dnsserver.Config // the block, for the fast path; nil outside a server
 	metrics *cacheMetrics
-	now     func() time.Time
+	clock   atomic.Pointer[func() time.Time] // what now asks; SetClock
 }
 
 // New returns a cache with CoreDNS's defaults. Options and Next are set by the parser, or by a test.
 func New() *Cache {
-	return &Cache{
+	c := &Cache{
 		Zones: []string{"."}, zonesLabel: ".",
 		pcap: defaultCap, pttl: maxTTL, minpttl: minTTL,
 		ncap: defaultCap, nttl: maxNTTL, minnttl: minNTTL,
 		failttl: minNTTL, duration: time.Minute, percentage: 10,
-		metrics: sharedMetrics(), now: time.Now,
+		metrics: sharedMetrics(),
 	}
+	c.SetClock(time.Now)
+	return c
 }
+
+// SetClock makes the cache tell the time by now from here on, time.Now until it is called: a test ages its
+// entries by stepping a clock instead of waiting for their TTLs. The fast path reads entries on a clock of its
+// own (fastpath.Path.SetClock), which must be the same one. It may be called while the cache serves.
+func (c *Cache) SetClock(now func() time.Time) { c.clock.Store(&now) }
+
+// now is the cache's time: an entry's age, its prefetch window and its stale window are all measured on it.
+func (c *Cache) now() time.Time { return (*c.clock.Load())() }
 
 // build allocates the shards once the capacities are known.
 func (c *Cache) build() {

@@ -31,15 +31,16 @@ import (
 
 // Options are the Server's switches.
 type Options struct {
-	// FastPath answers cache hits before CoreDNS's server (internal/fastpath). The agent sets it from the
-	// environment (fastpath.Enabled); off, CoreDNS serves every query itself.
-	FastPath bool
+	// FastPath, when set, answers cache hits before CoreDNS's server (internal/fastpath), counting into these
+	// metrics. The agent sets it unless the environment turns the fast path off (fastpath.Enabled); nil,
+	// CoreDNS serves every query itself.
+	FastPath *fastpath.Metrics
 }
 
 // Server is the embedded CoreDNS.
 type Server struct {
 	log  *zap.Logger
-	fast *fastpath.Path // nil when Options.FastPath is off
+	fast *fastpath.Path // nil when Options.FastPath is nil
 	// conns caps the TCP connections CoreDNS holds (internal/connlimit), while it runs.
 	conns *connlimit.Limiter
 
@@ -96,8 +97,8 @@ func New(log *zap.Logger, o Options) (*Server, error) {
 		return nil, fmt.Errorf("register coredns server type: %w", err)
 	}
 	s := &Server{log: log, health: map[string]*healthListener{}}
-	if o.FastPath {
-		s.fast = fastpath.New(log.Named("fastpath"))
+	if o.FastPath != nil {
+		s.fast = fastpath.New(log.Named("fastpath"), o.FastPath)
 	}
 	routeStdLog(log.Named("coredns"))
 	s.SetReadiness(nil)

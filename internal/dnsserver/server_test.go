@@ -13,6 +13,8 @@ import (
 
 	"github.com/miekg/dns"
 	"go.uber.org/zap/zaptest"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/fastpath"
 )
 
 // Conventions: everything listens on 127.0.0.1 with kernel-chosen ports; the "upstream" is an in-process
@@ -68,7 +70,7 @@ func udpAddr(t *testing.T, s *Server) string {
 // The whole life of the embedded server in one test: each step depends on the one before.
 func TestServeReloadStop(t *testing.T) {
 	up := startUpstream(t)
-	s, err := New(zaptest.NewLogger(t), Options{FastPath: true})
+	s, err := New(zaptest.NewLogger(t), Options{FastPath: fastpath.NewMetrics()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,8 +6,6 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -31,18 +29,6 @@ const missRead = dns.MinMsgSize
 // datagram shows as longer than maxQuery (it is a miss) and CoreDNS gets exactly the bytes it would read itself.
 const slotSize = max(maxQuery, missRead) + 1
 
-// receives and received count the readers' recvmmsg calls and the datagrams they returned: their ratio is the
-// batch size the load formed.
-var receives, received atomic.Uint64
-
-// registerMetrics exports the readers' counters (these and panic.go's) once per process.
-var registerMetrics = sync.OnceFunc(func() {
-	registerCounter("nodelocaldns_fastpath_receives_total", "The fast path readers' receive calls (recvmmsg).", &receives)
-	registerCounter("nodelocaldns_fastpath_received_datagrams_total", "Datagrams the fast path's readers received.", &received)
-	registerCounter("nodelocaldns_fastpath_panics_total",
-		"Panics the fast path recovered from while handling a datagram (the datagram went to CoreDNS).", &panics)
-})
-
 // mmsghdr is struct mmsghdr (recvmmsg(2)); Go's alignment pads it as C does.
 type mmsghdr struct {
 	hdr unix.Msghdr
@@ -52,6 +38,7 @@ type mmsghdr struct {
 // batch is one reader's receive and send state, preallocated so that a batch does not allocate.
 type batch struct {
 	rc syscall.RawConn
+	m  *Metrics // counts the receive calls and their datagrams
 
 	buf   [batchSize][slotSize]byte
 	names [batchSize]unix.RawSockaddrInet6 // large enough for either family
@@ -64,12 +51,12 @@ type batch struct {
 	nsend int
 }
 
-func newBatch(c *net.UDPConn) (*batch, error) {
+func newBatch(c *net.UDPConn, m *Metrics) (*batch, error) {
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return nil, fmt.Errorf("raw socket: %w", err)
 	}
-	b := &batch{rc: rc}
+	b := &batch{rc: rc, m: m}
 	for i := range b.hdrs {
 		b.iov[i].Base = &b.buf[i][0]
 		b.iov[i].SetLen(slotSize)
@@ -125,8 +112,8 @@ func (b *batch) received(n int, errno syscall.Errno, err error) (int, error) {
 	case errno != 0:
 		return 0, errno
 	}
-	receives.Add(1)
-	received.Add(uint64(n))
+	b.m.receives.Add(1)
+	b.m.received.Add(uint64(n))
 	return n, nil
 }
 

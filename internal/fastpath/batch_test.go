@@ -18,7 +18,7 @@ import (
 func TestBurstsAreAnsweredPerSender(t *testing.T) {
 	held, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	up, _, addr := startLearnt(t, "burst.example.", func(next fastpath.HitFunc) fastpath.HitFunc {
+	up, p, addr := startLearnt(t, "burst.example.", func(next fastpath.HitFunc) fastpath.HitFunc {
 		return func(q []byte, from netip.AddrPort, out []byte, now time.Time) ([]byte, bool) {
 			once.Do(func() { close(held); <-release })
 			return next(q, from, out, now)
@@ -31,7 +31,7 @@ func TestBurstsAreAnsweredPerSender(t *testing.T) {
 	defer hold.Close()
 	hold.Write(packed(t, "burst.example.", 1)) // the reader takes it and waits in the hook
 	<-held
-	calls0, got0 := fastpath.Received()
+	calls0, got0 := p.Metrics().Received()
 
 	const clients, perClient = 4, 32
 	conns := make([]*net.UDPConn, clients)
@@ -78,7 +78,7 @@ func TestBurstsAreAnsweredPerSender(t *testing.T) {
 	if n := up.queries("burst.example."); n != 1 {
 		t.Errorf("upstream saw %d queries for the hit, want 1", n)
 	}
-	calls, got := fastpath.Received()
+	calls, got := p.Metrics().Received()
 	t.Logf("%d datagrams in %d receive calls", got-got0, calls-calls0)
 	if calls -= calls0; got-got0 < 4*calls {
 		t.Errorf("%d datagrams in %d receive calls, want batches (at least 4 a call on average)", got-got0, calls)

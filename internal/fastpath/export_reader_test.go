@@ -1,9 +1,6 @@
 package fastpath
 
-import (
-	"net/netip"
-	"time"
-)
+import "net/netip"
 
 // Exports for the tests of the readers (batching, containment) and the fuzz targets; apart from export_test.go
 // so that the two change independently.
@@ -24,8 +21,11 @@ func (p *Path) WrapHit(addr netip.AddrPort, wrap func(HitFunc) HitFunc) bool {
 	return true
 }
 
-// PanicsTotal is nodelocaldns_fastpath_panics_total.
-func PanicsTotal() float64 { return float64(panics.Load()) }
+// Metrics is what p counts into.
+func (p *Path) Metrics() *Metrics { return p.metrics }
+
+// Panics is what nodelocaldns_fastpath_panics_total exports.
+func (m *Metrics) Panics() float64 { return float64(m.panics.Load()) }
 
 // Build runs the hit path of the listener on addr for q as its reader does, but sends nothing: the answer it
 // would send, and whether there is one.
@@ -36,11 +36,11 @@ func (p *Path) Build(addr netip.AddrPort, q []byte, out []byte) ([]byte, bool) {
 	if l == nil {
 		return out, false
 	}
-	return (*l.hit.Load())(q, netip.AddrPort{}, out, time.Now())
+	return (*l.hit.Load())(q, netip.AddrPort{}, out, l.view.Load().now())
 }
 
 // TTLOffsets finds the TTL fields of a packed answer, as the fast path does to age it.
 var TTLOffsets = ttlOffsets
 
 // Received is how many receive calls the readers made and how many datagrams they returned.
-func Received() (calls, datagrams uint64) { return receives.Load(), received.Load() }
+func (m *Metrics) Received() (calls, datagrams uint64) { return m.receives.Load(), m.received.Load() }

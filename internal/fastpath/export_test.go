@@ -1,9 +1,6 @@
 package fastpath
 
-import (
-	"net/netip"
-	"time"
-)
+import "net/netip"
 
 // Answer runs the hit path of the listener on addr for q, as its reader does, answering to from.
 func (p *Path) Answer(addr netip.AddrPort, q []byte, from netip.AddrPort, out []byte) ([]byte, bool) {
@@ -13,7 +10,8 @@ func (p *Path) Answer(addr netip.AddrPort, q []byte, from netip.AddrPort, out []
 	if l == nil {
 		return out, false
 	}
-	out, ok := l.view.Load().answer(q, out, time.Now())
+	v := l.view.Load()
+	out, ok := v.answer(q, out, v.now())
 	if ok {
 		l.conns[0].WriteToUDPAddrPort(out, from)
 	}

@@ -28,6 +28,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/coredns/caddy"
 	"go.uber.org/zap"
@@ -41,16 +42,23 @@ func Enabled(getenv func(string) string) bool { return !strings.EqualFold(getenv
 
 // Path owns the fast path's listeners, one per CoreDNS UDP listener it took over.
 type Path struct {
-	log *zap.Logger
+	log     *zap.Logger
+	metrics *Metrics
+	now     func() time.Time // the clock entries are judged fresh by (SetClock)
 
 	mu        sync.Mutex
 	listeners map[netip.AddrPort]*listener
 }
 
-// New returns a Path serving nothing until Sync.
-func New(log *zap.Logger) *Path {
-	return &Path{log: log, listeners: map[netip.AddrPort]*listener{}}
+// New returns a Path serving nothing until Sync, counting into m.
+func New(log *zap.Logger, m *Metrics) *Path {
+	return &Path{log: log, metrics: m, now: time.Now, listeners: map[netip.AddrPort]*listener{}}
 }
+
+// SetClock makes the fast path tell the time by now (time.Now until it is called): whether an entry is still
+// fresh, and the TTL its answer carries. The caches it answers from must tell the same time
+// (dnscache.Cache.SetClock), or the two disagree on what is fresh. Call it before the first Sync.
+func (p *Path) SetClock(now func() time.Time) { p.now = now }
 
 // socketsPerAddr is how many reuseport sockets (and readers) serve one address: one per CPU the runtime uses,
 // at most 4, so that on a multi-core node the kernel spreads queries over readers.
@@ -69,7 +77,7 @@ func (p *Path) Sync(inst *caddy.Instance) {
 			log.Info("fast path steps aside", zap.String("reason", cl.reason))
 			continue
 		}
-		v, reason := newView(cl)
+		v, reason := newView(cl, p.now)
 		if reason != "" {
 			log.Info("fast path steps aside", zap.String("reason", reason))
 			continue
@@ -87,7 +95,7 @@ func (p *Path) Sync(inst *caddy.Instance) {
 			l.update(v, core)
 			continue
 		}
-		l, err := openListener(log, cl.addr, core, v, socketsPerAddr())
+		l, err := openListener(log, p.metrics, cl.addr, core, v, socketsPerAddr())
 		if err != nil {
 			for _, c := range core {
 				c.Close()

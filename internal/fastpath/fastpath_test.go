@@ -14,6 +14,7 @@ import (
 	"github.com/miekg/dns"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/dnscache"
 	"github.com/nodelocaldns/nodelocaldns/internal/dnsserver"
@@ -76,6 +77,13 @@ var registerOnce sync.Once
 // UDP address both serve.
 func startCoreDNS(t testing.TB, body string) (*fastpath.Path, netip.AddrPort) {
 	t.Helper()
+	return startCoreDNSOn(t, body, nil, fastpath.NewMetrics())
+}
+
+// startCoreDNSOn is startCoreDNS with the fast path counting into m and, when clk is not nil, both the block's
+// cache and the fast path telling the time by clk: the test ages entries by stepping it, not by waiting.
+func startCoreDNSOn(t testing.TB, body string, clk *clocktesting.FakeClock, m *fastpath.Metrics) (*fastpath.Path, netip.AddrPort) {
+	t.Helper()
 	registerOnce.Do(func() { // registers CoreDNS's server type and our directives with caddy
 		if _, err := dnsserver.New(zap.NewNop(), dnsserver.Options{}); err != nil {
 			t.Fatal(err)
@@ -86,7 +94,17 @@ func startCoreDNS(t testing.TB, body string) (*fastpath.Path, netip.AddrPort) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := fastpath.New(zaptest.NewLogger(t))
+	p := fastpath.New(zaptest.NewLogger(t), m)
+	if clk != nil {
+		caches := dnscache.ServersOf(inst).Caches("127.0.0.1:0")
+		if len(caches) == 0 {
+			t.Fatal("no cache in the block to set the clock of")
+		}
+		for _, c := range caches { // before any query: every entry is stored at the clock's time
+			c.SetClock(clk.Now)
+		}
+		p.SetClock(clk.Now)
+	}
 	p.Sync(inst)
 	t.Cleanup(func() {
 		p.Close()
@@ -208,14 +226,15 @@ func TestServesOverTheNetwork(t *testing.T) {
 // cache evicted it: the query goes to CoreDNS, which fetches it again.
 func TestNeverServesWhatTheCacheDropped(t *testing.T) {
 	up := startUpstream(t)
-	p, addr := startCoreDNS(t, "cache 30 {\n success 1024 30 1\n }\n forward . "+up.addr)
+	clk := clocktesting.NewFakeClock(time.Now())
+	p, addr := startCoreDNSOn(t, "cache 30 {\n success 1024 30 1\n }\n forward . "+up.addr, clk, fastpath.NewMetrics())
 	up.ttl.Store(2)
 	for range 3 { // a miss, two answers from the cache: learned
 		ask(t, addr, "short.example.")
 	}
 	waitStored(t, p, addr, 1)
 	ask(t, addr, "short.example.")
-	time.Sleep(2100 * time.Millisecond)
+	clk.Step(2100 * time.Millisecond)
 	ask(t, addr, "short.example.")
 	if n := up.queries("short.example."); n != 2 {
 		t.Errorf("upstream saw %d queries for short.example., want 2 (once more after the TTL)", n)

@@ -38,6 +38,6 @@ func (v *view) answer(q []byte, out []byte, start time.Time) ([]byte, bool) {
 		return out, false
 	}
 	out = e.build(out, q, ttl)
-	e.series.record(start, e.size, e.reqLen)
+	e.series.record(v.now().Sub(start), e.size, e.reqLen)
 	return out, true
 }

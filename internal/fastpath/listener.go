@@ -35,8 +35,9 @@ type listener struct {
 	readers  sync.WaitGroup
 	draining atomic.Bool
 
-	hit    atomic.Pointer[hitFunc] // answers a datagram from the store: answerHit, or a test's
-	panics panicLog
+	hit     atomic.Pointer[hitFunc] // answers a datagram from the store: answerHit, or a test's
+	panics  panicLog
+	metrics *Metrics
 }
 
 // hitFunc builds the answer to q from the store into out, and reports whether there is one.
@@ -48,8 +49,8 @@ func (l *listener) answerHit(q []byte, _ netip.AddrPort, out []byte, now time.Ti
 	return l.view.Load().answer(q, out, now)
 }
 
-func openListener(log *zap.Logger, addr netip.AddrPort, core []*net.UDPConn, v *view, n int) (*listener, error) {
-	l := &listener{log: log, addr: addr, core: core, done: make(chan struct{})}
+func openListener(log *zap.Logger, m *Metrics, addr netip.AddrPort, core []*net.UDPConn, v *view, n int) (*listener, error) {
+	l := &listener{log: log, metrics: m, addr: addr, core: core, done: make(chan struct{})}
 	l.view.Store(v)
 	hit := hitFunc(l.answerHit)
 	l.hit.Store(&hit)
@@ -93,8 +94,7 @@ func openListener(log *zap.Logger, addr netip.AddrPort, core []*net.UDPConn, v *
 
 // read answers hits and hands the rest to CoreDNS, a batch at a time (batch.go), until the socket is closed.
 func (l *listener) read(c *net.UDPConn) {
-	registerMetrics()
-	b, err := newBatch(c)
+	b, err := newBatch(c, l.metrics)
 	if err != nil {
 		l.log.Error("fast path reader", zap.Error(err))
 		return
@@ -141,7 +141,8 @@ func (l *listener) serveBatch(b *batch, n int) {
 func (l *listener) serve(b *batch, i int) {
 	q, from := b.datagram(i)
 	defer l.contain(q, from)
-	out, ok := (*l.hit.Load())(q, from, b.out[i], time.Now())
+	v := l.view.Load()
+	out, ok := (*l.hit.Load())(q, from, b.out[i], v.now())
 	if !ok {
 		l.miss.put(q, from)
 		return
@@ -158,8 +159,9 @@ func (l *listener) sweep() {
 		select {
 		case <-l.done:
 			return
-		case now := <-tick.C:
-			l.view.Load().store.sweep(now)
+		case <-tick.C:
+			v := l.view.Load()
+			v.store.sweep(v.now())
 		}
 	}
 }

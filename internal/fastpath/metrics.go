@@ -28,7 +28,7 @@ type series struct {
 	duration, reqSize, size prometheus.Observer
 }
 
-func (s *series) record(start time.Time, size, reqLen float64) {
+func (s *series) record(took time.Duration, size, reqLen float64) {
 	if s == nil {
 		return
 	}
@@ -36,7 +36,7 @@ func (s *series) record(start time.Time, size, reqLen float64) {
 		s.do.Inc()
 	}
 	s.requests.Inc()
-	s.duration.Observe(time.Since(start).Seconds())
+	s.duration.Observe(took.Seconds())
 	s.size.Observe(size)
 	s.reqSize.Observe(reqLen)
 	s.rcode.Inc()

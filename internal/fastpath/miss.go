@@ -128,7 +128,7 @@ func (v *view) probe(w dns.ResponseWriter, r *dns.Msg) *probe {
 // that entry is still the one the cache answers from, and CoreDNS answered pr from its cache before.
 func (v *view) learn(pr *probe, hit *dnscache.Hit, cw *capture) {
 	b := v.servable(hit.Cache)
-	if b == nil || cw.writes != 1 || cw.err != nil || len(cw.data) > dnscache.MaxMsgBytes || !hit.Valid(time.Now()) {
+	if b == nil || cw.writes != 1 || cw.err != nil || len(cw.data) > dnscache.MaxMsgBytes || !hit.Valid(v.now()) {
 		return
 	}
 	if !v.store.admit(pr.query[2:]) {
@@ -156,7 +156,7 @@ func (v *view) learn(pr *probe, hit *dnscache.Hit, cw *capture) {
 	// and not compressed (a new dns.Msg; the scrubbing compresses large ones).
 	m.Extra = slices.DeleteFunc(m.Extra, func(rr dns.RR) bool { return rr.Header().Rrtype == dns.TypeOPT })
 	m.Compress = false
-	v.store.put(&entry{query: pr.query[2:], answer: append([]byte(nil), cw.data...), ttls: ttls,
+	v.store.put(v.now(), &entry{query: pr.query[2:], answer: append([]byte(nil), cw.data...), ttls: ttls,
 		size: float64(m.Len()), reqLen: float64(pr.reqLen), hit: hit, series: s})
 }
 

@@ -16,8 +16,8 @@ import (
 )
 
 // Queries padded to 60 KB towards an upstream that never answers: CoreDNS reads 512 bytes of each and waits
-// for the upstream, and the fast path hands each over with no more than that (issue 21 §4: it held the whole
-// datagram, 52 MiB for 800 of them). While the storm waits, the live heap has grown by less than 4 MiB and the
+// for the upstream, and the fast path hands each over with no more than that (it once held the whole
+// datagram: 52 MiB for 800 of them). While the storm waits, the live heap has grown by less than 4 MiB and the
 // peak RSS by less than 10 MiB beyond CoreDNS's goroutine stacks.
 func TestPaddedQueriesHoldNoMemory(t *testing.T) {
 	silent, err := net.ListenPacket("udp", "127.0.0.1:0")

@@ -5,10 +5,8 @@ import (
 	"net/netip"
 	"runtime/debug"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 )
 
@@ -20,16 +18,6 @@ import (
 // panicLogEvery is how often at most a contained panic is logged; the ones in between are counted in the next
 // line.
 const panicLogEvery = 10 * time.Second
-
-// panics counts contained panics; nodelocaldns_fastpath_panics_total exports it, in the registry CoreDNS's
-// prometheus plugin exports (as the fast path's other metrics).
-var panics atomic.Uint64
-
-// registerCounter exports c as a counter in the registry CoreDNS's prometheus plugin exports.
-func registerCounter(name, help string, c *atomic.Uint64) {
-	prometheus.DefaultRegisterer.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
-		func() float64 { return float64(c.Load()) }))
-}
 
 // panicLog rate-limits the logging of contained panics.
 type panicLog struct {
@@ -45,7 +33,7 @@ func (l *listener) contain(q []byte, from netip.AddrPort) {
 	if r == nil {
 		return
 	}
-	panics.Add(1)
+	l.metrics.panics.Add(1) // nodelocaldns_fastpath_panics_total
 	l.panics.report(l.log, r)
 	l.miss.put(q, from)
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	clocktesting "k8s.io/utils/clock/testing"
+
 	"github.com/nodelocaldns/nodelocaldns/internal/fastpath"
 	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
@@ -17,8 +19,8 @@ import (
 func TestServesPrefetch(t *testing.T) {
 	up := startUpstream(t)
 	up.ttl.Store(4)
-	p, addr := startCoreDNS(t, "cache 30 {\n success 1024 30 0\n prefetch 2 1m 50%\n }\n forward . "+up.addr)
-	start := time.Now()
+	clk := clocktesting.NewFakeClock(time.Now())
+	p, addr := startCoreDNSOn(t, "cache 30 {\n success 1024 30 0\n prefetch 2 1m 50%\n }\n forward . "+up.addr, clk, fastpath.NewMetrics())
 	for range 3 { // a miss, two hits: learned
 		ask(t, addr, "pf.example.")
 	}
@@ -28,7 +30,7 @@ func TestServesPrefetch(t *testing.T) {
 	}
 	// At 2.5 s the entry has 1 s of its 4 left (under 50%) and 3 hits (over 2): the next hit is due for a prefetch, which
 	// only the cache starts. The fast path must hand it over.
-	time.Sleep(time.Until(start.Add(2500 * time.Millisecond)))
+	clk.Step(2500 * time.Millisecond)
 	if fastAnswers(t, p, addr, "pf.example.") {
 		t.Fatal("the fast path answered a hit due for a prefetch: the cache would have refreshed it")
 	}
@@ -47,7 +49,8 @@ func TestServesStale(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			up := startUpstream(t)
 			up.ttl.Store(1)
-			p, addr := startCoreDNS(t, "cache 30 {\n success 1024 30 0\n "+tc.opts+"\n }\n forward . "+up.addr)
+			clk := clocktesting.NewFakeClock(time.Now())
+			p, addr := startCoreDNSOn(t, "cache 30 {\n success 1024 30 0\n "+tc.opts+"\n }\n forward . "+up.addr, clk, fastpath.NewMetrics())
 			for range 3 { // a miss, two hits: learned
 				ask(t, addr, "st.example.")
 			}
@@ -55,7 +58,7 @@ func TestServesStale(t *testing.T) {
 			if !fastAnswers(t, p, addr, "st.example.") {
 				t.Fatal("the fast path does not answer a fresh hit in a block with serve_stale")
 			}
-			time.Sleep(1100 * time.Millisecond)
+			clk.Step(1100 * time.Millisecond)
 			if fastAnswers(t, p, addr, "st.example.") {
 				t.Fatal("the fast path answered an expired entry: serving it stale is the cache's")
 			}

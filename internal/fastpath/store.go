@@ -107,12 +107,12 @@ func (s *store) admit(q []byte) bool {
 	}
 }
 
-func (s *store) put(e *entry) {
+func (s *store) put(now time.Time, e *entry) {
 	h := maphash.Bytes(s.seed, e.query)
 	sh := &s.shards[h%storeShards]
 	sh.Lock()
 	if _, ok := sh.m[h]; !ok && len(sh.m) >= sh.max {
-		sh.sweep(time.Now())
+		sh.sweep(now)
 		for k := range sh.m {
 			if len(sh.m) < sh.max {
 				break

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin/metrics"
@@ -34,10 +35,11 @@ type view struct {
 	blocks map[*dnscache.Cache]*block // the blocks on this server, by their cache
 	store  *store
 	series *seriesSet
+	now    func() time.Time // the Path's clock
 }
 
-func newView(cl coreListener) (*view, string) {
-	v := &view{srv: cl.srv, blocks: map[*dnscache.Cache]*block{}, series: newSeriesSet()}
+func newView(cl coreListener, now func() time.Time) (*view, string) {
+	v := &view{srv: cl.srv, blocks: map[*dnscache.Cache]*block{}, series: newSeriesSet(), now: now}
 	capacity := 0
 	var reasons []string
 	for _, c := range cl.caches {

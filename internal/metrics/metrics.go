@@ -109,14 +109,6 @@ func New(reg prometheus.Registerer, counters func() ([]RuleCounter, error)) (*Me
 	return m, nil
 }
 
-// ConfigPollingGauge is m.ConfigPolling, or nil when nothing is counted (m nil).
-func (m *Metrics) ConfigPollingGauge() prometheus.Gauge {
-	if m == nil {
-		return nil
-	}
-	return m.ConfigPolling
-}
-
 // namespace prefixes everything nodelocaldns adds; node-cache's own series keep their names.
 const namespace = "nodelocaldns"
 

@@ -10,31 +10,19 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 )
 
-// Actor is something that runs beside the agent for its whole life, until ctx is done (the runtime's stack
-// tuner, the metrics endpoint).
-type Actor struct {
-	Name string
-	Run  func(ctx context.Context)
-}
-
-// backgroundStop bounds how long the background actors get to return once the agent has stopped.
+// backgroundStop bounds how long the metrics endpoint gets to stop once the agent has stopped.
 const backgroundStop = 2 * time.Second
 
 // metricsRetry is how often a metrics address that is taken is tried again.
 const metricsRetry = 5 * time.Second
 
-// startBackground starts the background actors, the metrics endpoint first, before anything else: the
-// endpoint should answer while the agent starts. The returned function stops them, last of all, and waits
-// for them within backgroundStop.
+// startBackground starts the metrics endpoint before anything else: it should answer while the agent starts.
+// The returned function stops it, last of all, and waits for it within backgroundStop.
 func (s *Supervisor) startBackground() (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
-	actors := s.background
-	if s.gatherer != nil && s.opts.MetricsListenAddress != "" {
-		actors = append([]Actor{{Name: "metrics endpoint", Run: s.serveMetrics}}, actors...)
-	}
 	var wg sync.WaitGroup
-	for _, a := range actors {
-		wg.Go(func() { a.Run(ctx) })
+	if s.gatherer != nil && s.opts.MetricsListenAddress != "" {
+		wg.Go(func() { s.serveMetrics(ctx) })
 	}
 	return func() {
 		cancel()
@@ -43,7 +31,7 @@ func (s *Supervisor) startBackground() (stop func()) {
 		select {
 		case <-done:
 		case <-time.After(backgroundStop):
-			s.log.Warn("background actors did not stop in time", zap.Duration("waited", backgroundStop))
+			s.log.Warn("metrics endpoint did not stop in time", zap.Duration("waited", backgroundStop))
 		}
 	}
 }

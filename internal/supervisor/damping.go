@@ -31,7 +31,7 @@ func newDamping(log *zap.Logger, m *metrics.Metrics) damping {
 					zap.Int("repairs_in_a_row", streak), zap.Duration("wait", wait), zap.Duration("max_wait", dampMax))
 			}
 			if wait > 0 {
-				withMetrics(m, func(m *metrics.Metrics) { m.Damped.Inc() })
+				m.Damped.Inc()
 			}
 		},
 	}

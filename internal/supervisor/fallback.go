@@ -208,7 +208,7 @@ func newFallback(log *zap.Logger, m *metrics.Metrics, table fallbackTable, o *op
 		log.Warn("this instance wants no link-local fallback (while it is live, no instance keeps one): while nothing "+
 			"listens, queries to the local IPs without a Service behind them fail", zap.String("reason", why))
 	}
-	withMetrics(m, func(m *metrics.Metrics) { m.FailOpen.WithLabelValues("link-local").Set(0) })
+	m.FailOpen.WithLabelValues("link-local").Set(0)
 	return f
 }
 
@@ -225,7 +225,7 @@ func (f *fallback) ensure(ins []nft.Instance) (string, error) {
 	}
 	covered := false
 	defer func() {
-		withMetrics(f.m, func(m *metrics.Metrics) { m.FailOpen.WithLabelValues("link-local").Set(b2f(covered)) })
+		f.m.FailOpen.WithLabelValues("link-local").Set(b2f(covered))
 	}()
 	switch {
 	case d.leave:

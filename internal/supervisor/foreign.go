@@ -94,7 +94,7 @@ func (f *foreignReport) removeNodeCache() {
 	for _, r := range removed {
 		f.log.Info("removed a rule node-cache left behind", zap.String("rule", r))
 	}
-	withMetrics(f.m, func(m *metrics.Metrics) { m.Foreign.NodeCacheRulesRemoved.Add(float64(len(removed))) })
+	f.m.Foreign.NodeCacheRulesRemoved.Add(float64(len(removed)))
 }
 
 // check removes node-cache's leftovers, refreshes the report, and returns what the node must act on; ok is
@@ -122,7 +122,7 @@ func (f *foreignReport) check() (found foreignFindings, ok bool) {
 		}
 		delete(f.warned, key)
 		if chain, ok := strings.CutPrefix(key, "policy "); ok {
-			withMetrics(f.m, func(m *metrics.Metrics) { m.ForeignDropChain.DeleteLabelValues(chain) })
+			f.m.ForeignDropChain.DeleteLabelValues(chain)
 		}
 	}
 	return found, true
@@ -138,7 +138,7 @@ func (f *foreignReport) reportDrops(chains []nft.ForeignChain, notracks []nft.Fo
 			current[key] = true
 			f.warnOnce(key, "a base chain of another table drops by policy on the path of DNS traffic; our accept rules cannot override it",
 				zap.String("chain", d.Chain), zap.String("hook", d.Hook))
-			withMetrics(f.m, func(m *metrics.Metrics) { m.ForeignDropChain.WithLabelValues(d.Chain).Set(1) })
+			f.m.ForeignDropChain.WithLabelValues(d.Chain).Set(1)
 		}
 		if len(d.Rules) > 0 {
 			key := "rules " + d.Chain + ": " + strings.Join(d.Rules, ", ")
@@ -159,9 +159,7 @@ func (f *foreignReport) reportDrops(chains []nft.ForeignChain, notracks []nft.Fo
 	for _, n := range notracks {
 		counts[n.Chain]++
 	}
-	withMetrics(f.m, func(m *metrics.Metrics) {
-		m.Foreign.Set(metrics.ForeignState{DropRules: rules, LegacyTables: legacy, Notracks: counts})
-	})
+	f.m.Foreign.Set(metrics.ForeignState{DropRules: rules, LegacyTables: legacy, Notracks: counts})
 }
 
 // reportNotracks says each foreign notrack of our addresses' queries once, and whether there is any.
@@ -194,17 +192,15 @@ func (f *foreignReport) decideAside(chains []nft.ForeignChain, current map[strin
 		}
 		f.log.Warn("stepping aside for a local IP: a foreign drop would stop its queries here; kube-dns answers them until it goes",
 			zap.Stringer("ip", ip), zap.String("by", by))
-		withMetrics(f.m, func(m *metrics.Metrics) {
-			m.Foreign.SteppedAside.WithLabelValues(ip.String()).Set(1)
-			m.Foreign.StepAsides.WithLabelValues(ip.String()).Inc()
-		})
+		f.m.Foreign.SteppedAside.WithLabelValues(ip.String()).Set(1)
+		f.m.Foreign.StepAsides.WithLabelValues(ip.String()).Inc()
 	}
 	for ip := range f.aside {
 		if _, still := covered[ip]; still {
 			continue
 		}
 		f.log.Info("taking a local IP back: the foreign drop that covered it is gone", zap.Stringer("ip", ip))
-		withMetrics(f.m, func(m *metrics.Metrics) { m.Foreign.SteppedAside.DeleteLabelValues(ip.String()) })
+		f.m.Foreign.SteppedAside.DeleteLabelValues(ip.String())
 	}
 	f.aside = covered
 	out := make([]netip.Addr, 0, len(covered))

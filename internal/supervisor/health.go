@@ -67,7 +67,7 @@ func (h *health) liveness(ctx context.Context) error {
 }
 
 func (h *health) unhealthy(reason string) {
-	withMetrics(h.m, func(m *metrics.Metrics) { m.LivenessFailures.WithLabelValues(reason).Inc() })
+	h.m.LivenessFailures.WithLabelValues(reason).Inc()
 }
 
 // probeDNS sends one message with no question to addr over TCP. Any answer proves that CoreDNS's server
@@ -147,6 +147,6 @@ func (h *health) readiness() error {
 	if err == nil {
 		err = h.lastPass.load()
 	}
-	withMetrics(h.m, func(m *metrics.Metrics) { m.Ready.Set(b2f(err == nil)) })
+	h.m.Ready.Set(b2f(err == nil))
 	return err
 }

@@ -22,7 +22,7 @@ func TestLivenessFailsOnAHungPass(t *testing.T) {
 	for _, name := range []string{"reconcile", "reload"} {
 		t.Run(name, func(t *testing.T) {
 			idle := func() *runner { return newRunner(runnerConfig{maxInterval: time.Hour, clock: clk}, nil) }
-			h := &health{reconcile: idle(), reload: idle()}
+			h := &health{m: testMetrics(t), reconcile: idle(), reload: idle()}
 			r := h.reconcile
 			if name == "reload" {
 				r = h.reload

@@ -32,7 +32,7 @@ func newKernel(log *zap.Logger, m *metrics.Metrics, manage, setupInterface bool)
 		return nil, fmt.Errorf("open nftables: %w", err)
 	}
 	// Scrapes read our rules' counters through this same socket: it owns our table, whatever its name.
-	withMetrics(m, func(m *metrics.Metrics) { m.RuleCounters.SetSource(k.ruleCounters) })
+	m.RuleCounters.SetSource(k.ruleCounters)
 	if setupInterface {
 		if k.links, err = link.New(log); err != nil {
 			k.close()
@@ -44,7 +44,7 @@ func newKernel(log *zap.Logger, m *metrics.Metrics, manage, setupInterface bool)
 
 func (k *kernel) close() {
 	if k.conn != nil {
-		withMetrics(k.m, func(m *metrics.Metrics) { m.RuleCounters.SetSource(nil) })
+		k.m.RuleCounters.SetSource(nil)
 		k.conn.Close()
 	}
 	if k.links != nil {

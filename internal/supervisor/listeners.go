@@ -27,9 +27,7 @@ func (s *Supervisor) checkListeners() error {
 	}
 	unbound := unboundIPs(s.dns.Addrs(), s.opts.LocalIPs, s.opts.DNSPort)
 	for _, ip := range s.opts.LocalIPs {
-		withMetrics(s.m, func(m *metrics.Metrics) {
-			m.UnboundLocalIP.WithLabelValues(ip.String()).Set(b2f(slices.Contains(unbound, ip)))
-		})
+		s.m.UnboundLocalIP.WithLabelValues(ip.String()).Set(b2f(slices.Contains(unbound, ip)))
 	}
 	if len(unbound) == len(s.opts.LocalIPs) && s.node.current() != stateServing {
 		return fmt.Errorf("no DNS listener is bound to any local IP (%v) on port %d: the Corefile's servers need `bind` "+

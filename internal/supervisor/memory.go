@@ -30,7 +30,7 @@ func checkMemory(log *zap.Logger, m *metrics.Metrics, cf []byte, directives []st
 		log.Warn("memory check: cgroup memory limit not read", zap.Error(err))
 	}
 	e := memcheck.New(caches, limit)
-	withMetrics(m, func(m *metrics.Metrics) { m.Memory.Set(e.Limit, e.WorstCase, e.Fits()) })
+	m.Memory.Set(e.Limit, e.WorstCase, e.Fits())
 	fields := []zap.Field{zap.Int("caches", e.Caches), zap.Int64("entries", e.Entries),
 		zap.String("worst_case", memcheck.MiB(e.WorstCase)), zap.Int64("worst_case_bytes", e.WorstCase),
 		zap.String("limit", memcheck.MiB(e.Limit)), zap.Int64("limit_bytes", e.Limit), zap.String("limit_file", file)}

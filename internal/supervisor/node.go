@@ -183,7 +183,7 @@ func (n *node) count(ins []nft.Instance) {
 	}
 	n.others.Store(int32(others))
 	n.seen.Store(&ins)
-	withMetrics(n.m, func(m *metrics.Metrics) { m.Instances.Set(float64(len(ins))) })
+	n.m.Instances.Set(float64(len(ins)))
 }
 
 // serve adds our chains. A kernel that refuses the socket expression (nft_socket missing) gets rules gated on
@@ -222,10 +222,8 @@ func (n *node) serve() error {
 
 // reportFailOpen says whether pods' queries fail open: gated, and no foreign notrack in the way.
 func (n *node) reportFailOpen() {
-	withMetrics(n.m, func(m *metrics.Metrics) {
-		m.FailOpen.WithLabelValues("prerouting").Set(b2f(n.gated.Load() && !n.notrack.Load()))
-		m.FailOpen.WithLabelValues("output").Set(0) // host-network clients fail open only when the table goes
-	})
+	n.m.FailOpen.WithLabelValues("prerouting").Set(b2f(n.gated.Load() && !n.notrack.Load()))
+	n.m.FailOpen.WithLabelValues("output").Set(0) // host-network clients fail open only when the table goes
 }
 
 // foreignFound takes what a look at the other tables found: a foreign notrack (fail_open says so) and the
@@ -393,11 +391,4 @@ func (n *node) deleteLegacy() error {
 		n.log.Info("deleted tables left by earlier versions", zap.Strings("tables", legacy))
 	}
 	return nil
-}
-
-// withMetrics runs f when metrics are collected.
-func withMetrics(m *metrics.Metrics, f func(*metrics.Metrics)) {
-	if m != nil {
-		f(m)
-	}
 }

@@ -172,7 +172,7 @@ func addrs(ss ...string) []netip.Addr {
 
 func newInstance(t *testing.T, k *fakeKernel, ips ...string) (*node, *fakeReg) {
 	reg := &fakeReg{k: k}
-	return &node{log: zaptest.NewLogger(t), reg: reg, links: &fakeLinks{k: k}, ifname: "nodelocaldns",
+	return &node{log: zaptest.NewLogger(t), m: testMetrics(t), reg: reg, links: &fakeLinks{k: k}, ifname: "nodelocaldns",
 		spec: nft.Spec{LocalIPs: addrs(ips...), DNSPort: 53, HealthPort: 8080}}, reg
 }
 
@@ -346,7 +346,7 @@ func TestTeardownModeKeepsInterfaceOfLiveInstance(t *testing.T) {
 	a, _ := newInstance(t, k, "169.254.20.10")
 	start(t, a)
 	teardown := func() *node {
-		return &node{log: zaptest.NewLogger(t), reg: &fakeReg{k: k}, links: &fakeLinks{k: k}, ifname: "nodelocaldns"}
+		return &node{log: zaptest.NewLogger(t), m: testMetrics(t), reg: &fakeReg{k: k}, links: &fakeLinks{k: k}, ifname: "nodelocaldns"}
 	}
 	if !leave(t, teardown(), false) || !k.link {
 		t.Error("-teardown removed the interface of a live instance")
@@ -376,7 +376,7 @@ func TestStateMachineRefusesIllegalTransitions(t *testing.T) {
 	}
 	for _, from := range all {
 		for _, to := range all {
-			n := &node{log: zaptest.NewLogger(t)}
+			n := &node{log: zaptest.NewLogger(t), m: testMetrics(t)}
 			for _, s := range path[from] {
 				if err := n.to(s); err != nil {
 					t.Fatalf("reaching %s: %v", from, err)
@@ -426,7 +426,7 @@ func TestTeardownReportsTheInterfaceItCouldNotRemove(t *testing.T) {
 	k.link, k.addrs = true, addrs("169.254.20.10")
 	k.removeErr = unix.EPERM
 	td := func() *node {
-		return &node{log: zaptest.NewLogger(t), reg: &fakeReg{k: k}, links: &fakeLinks{k: k}, ifname: "nodelocaldns"}
+		return &node{log: zaptest.NewLogger(t), m: testMetrics(t), reg: &fakeReg{k: k}, links: &fakeLinks{k: k}, ifname: "nodelocaldns"}
 	}
 	fb := &fakeFallbackTable{listing: "table inet nodelocaldns-fallback {}"}
 	err := teardown(td(), fb)
@@ -449,7 +449,7 @@ func TestTeardownKeepsTheFallbackForLiveInstances(t *testing.T) {
 	live, _ := newInstance(t, k, "169.254.20.10")
 	start(t, live)
 	fb := &fakeFallbackTable{listing: "table inet nodelocaldns-fallback {}"}
-	td := &node{log: zaptest.NewLogger(t), reg: &fakeReg{k: k}, links: &fakeLinks{k: k}, ifname: "nodelocaldns"}
+	td := &node{log: zaptest.NewLogger(t), m: testMetrics(t), reg: &fakeReg{k: k}, links: &fakeLinks{k: k}, ifname: "nodelocaldns"}
 	if err := teardown(td, fb); err != nil || fb.listing == "" || !k.link {
 		t.Fatalf("teardown beside a live instance = %v, fallback %q, link %v; want both kept", err, fb.listing, k.link)
 	}

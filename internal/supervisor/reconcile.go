@@ -139,20 +139,7 @@ func (r *reconciler) startWatchers(ctx context.Context, wg *sync.WaitGroup, k *k
 		})
 	}
 	if k.conn != nil {
-		// A drop rule added to an existing foreign base chain is filtered out with every other foreign rule
-		// event (nft/watchbpf.go), so the foreign report is also refreshed on this slow tick.
-		wg.Go(func() {
-			t := time.NewTicker(foreignRecheck)
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-					r.runner.trigger(reasonForeign)
-				}
-			}
-		})
+		wg.Go(func() { r.recheckForeign(ctx) })
 	}
 	if k.links != nil {
 		wg.Go(func() {
@@ -164,17 +151,30 @@ func (r *reconciler) startWatchers(ctx context.Context, wg *sync.WaitGroup, k *k
 	}
 }
 
+// recheckForeign asks for a pass every foreignRecheck, on the runner's clock, until ctx is done: a drop rule
+// added to an existing foreign base chain is filtered out with every other foreign rule event
+// (nft/watchbpf.go), so the foreign report is also refreshed on this slow tick, whatever -syncinterval says.
+func (r *reconciler) recheckForeign(ctx context.Context) {
+	tick := r.runner.clock.Tick(foreignRecheck) // collected once this returns (Go 1.23's time.Tick)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick:
+			r.runner.trigger(reasonForeign)
+		}
+	}
+}
+
 // countPass counts a pass once under each kind of trigger that asked for it. "nft:delete table ..." and
 // "nft:overrun" are both kind "nft"; a pass that coalesced five link notifications is one link pass, not five.
 // Only a pass asked for by several kinds (nft and link) counts under each; the duration histogram's count is
 // the number of passes.
 func (r *reconciler) countPass(reasons []string, result string, start time.Time) {
-	withMetrics(r.m, func(m *metrics.Metrics) {
-		m.PassDuration.Observe(time.Since(start).Seconds())
-		for _, trigger := range triggerKinds(reasons) {
-			m.Passes.WithLabelValues(trigger, result).Inc()
-		}
-	})
+	r.m.PassDuration.Observe(time.Since(start).Seconds())
+	for _, trigger := range triggerKinds(reasons) {
+		r.m.Passes.WithLabelValues(trigger, result).Inc()
+	}
 }
 
 // triggerKinds returns the distinct kinds (the part before ':') of reasons, sorted.
@@ -189,9 +189,9 @@ func triggerKinds(reasons []string) []string {
 }
 
 func (r *reconciler) repair(object string, n int) {
-	withMetrics(r.m, func(m *metrics.Metrics) { m.Repairs.WithLabelValues(object).Add(float64(n)) })
+	r.m.Repairs.WithLabelValues(object).Add(float64(n))
 }
 
 func setupError(m *metrics.Metrics, kind string) {
-	withMetrics(m, func(m *metrics.Metrics) { m.SetupErrors.WithLabelValues(kind).Inc() })
+	m.SetupErrors.WithLabelValues(kind).Inc()
 }

@@ -83,7 +83,7 @@ func (r *reloader) pass(_ context.Context, reasons []string) (changed bool, err 
 	}
 	if err != nil {
 		setupError(r.m, metrics.ErrConfigmap)
-		withMetrics(r.m, func(m *metrics.Metrics) { m.Reloads.WithLabelValues("error").Inc() })
+		r.m.Reloads.WithLabelValues("error").Inc()
 		r.log.Error("configuration change refused; the running configuration keeps serving", zap.Strings("triggers", reasons), zap.Error(err))
 		// Retried with backoff (1 s doubling to 30 s) as well as on the next change: a reload can fail for a
 		// reason that passes (an address not yet bindable, a plugin's transient error), and a ConfigMap that
@@ -96,7 +96,7 @@ func (r *reloader) pass(_ context.Context, reasons []string) (changed bool, err 
 	case changed:
 		result = "reloaded"
 		r.config.write(cf)
-		withMetrics(r.m, func(m *metrics.Metrics) { m.ReloadDuration.Observe(time.Since(start).Seconds()) })
+		r.m.ReloadDuration.Observe(time.Since(start).Seconds())
 		r.log.Info("reloaded coredns", zap.Strings("triggers", reasons), zap.Duration("elapsed", time.Since(start)))
 		if r.reloaded != nil {
 			r.reloaded()
@@ -107,7 +107,7 @@ func (r *reloader) pass(_ context.Context, reasons []string) (changed bool, err 
 		// Said at info level: an operator who sends SIGUSR1 (or edits a key nothing reads) learns it was heard.
 		r.log.Info("configuration unchanged; coredns keeps running", zap.Strings("triggers", reasons), zap.Duration("elapsed", time.Since(start)))
 	}
-	withMetrics(r.m, func(m *metrics.Metrics) { m.Reloads.WithLabelValues(result).Inc() })
+	r.m.Reloads.WithLabelValues(result).Inc()
 	return changed, nil
 }
 
@@ -134,7 +134,7 @@ func (r *reloader) revertLoop() bool {
 		return false // none, or a later reload already replaced it
 	}
 	r.refused = r.dns.Corefile()
-	withMetrics(r.m, func(m *metrics.Metrics) { m.Reloads.WithLabelValues("loop").Inc() })
+	r.m.Reloads.WithLabelValues("loop").Inc()
 	if _, err := r.dns.Reload(r.prev); err != nil {
 		r.log.Error("reload refused for a forwarding loop, and putting the previous configuration back failed", zap.Error(err))
 		return true

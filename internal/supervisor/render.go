@@ -81,7 +81,7 @@ func (c *renderer) render() ([]byte, error) {
 	return cf, nil
 }
 
-// writeCorefile writes the Corefile for operators to read, atomically (temp file + rename). It is not what
+// write writes the Corefile for operators to read, atomically (temp file + rename). It is not what
 // CoreDNS reads, so a read-only location is only a warning.
 func (c *renderer) write(cf []byte) {
 	path := c.out

@@ -16,6 +16,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/fastpath"
 	"github.com/nodelocaldns/nodelocaldns/internal/options"
 	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
@@ -53,7 +54,8 @@ func TestRunServesProbesThroughStartReloadAndStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Config{Options: o, Log: zaptest.NewLogger(t), Getenv: func(string) string { return "" }})
+	s, err := New(Config{Options: o, Log: zaptest.NewLogger(t), Getenv: func(string) string { return "" },
+		Metrics: testMetrics(t), FastPath: fastpath.NewMetrics()})
 	if err != nil {
 		t.Fatal(err)
 	}

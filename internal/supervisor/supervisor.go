@@ -20,11 +20,12 @@
 // bounded-frequency runner, damped by damping.go; foreign.go
 // looks at other tables (drops reported and stepped aside for, node-cache's leftovers removed); health.go answers /health and /ready; listeners.go checks CoreDNS bound our
 // addresses; shutdown.go stops everything by its deadline; teardown.go is `-teardown`; background.go runs the
-// metrics endpoint and the background actors; detach.go hands the listeners over.
+// metrics endpoint; detach.go hands the listeners over.
 package supervisor
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strconv"
 	"sync"
@@ -68,21 +69,21 @@ type Config struct {
 	Options *options.Options
 	Log     *zap.Logger
 	Getenv  func(string) string // os.Getenv in production
-	Metrics *metrics.Metrics    // nil: nothing is counted
+	Metrics *metrics.Metrics    // what the agent counts into, registered by the caller
+	// FastPath is what the fast path counts into, registered by the caller (it runs unless the environment
+	// turns it off: fastpath.Enabled).
+	FastPath *fastpath.Metrics
 	// Gatherer is served on -metrics-listen-address for the agent's whole life; nil serves no endpoint.
 	Gatherer prometheus.Gatherer
-	// Background runs beside the agent for its whole life: started first, stopped last (background.go).
-	Background []Actor
 }
 
 // Supervisor runs one agent: it starts the parts below in order (startup.go), and stops them in reverse
 // (shutdown.go). Each part has one job; the supervisor only wires them together.
 type Supervisor struct {
-	opts       *options.Options
-	log        *zap.Logger
-	m          *metrics.Metrics
-	gatherer   prometheus.Gatherer
-	background []Actor
+	opts     *options.Options
+	log      *zap.Logger
+	m        *metrics.Metrics
+	gatherer prometheus.Gatherer
 
 	config    *renderer         // Corefile.base + kube-dns ConfigMap -> Corefile (render.go)
 	spec      nft.Spec          // our table, validated
@@ -101,7 +102,10 @@ type Supervisor struct {
 // New validates cfg and prepares an agent; nothing is started yet.
 func New(cfg Config) (*Supervisor, error) {
 	o := cfg.Options
-	s := &Supervisor{opts: o, log: cfg.Log, m: cfg.Metrics, gatherer: cfg.Gatherer, background: cfg.Background}
+	if cfg.Metrics == nil {
+		return nil, errors.New("no metrics to count into")
+	}
+	s := &Supervisor{opts: o, log: cfg.Log, m: cfg.Metrics, gatherer: cfg.Gatherer}
 	kubeDNSDir := o.KubeDNSConfigDir
 	if kubeDNSDir == "" {
 		if st, err := os.Stat(defaultKubeDNSCM); err == nil && st.IsDir() {
@@ -114,7 +118,12 @@ func New(cfg Config) (*Supervisor, error) {
 			LocalIPs: o.LocalIPs, DNSPort: o.DNSPort, ClusterDNS: cfg.Getenv(env), ClusterDNSEnv: env,
 			PrometheusEndpoint: o.PrometheusListenAddress, Directives: dnsserver.Directives(),
 		}}
-	s.dnsOpts = dnsserver.Options{FastPath: fastpath.Enabled(cfg.Getenv)}
+	if fastpath.Enabled(cfg.Getenv) {
+		if cfg.FastPath == nil {
+			return nil, errors.New("the fast path is on, but has no metrics to count into")
+		}
+		s.dnsOpts.FastPath = cfg.FastPath
+	}
 	s.spec = nft.Spec{LocalIPs: o.LocalIPs, DNSPort: o.DNSPort, HealthPort: o.HealthPort, NoInterception: !o.SetupNftables}
 	s.spec.Fallbacks, s.fallbackWhy = fallbackVote(o, cfg.Getenv)
 	if err := s.spec.Validate(); err != nil {
@@ -134,7 +143,7 @@ func New(cfg Config) (*Supervisor, error) {
 // reverse.
 func (s *Supervisor) Run(ctx context.Context) error {
 	start := time.Now()
-	// Deferred first, so it runs last: the metrics endpoint and the tuner outlive the shutdown.
+	// Deferred first, so it runs last: the metrics endpoint outlives the shutdown.
 	defer s.startBackground()()
 	watcher, cf, err := s.renderCorefile()
 	if err != nil {

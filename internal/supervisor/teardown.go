@@ -3,9 +3,11 @@ package supervisor
 import (
 	"fmt"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/link"
+	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 	"github.com/nodelocaldns/nodelocaldns/internal/options"
 )
@@ -25,7 +27,12 @@ func Teardown(o *options.Options, log *zap.Logger) error {
 		return fmt.Errorf("open link manager: %w", err)
 	}
 	defer lm.Close()
-	return teardown(&node{log: log, reg: c, links: lm, ifname: o.InterfaceName, spec: nft.Spec{LocalIPs: o.LocalIPs}}, c)
+	// -teardown serves no metrics: what leaving counts goes into a registry nobody reads.
+	m, err := metrics.New(prometheus.NewRegistry(), nil)
+	if err != nil {
+		return err
+	}
+	return teardown(&node{log: log, m: m, reg: c, links: lm, ifname: o.InterfaceName, spec: nft.Spec{LocalIPs: o.LocalIPs}}, c)
 }
 
 // teardown leaves the node for a process that never joined it, then deletes the fallback table if nobody is
