@@ -24,6 +24,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/fastpath"
+	"github.com/nodelocaldns/nodelocaldns/internal/sockholder"
 )
 
 // Options are the Server's switches.
@@ -31,6 +32,9 @@ type Options struct {
 	// FastPath answers cache hits before CoreDNS's server (internal/fastpath). The agent sets it from the
 	// environment (fastpath.Enabled); off, CoreDNS serves every query itself.
 	FastPath bool
+	// HealthSocket is the path of a Unix socket serving /health and /ready (health_socket.go), for the kubelet's
+	// exec probes; "" serves them on the Corefile's health address only.
+	HealthSocket string
 }
 
 // Server is the embedded CoreDNS.
@@ -43,6 +47,9 @@ type Server struct {
 	path     string
 	corefile []byte
 	health   map[string]*healthListener
+	// socket serves the health socket at socketPath while CoreDNS runs (nil when off or stopped).
+	socketPath string
+	socket     *healthListener
 	lameduck time.Duration
 
 	ready  atomic.Pointer[func() error]
@@ -90,7 +97,7 @@ func New(log *zap.Logger, o Options) (*Server, error) {
 	if err := dnsserver.Register(); err != nil {
 		return nil, fmt.Errorf("register coredns server type: %w", err)
 	}
-	s := &Server{log: log, health: map[string]*healthListener{}}
+	s := &Server{log: log, health: map[string]*healthListener{}, socketPath: o.HealthSocket}
 	if o.FastPath {
 		s.fast = fastpath.New(log.Named("fastpath"))
 	}
@@ -137,7 +144,7 @@ func (s *Server) Start(corefile []byte, path string) error {
 	s.path = path
 	inst, err := caddy.Start(s.input(corefile))
 	if err != nil {
-		return fmt.Errorf("start coredns from %s: %w", path, err)
+		return fmt.Errorf("start coredns from %s: %w", path, sockholder.Explain(err))
 	}
 	if s.listening != nil {
 		if err := s.listening(); err != nil {
@@ -163,7 +170,7 @@ func (s *Server) Reload(corefile []byte) (changed bool, err error) {
 	}
 	inst, err := s.inst.Restart(s.input(corefile))
 	if err != nil {
-		return false, fmt.Errorf("reload coredns from %s: %w", s.path, err)
+		return false, fmt.Errorf("reload coredns from %s: %w", s.path, sockholder.Explain(err))
 	}
 	s.inst, s.corefile = inst, corefile
 	s.gen++
@@ -187,7 +194,7 @@ func (s *Server) commit() error {
 		l.bind(s.gen, s.reportLoop)
 		s.loopChecks = append(s.loopChecks, l.checked)
 	}
-	return s.syncHealth(p.health)
+	return errors.Join(s.syncHealth(p.health), s.openHealthSocket())
 }
 
 // Stop waits out the Corefile's health lameduck, then stops every server and the health listeners.
@@ -209,6 +216,7 @@ func (s *Server) Stop() error {
 	s.inst.Wait()
 	s.inst = nil
 	s.syncHealth(nil)
+	s.closeHealthSocket()
 	return errors.Join(errs...)
 }
 

@@ -9,21 +9,24 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/reuseport"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"golang.org/x/net/netutil"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/connlimit"
+	"github.com/nodelocaldns/nodelocaldns/internal/sockholder"
 )
 
-// Bounds of the metrics listener (-metrics-listen-address).
-const (
-	maxConns    = 8
-	idleTimeout = 5 * time.Second
-)
+// Bounds of the metrics listener (-metrics-listen-address), which every pod can reach on 0.0.0.0: a scraper
+// keeps one connection (two across a reconnect), each source gets 2 (connlimit), so a pod holding idle
+// connections blinds no scraper, and 32 in all.
+var limits = connlimit.Limits{PerSource: 2, Total: 32}
+
+const idleTimeout = 5 * time.Second
 
 // Serve serves g on addr at /metrics until ctx is done. The listener uses SO_REUSEPORT so that two instances
 // can overlap on a node during a surge rollout.
 func Serve(ctx context.Context, addr string, g prometheus.Gatherer) error {
 	ln, err := reuseport.Listen("tcp", addr)
 	if err != nil {
-		return err
+		return sockholder.Explain(err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
@@ -37,7 +40,7 @@ func Serve(ctx context.Context, addr string, g prometheus.Gatherer) error {
 		defer cancel()
 		srv.Shutdown(shutdownCtx)
 	}()
-	if err := srv.Serve(netutil.LimitListener(ln, maxConns)); !errors.Is(err, http.ErrServerClosed) {
+	if err := srv.Serve(connlimit.Listen(ln, limits)); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil

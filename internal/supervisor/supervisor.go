@@ -103,7 +103,7 @@ func New(cfg Config) (*Supervisor, error) {
 			LocalIPs: o.LocalIPs, DNSPort: o.DNSPort, ClusterDNS: cfg.Getenv(env), ClusterDNSEnv: env,
 			PrometheusEndpoint: o.PrometheusListenAddress, Directives: dnsserver.Directives(),
 		}}
-	s.dnsOpts = dnsserver.Options{FastPath: fastpath.Enabled(cfg.Getenv)}
+	s.dnsOpts = dnsserver.Options{FastPath: fastpath.Enabled(cfg.Getenv), HealthSocket: o.HealthSocket}
 	s.spec = nft.Spec{LocalIPs: o.LocalIPs, DNSPort: o.DNSPort, HealthPort: o.HealthPort, NoInterception: !o.SetupNftables}
 	s.spec.Fallbacks, s.fallbackWhy = fallbackVote(o, cfg.Getenv)
 	if err := s.spec.Validate(); err != nil {
