@@ -50,7 +50,7 @@ type Server struct {
 	// socket serves the health socket at socketPath while CoreDNS runs (nil when off or stopped).
 	socketPath string
 	socket     *healthListener
-	lameduck time.Duration
+	lameduck   time.Duration
 
 	ready  atomic.Pointer[func() error]
 	live   atomic.Pointer[func(context.Context) error]
