@@ -27,9 +27,9 @@ func Find(proc, proto string, addr netip.AddrPort) []Holder {
 	}
 	var hs []Holder
 	for _, f := range []string{proto, proto + "6"} {
-		for _, h := range readTable(filepath.Join(proc, "net", f), state) {
-			if h.Local.Port() == addr.Port() && overlaps(h.Local.Addr(), addr.Addr()) {
-				hs = append(hs, h)
+		for _, e := range readTable(filepath.Join(proc, "net", f)) {
+			if e.state == state && e.local.Port() == addr.Port() && overlaps(e.local.Addr(), addr.Addr()) {
+				hs = append(hs, Holder{Local: e.local, UID: e.uid, Inode: e.inode})
 			}
 		}
 	}
@@ -48,31 +48,40 @@ func overlaps(a, b netip.Addr) bool {
 	return a == b || a.IsUnspecified() || b.IsUnspecified() || a.Unmap() == b.Unmap()
 }
 
-// readTable parses one /proc/net table: its sockets in state. An unreadable table has none.
-func readTable(path, state string) []Holder {
+// entry is one socket of a /proc/net table.
+type entry struct {
+	local, remote netip.AddrPort
+	state         string // hex, as the kernel prints it
+	uid           int
+	inode         uint64 // 0 for a socket no file refers to (not yet accepted, or closing)
+}
+
+// readTable parses one /proc/net table. An unreadable table has no sockets.
+func readTable(path string) []entry {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil
 	}
 	defer f.Close()
-	var hs []Holder
+	var es []entry
 	sc := bufio.NewScanner(f)
 	sc.Scan() // the header
 	for sc.Scan() {
 		// sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode ...
 		fs := strings.Fields(sc.Text())
-		if len(fs) < 10 || fs[3] != state {
+		if len(fs) < 10 {
 			continue
 		}
-		local, ok := parseHexAddrPort(fs[1])
+		local, ok1 := parseHexAddrPort(fs[1])
+		remote, ok2 := parseHexAddrPort(fs[2])
 		uid, err1 := strconv.Atoi(fs[7])
 		inode, err2 := strconv.ParseUint(fs[9], 10, 64)
-		if !ok || err1 != nil || err2 != nil {
+		if !ok1 || !ok2 || err1 != nil || err2 != nil {
 			continue
 		}
-		hs = append(hs, Holder{Local: local, UID: uid, Inode: inode})
+		es = append(es, entry{local: local, remote: remote, state: fs[3], uid: uid, inode: inode})
 	}
-	return hs
+	return es
 }
 
 // parseHexAddrPort reads "0100007F:0035" (IPv4) or 32 hex digits and a port (IPv6). The kernel prints each
