@@ -92,7 +92,9 @@ func TestProbesUnderPodFlood(t *testing.T) {
 	defer cancel()
 	var wg sync.WaitGroup
 	var healthConns, metricsConns atomic.Int64
-	wg.Go(func() { healthConns.Store(int64(holdIdle(ctx, t, n.Pod, net.JoinHostPort(harness.LocalIP, "8080"), floodRate))) })
+	wg.Go(func() {
+		healthConns.Store(int64(holdIdle(ctx, t, n.Pod, net.JoinHostPort(harness.LocalIP, "8080"), floodRate)))
+	})
 	wg.Go(func() {
 		metricsConns.Store(int64(holdIdle(ctx, t, n.Pod, net.JoinHostPort(harness.LocalIP, metricsPort), floodRate)))
 	})
