@@ -39,8 +39,12 @@ const (
 
 // healthLimits bound the TCP health listener, which every pod on the node can reach (connlimit): a pod holds at
 // most 4 connections, the node's own clients (the standard manifest's probes, whose source is a local address)
-// are another source with 4 of their own, and 64 in all, held at most healthReadTimeout each when idle.
-var healthLimits = connlimit.Limits{PerSource: 4, Total: 64}
+// are another source with 4 of their own, and 256 in all, held at most healthReadTimeout each when idle. The
+// total is above a node's pod count (the kubelet's --max-pods is 110 by default, 250 at most as Kubernetes
+// tests it), so a source with no connection always finds a place: only when every place is held and some
+// source holds two does a newcomer take one, and with fewer sources than places some source must. Each place
+// costs about 13 KiB while idle (a goroutine and a read buffer): about 3.3 MiB in all.
+var healthLimits = connlimit.Limits{PerSource: 4, Total: 256}
 
 func setupHealth(c *caddy.Controller) error {
 	addr, lameduck := defaultHealthAddr, time.Duration(0)

@@ -16,8 +16,9 @@ import (
 
 // Bounds of the metrics listener (-metrics-listen-address), which every pod can reach on 0.0.0.0: a scraper
 // keeps one connection (two across a reconnect), each source gets 2 (connlimit), so a pod holding idle
-// connections blinds no scraper, and 32 in all.
-var limits = connlimit.Limits{PerSource: 2, Total: 32}
+// connections blinds no scraper; 256 in all, above a node's pod count, so a source with no connection always
+// finds a place (as for the health listener, dnsserver/health.go): about 3.3 MiB when all are held idle.
+var limits = connlimit.Limits{PerSource: 2, Total: 256}
 
 const idleTimeout = 5 * time.Second
 
