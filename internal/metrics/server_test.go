@@ -13,22 +13,8 @@ import (
 
 // An idle scrape connection is closed within idleTimeout (issue 21: one was still served after 12 s).
 func TestServeClosesIdleConnections(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go Serve(ctx, addr, prometheus.NewRegistry())
-	var c net.Conn
-	for range 100 {
-		if c, err = net.Dial("tcp", addr); err == nil {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	addr := serveEmpty(t)
+	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,16 +42,9 @@ func TestServeClosesIdleConnections(t *testing.T) {
 // netutil.LimitListener before, the pod's connections took every place and the scrapes waited in the accept
 // queue behind them (20 of 20 failed).
 func TestScrapeWhileAPodHoldsConnections(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := serveEmpty(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go Serve(ctx, addr, prometheus.NewRegistry())
-	waitListening(t, addr)
 
 	pod := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}, Timeout: time.Second}
 	for range 20 {
@@ -101,14 +80,26 @@ func TestScrapeWhileAPodHoldsConnections(t *testing.T) {
 	}
 }
 
-func waitListening(t *testing.T, addr string) {
+// serveEmpty serves an empty registry on a free loopback port until the test ends, and returns the address
+// once it listens.
+func serveEmpty(t *testing.T) string {
 	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go Serve(ctx, addr, prometheus.NewRegistry())
 	for range 100 {
 		if c, err := net.Dial("tcp", addr); err == nil {
 			c.Close()
-			return
+			return addr
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("nothing listens on %s", addr)
+	return ""
 }
