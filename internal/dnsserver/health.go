@@ -13,7 +13,7 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/reuseport"
 	"go.uber.org/zap"
 
-	"github.com/nodelocaldns/nodelocaldns/internal/connlimit"
+	"github.com/nodelocaldns/nodelocaldns/internal/listenlimit"
 	"github.com/nodelocaldns/nodelocaldns/internal/sockholder"
 )
 
@@ -37,14 +37,14 @@ const (
 	healthMaxHeader    = 4 << 10
 )
 
-// healthLimits bound the TCP health listener, which every pod on the node can reach (connlimit): a pod holds at
+// healthLimits bound the TCP health listener, which every pod on the node can reach (listenlimit): a pod holds at
 // most 4 connections, the node's own clients (the standard manifest's probes, whose source is a local address)
 // are another source with 4 of their own, and 256 in all, held at most healthReadTimeout each when idle. The
 // total is above a node's pod count (the kubelet's --max-pods is 110 by default, 250 at most as Kubernetes
 // tests it), so a source with no connection always finds a place: only when every place is held and some
 // source holds two does a newcomer take one, and with fewer sources than places some source must. Each place
 // costs about 13 KiB while idle (a goroutine and a read buffer): about 3.3 MiB in all.
-var healthLimits = connlimit.Limits{PerSource: 4, Total: 256}
+var healthLimits = listenlimit.Limits{PerSource: 4, Total: 256}
 
 func setupHealth(c *caddy.Controller) error {
 	addr, lameduck := defaultHealthAddr, time.Duration(0)
@@ -99,9 +99,9 @@ func (s *Server) syncHealth(wanted map[string]bool) error {
 			firstErr = fmt.Errorf("health listener %s: %w", addr, sockholder.Explain(err))
 			continue
 		}
-		// Every pod can reach this address: each source gets its own share of connections (connlimit), so a
+		// Every pod can reach this address: each source gets its own share of connections (listenlimit), so a
 		// pod flooding it cannot keep the node's probe, or another pod, out.
-		hl := s.serveHealth(connlimit.Listen(ln, healthLimits))
+		hl := s.serveHealth(listenlimit.Listen(ln, healthLimits))
 		s.health[addr] = hl
 		s.log.Info("health listening", zap.String("address", ln.Addr().String()))
 	}

@@ -10,15 +10,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/nodelocaldns/nodelocaldns/internal/connlimit"
+	"github.com/nodelocaldns/nodelocaldns/internal/listenlimit"
 	"github.com/nodelocaldns/nodelocaldns/internal/sockholder"
 )
 
 // Bounds of the metrics listener (-metrics-listen-address), which every pod can reach on 0.0.0.0: a scraper
-// keeps one connection (two across a reconnect), each source gets 2 (connlimit), so a pod holding idle
+// keeps one connection (two across a reconnect), each source gets 2 (listenlimit), so a pod holding idle
 // connections blinds no scraper; 256 in all, above a node's pod count, so a source with no connection always
 // finds a place (as for the health listener, dnsserver/health.go): about 3.3 MiB when all are held idle.
-var limits = connlimit.Limits{PerSource: 2, Total: 256}
+var limits = listenlimit.Limits{PerSource: 2, Total: 256}
 
 const idleTimeout = 5 * time.Second
 
@@ -41,7 +41,7 @@ func Serve(ctx context.Context, addr string, g prometheus.Gatherer) error {
 		defer cancel()
 		srv.Shutdown(shutdownCtx)
 	}()
-	if err := srv.Serve(connlimit.Listen(ln, limits)); !errors.Is(err, http.ErrServerClosed) {
+	if err := srv.Serve(listenlimit.Listen(ln, limits)); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil

@@ -1,4 +1,4 @@
-package connlimit
+package listenlimit
 
 import (
 	"errors"

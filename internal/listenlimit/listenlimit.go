@@ -1,4 +1,4 @@
-// Package connlimit bounds the connections a TCP listener serves, per source address and in all, so that no
+// Package listenlimit bounds the connections a TCP listener serves, per source address and in all, so that no
 // client can take another's turn.
 //
 // The listeners it wraps (the health port, the agent's metrics) are reachable from every pod on the node.
@@ -14,7 +14,7 @@
 //
 // A source is the peer's IP address (IPv4-mapped addresses unmapped), so a pod is one source and the node's own
 // clients, whose source is a local address, are another.
-package connlimit
+package listenlimit
 
 import (
 	"net"
