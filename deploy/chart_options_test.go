@@ -206,7 +206,7 @@ func TestChartCommunityFile(t *testing.T) {
 	if v.template != string(want) {
 		t.Errorf("Corefile differs from testdata/chart/community.Corefile:\n%s", v.template)
 	}
-	wantArgs := []string{"-localip", "169.254.20.10,10.96.0.10", "-conf", "/run/nodelocaldns/Corefile", "-upstreamsvc", "kube-dns-upstream", "-health-port", "8081"}
+	wantArgs := []string{"-localip", "169.254.20.10,10.96.0.10", "-conf", "/run/nodelocaldns/Corefile", "-upstreamsvc", "kube-dns-upstream", "-health-socket", "/run/nodelocaldns/health.sock", "-health-port", "8081"}
 	if !slices.Equal(v.ctr.Args, wantArgs) {
 		t.Errorf("args %q, want %q", v.ctr.Args, wantArgs)
 	}
@@ -218,7 +218,7 @@ func TestChartCommunityFile(t *testing.T) {
 		t.Errorf("prometheus = %q", p)
 	}
 	cf.prometheusPort = 9253
-	checkProbes(t, v.ctr, cf.healthPort, localDNS)
+	checkProbes(t, v.ds, v.ctr, v.opts)
 	checkPorts(t, v.manifest, v.ctr, v.opts, cf)
 	checkTeardownHook(t, v.chartRender, v.opts)
 }

@@ -180,7 +180,7 @@ func checkRelease(t *testing.T, r *chartRender, v variant) *options.Options {
 	checkFiles(t, r.manifest, &ds.Spec.Template.Spec, opts)
 	cf := corefileOf(t, r.manifest)
 	checkCorefile(t, cf, opts, v)
-	checkProbes(t, c, cf.healthPort, v.healthHost)
+	checkProbes(t, &ds.Spec.Template.Spec, c, opts)
 	checkPorts(t, r.manifest, c, opts, cf)
 	checkTeardownHook(t, r, opts)
 	return opts

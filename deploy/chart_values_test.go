@@ -144,8 +144,8 @@ func TestChartCommunityValues(t *testing.T) {
 			if got := ipStrings(v.opts); !slices.Equal(got, []string{"169.254.0.53", "10.0.0.10"}) {
 				t.Errorf("-localip %q", got)
 			}
-			if g, s := v.ctr.LivenessProbe.HTTPGet.Host, v.ctr.StartupProbe.HTTPGet.Host; g != "169.254.0.53" || s != g {
-				t.Errorf("liveness probe host %q, startup probe host %q, want localDns", g, s)
+			if h := v.directive(t, "cluster.local:53", "health"); h != "health 169.254.0.53:8080" {
+				t.Errorf("health %q, want on localDns (the standard manifest's probes go there)", h)
 			}
 		}},
 		{"commProtocol", `config: {commProtocol: prefer_udp}`, func(t *testing.T, v *releaseView) {
@@ -184,12 +184,10 @@ func TestChartCommunityValues(t *testing.T) {
 			}
 		}},
 		{"healthPort", `config: {healthPort: 9090}`, func(t *testing.T, v *releaseView) {
-			if v.opts.HealthPort != 9090 || v.directive(t, "cluster.local:53", "health") != "health 169.254.20.25:9090" ||
-				v.ctr.LivenessProbe.HTTPGet.Port.IntValue() != 9090 || v.ctr.ReadinessProbe.HTTPGet.Port.IntValue() != 9090 ||
-				v.ctr.StartupProbe.HTTPGet.Port.IntValue() != 9090 {
-				t.Errorf("-health-port %d, health %q, probes on %v and %v: want 9090 everywhere", v.opts.HealthPort,
-					v.directive(t, "cluster.local:53", "health"), v.ctr.LivenessProbe.HTTPGet.Port, v.ctr.ReadinessProbe.HTTPGet.Port)
+			if v.opts.HealthPort != 9090 || v.directive(t, "cluster.local:53", "health") != "health 169.254.20.25:9090" {
+				t.Errorf("-health-port %d, health %q: want 9090 in both", v.opts.HealthPort, v.directive(t, "cluster.local:53", "health"))
 			}
+			checkProbes(t, v.ds, v.ctr, v.opts) // the probes use the health socket, whatever the port
 		}},
 		{"port", `config: {port: {number: 5353, udp: dns-udp, tcp: dns-over-tcp}}`, func(t *testing.T, v *releaseView) {
 			if v.opts.DNSPort != 5353 || v.keys[0] != "cluster.local:5353" {
@@ -209,9 +207,10 @@ func TestChartCommunityValues(t *testing.T) {
 			if v.opts.SetupNftables || v.ds.HostNetwork || !slices.Equal(ipStrings(v.opts), []string{"169.254.20.25"}) {
 				t.Errorf("args %q hostNetwork %v: want no table, no host network, and the ClusterIP dropped from -localip", v.ctr.Args, v.ds.HostNetwork)
 			}
-			if h := v.ctr.ReadinessProbe.HTTPGet.Host; h != "" || v.directive(t, "cluster.local:53", "health") != "health :8080" {
-				t.Errorf("probe host %q, health %q: off the host network the kubelet probes the pod IP", h, v.directive(t, "cluster.local:53", "health"))
+			if h := v.directive(t, "cluster.local:53", "health"); h != "health :8080" {
+				t.Errorf("health %q: off the host network it serves on the pod IP", h)
 			}
+			checkProbes(t, v.ds, v.ctr, v.opts) // the probes use the health socket, whatever the network
 		}},
 		{"skipTeardown", `config: {skipTeardown: true}`, func(t *testing.T, v *releaseView) {
 			if !v.opts.SkipTeardown {

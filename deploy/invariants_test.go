@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"io"
 	"net"
 	"path/filepath"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/image"
 	"github.com/nodelocaldns/nodelocaldns/internal/memcheck"
 	"github.com/nodelocaldns/nodelocaldns/internal/options"
 )
@@ -238,25 +240,46 @@ func checkCorefile(t *testing.T, cf *corefile, opts *options.Options, v variant)
 	}
 }
 
-// checkProbes: startup and liveness on /health and readiness on /ready, all where the Corefile's health listens.
-func checkProbes(t *testing.T, c *corev1.Container, port int, host string) {
+// checkProbes: startup and liveness on /health and readiness on /ready, each an exec of the image's binary in
+// -probe mode on the agent's -health-socket, which lies in an emptyDir of the pod's: a path only this pod's
+// agent serves, where a probe over the network could land on another instance on the node (a surge) and is
+// reachable by every pod.
+func checkProbes(t *testing.T, ps *corev1.PodSpec, c *corev1.Container, opts *options.Options) {
 	t.Helper()
+	if opts.HealthSocket == "" {
+		t.Fatalf("args %q: no -health-socket for the probes", c.Args)
+	}
+	inPodVolume := false
+	for _, vm := range c.VolumeMounts {
+		for _, vol := range ps.Volumes {
+			if vol.Name == vm.Name && vol.EmptyDir != nil && !vm.ReadOnly && filepath.Dir(opts.HealthSocket) == vm.MountPath {
+				inPodVolume = true
+			}
+		}
+	}
+	if !inPodVolume {
+		t.Errorf("-health-socket %s is not in a writable emptyDir of the pod: another pod's agent could serve it", opts.HealthSocket)
+	}
 	for _, p := range []struct {
 		name  string
 		probe *corev1.Probe
 		path  string
 	}{{"startupProbe", c.StartupProbe, "/health"}, {"livenessProbe", c.LivenessProbe, "/health"}, {"readinessProbe", c.ReadinessProbe, "/ready"}} {
-		if p.probe == nil || p.probe.HTTPGet == nil {
-			t.Errorf("%s: missing or not httpGet", p.name)
+		if p.probe == nil || p.probe.Exec == nil {
+			t.Errorf("%s: missing or not exec", p.name)
 			continue
 		}
-		g := p.probe.HTTPGet
 		if p.name == "livenessProbe" {
 			checkLivenessGap(t, p.probe)
 		}
-		if g.Host != host || g.Port.IntValue() != port || g.Path != p.path {
-			t.Errorf("%s: GET http://%s%s, want http://%s%s",
-				p.name, net.JoinHostPort(g.Host, g.Port.String()), g.Path, net.JoinHostPort(host, strconv.Itoa(port)), p.path)
+		cmd := p.probe.Exec.Command
+		if len(cmd) == 0 || cmd[0] != image.Entrypoint {
+			t.Errorf("%s: command %q, want the image's %s", p.name, cmd, image.Entrypoint)
+			continue
+		}
+		po, err := options.Parse(cmd[1:], io.Discard)
+		if err != nil || po.Mode != options.ModeProbe || po.Probe != p.path || po.HealthSocket != opts.HealthSocket {
+			t.Errorf("%s: command %q (%v), want -probe %s on the agent's -health-socket %s", p.name, cmd, err, p.path, opts.HealthSocket)
 		}
 	}
 }

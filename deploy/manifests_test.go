@@ -117,7 +117,7 @@ func TestVariants(t *testing.T) {
 			checkFiles(t, m, &ds.Spec.Template.Spec, opts)
 			cf := corefileOf(t, m)
 			checkCorefile(t, cf, opts, v)
-			checkProbes(t, c, cf.healthPort, v.healthHost)
+			checkProbes(t, &ds.Spec.Template.Spec, c, opts)
 			checkPorts(t, m, c, opts, cf)
 		})
 	}

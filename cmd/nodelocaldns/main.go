@@ -51,6 +51,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case options.ModePlugins:
 		fmt.Fprintln(stdout, strings.Join(dnsserver.Plugins(), "\n"))
 		return 0
+	case options.ModeProbe:
+		return probe(o.HealthSocket, o.Probe, stdout, stderr)
 	case options.ModePrintRules:
 		vote, fallback, why := supervisor.PrintFallback(o, os.Getenv)
 		spec := nft.Spec{LocalIPs: o.LocalIPs, DNSPort: o.DNSPort, HealthPort: o.HealthPort, Fallbacks: vote}

@@ -12,7 +12,9 @@ import (
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/pkg/reuseport"
 	"go.uber.org/zap"
-	"golang.org/x/net/netutil"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/listenlimit"
+	"github.com/nodelocaldns/nodelocaldns/internal/sockholder"
 )
 
 // The `health` directive keeps upstream's syntax (`health [ADDRESS] { lameduck DURATION }`) but its HTTP
@@ -27,14 +29,22 @@ import (
 
 const defaultHealthAddr = ":8080"
 
-// Bounds of the health listener, which every pod on the node can reach: /ready answers from memory and
-// /health within its probe's timeout (supervisor/health.go), so these bound only slow or hostile clients.
+// Bounds of the health listeners. /ready answers from memory and /health within its probe's timeout
+// (supervisor/health.go), so these bound only slow or hostile clients.
 const (
-	healthMaxConns     = 32
 	healthReadTimeout  = time.Second     // the whole request, headers included
 	healthWriteTimeout = 2 * time.Second // /health's own DNS probe takes up to 900 ms
 	healthMaxHeader    = 4 << 10
 )
+
+// healthLimits bound the TCP health listener, which every pod on the node can reach (listenlimit): a pod holds at
+// most 4 connections, the node's own clients (the standard manifest's probes, whose source is a local address)
+// are another source with 4 of their own, and 256 in all, held at most healthReadTimeout each when idle. The
+// total is above a node's pod count (the kubelet's --max-pods is 110 by default, 250 at most as Kubernetes
+// tests it), so a source with no connection always finds a place: only when every place is held and some
+// source holds two does a newcomer take one, and with fewer sources than places some source must. Each place
+// costs about 13 KiB while idle (a goroutine and a read buffer): about 3.3 MiB in all.
+var healthLimits = listenlimit.Limits{PerSource: 4, Total: 256}
 
 func setupHealth(c *caddy.Controller) error {
 	addr, lameduck := defaultHealthAddr, time.Duration(0)
@@ -86,21 +96,12 @@ func (s *Server) syncHealth(wanted map[string]bool) error {
 		}
 		ln, err := reuseport.Listen("tcp", addr)
 		if err != nil {
-			firstErr = fmt.Errorf("health listener %s: %w", addr, err)
+			firstErr = fmt.Errorf("health listener %s: %w", addr, sockholder.Explain(err))
 			continue
 		}
-		hl := &healthListener{ln: ln, srv: &http.Server{
-			Handler:           s.healthMux(),
-			ReadHeaderTimeout: healthReadTimeout,
-			ReadTimeout:       healthReadTimeout,
-			WriteTimeout:      healthWriteTimeout,
-			MaxHeaderBytes:    healthMaxHeader,
-		}}
-		// Every pod can reach this address. A connection serves one request and closes, so no client holds a
-		// slot between requests, and at most healthMaxConns are served at once: the next waits in the kernel's
-		// accept queue, the kubelet's probe among them, behind requests that each end within the timeouts.
-		hl.srv.SetKeepAlivesEnabled(false)
-		go hl.srv.Serve(netutil.LimitListener(ln, healthMaxConns))
+		// Every pod can reach this address: each source gets its own share of connections (listenlimit), so a
+		// pod flooding it cannot keep the node's probe, or another pod, out.
+		hl := s.serveHealth(listenlimit.Listen(ln, healthLimits))
 		s.health[addr] = hl
 		s.log.Info("health listening", zap.String("address", ln.Addr().String()))
 	}
@@ -111,6 +112,21 @@ func (s *Server) syncHealth(wanted map[string]bool) error {
 		}
 	}
 	return firstErr
+}
+
+// serveHealth serves /health and /ready on ln until the listener is closed. A connection serves one request
+// and closes, so no client holds a connection between requests.
+func (s *Server) serveHealth(ln net.Listener) *healthListener {
+	hl := &healthListener{ln: ln, srv: &http.Server{
+		Handler:           s.healthMux(),
+		ReadHeaderTimeout: healthReadTimeout,
+		ReadTimeout:       healthReadTimeout,
+		WriteTimeout:      healthWriteTimeout,
+		MaxHeaderBytes:    healthMaxHeader,
+	}}
+	hl.srv.SetKeepAlivesEnabled(false)
+	go hl.srv.Serve(ln)
+	return hl
 }
 
 func (hl *healthListener) close() {

@@ -6,6 +6,8 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/sockholder"
 )
 
 // routeStdLog sends the standard logger, which CoreDNS and caddy write to ("[INFO] plugin/reload: ..."), into z
@@ -39,7 +41,15 @@ func (w stdLogWriter) Write(p []byte) (int, error) {
 		}
 	}
 	if ce := w.z.Check(level, string(line)); ce != nil {
-		ce.Write()
+		// CoreDNS's prometheus plugin only logs a bind it could not make and serves on without its metrics
+		// ("Failed to start metrics handler: listen tcp :9253: bind: address already in use"): say who holds it.
+		var fields []zap.Field
+		if bytes.Contains(line, []byte("address already in use")) {
+			if h := sockholder.Describe(string(line)); h != "" {
+				fields = append(fields, zap.String("holder", h))
+			}
+		}
+		ce.Write(fields...)
 	}
 	return len(p), nil
 }

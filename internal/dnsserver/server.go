@@ -27,6 +27,7 @@ import (
 
 	"github.com/nodelocaldns/nodelocaldns/internal/connlimit"
 	"github.com/nodelocaldns/nodelocaldns/internal/fastpath"
+	"github.com/nodelocaldns/nodelocaldns/internal/sockholder"
 )
 
 // Options are the Server's switches.
@@ -35,6 +36,9 @@ type Options struct {
 	// metrics. The agent sets it unless the environment turns the fast path off (fastpath.Enabled); nil,
 	// CoreDNS serves every query itself.
 	FastPath *fastpath.Metrics
+	// HealthSocket is the path of a Unix socket serving /health and /ready (health_socket.go), for the kubelet's
+	// exec probes; "" serves them on the Corefile's health address only.
+	HealthSocket string
 }
 
 // Server is the embedded CoreDNS.
@@ -49,7 +53,10 @@ type Server struct {
 	path     string
 	corefile []byte
 	health   map[string]*healthListener
-	lameduck atomic.Int64 // a time.Duration; read without mu (Lameduck), so a hung reload cannot block it
+	// socket serves the health socket at socketPath while CoreDNS runs (nil when off or stopped).
+	socketPath string
+	socket     *healthListener
+	lameduck   atomic.Int64 // a time.Duration; read without mu (Lameduck), so a hung reload cannot block it
 
 	ready  atomic.Pointer[func() error]
 	live   atomic.Pointer[func(context.Context) error]
@@ -96,7 +103,7 @@ func New(log *zap.Logger, o Options) (*Server, error) {
 	if err := dnsserver.Register(); err != nil {
 		return nil, fmt.Errorf("register coredns server type: %w", err)
 	}
-	s := &Server{log: log, health: map[string]*healthListener{}}
+	s := &Server{log: log, health: map[string]*healthListener{}, socketPath: o.HealthSocket}
 	if o.FastPath != nil {
 		s.fast = fastpath.New(log.Named("fastpath"), o.FastPath)
 	}
@@ -143,7 +150,7 @@ func (s *Server) Start(corefile []byte, path string) error {
 	s.path = path
 	inst, err := caddy.Start(s.input(corefile))
 	if err != nil {
-		return fmt.Errorf("start coredns from %s: %w", path, err)
+		return fmt.Errorf("start coredns from %s: %w", path, sockholder.Explain(err))
 	}
 	if s.listening != nil {
 		if err := s.listening(); err != nil {
@@ -170,7 +177,7 @@ func (s *Server) Reload(corefile []byte) (changed bool, err error) {
 	}
 	inst, err := s.inst.Restart(s.input(corefile))
 	if err != nil {
-		return false, fmt.Errorf("reload coredns from %s: %w", s.path, err)
+		return false, fmt.Errorf("reload coredns from %s: %w", s.path, sockholder.Explain(err))
 	}
 	s.inst, s.corefile = inst, corefile
 	s.gen++
@@ -195,7 +202,7 @@ func (s *Server) commit() error {
 		l.bind(s.gen, s.reportLoop)
 		s.loopChecks = append(s.loopChecks, l.checked)
 	}
-	return s.syncHealth(p.health)
+	return errors.Join(s.syncHealth(p.health), s.openHealthSocket())
 }
 
 // Lameduck is the Corefile's health lameduck, which Stop waits out first.
@@ -221,6 +228,7 @@ func (s *Server) Stop() error {
 	s.conns.Stop()
 	s.inst = nil
 	s.syncHealth(nil)
+	s.closeHealthSocket()
 	return errors.Join(errs...)
 }
 

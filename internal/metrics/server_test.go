@@ -13,22 +13,8 @@ import (
 
 // An idle scrape connection is closed within idleTimeout (issue 21: one was still served after 12 s).
 func TestServeClosesIdleConnections(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go Serve(ctx, addr, prometheus.NewRegistry())
-	var c net.Conn
-	for range 100 {
-		if c, err = net.Dial("tcp", addr); err == nil {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	addr := serveEmpty(t)
+	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,4 +34,72 @@ func TestServeClosesIdleConnections(t *testing.T) {
 	if d := time.Since(start); d > idleTimeout+time.Second {
 		t.Errorf("idle connection closed after %v, want within %v", d, idleTimeout)
 	}
+}
+
+// TestScrapeWhileAPodHoldsConnections: one source (127.0.0.2, a pod) keeps 20 idle connections open to the
+// metrics listener, opening a new one whenever the server drops one, while a scraper from another source
+// (127.0.0.3) scrapes every 100 ms with a 1 s timeout. Every scrape is answered. With the 8-connection
+// netutil.LimitListener before, the pod's connections took every place and the scrapes waited in the accept
+// queue behind them (20 of 20 failed).
+func TestScrapeWhileAPodHoldsConnections(t *testing.T) {
+	addr := serveEmpty(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	pod := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}, Timeout: time.Second}
+	for range 20 {
+		go func() {
+			for ctx.Err() == nil {
+				c, err := pod.DialContext(ctx, "tcp", addr)
+				if err != nil {
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
+				c.Read(make([]byte, 1)) // idle until the server drops it
+				c.Close()
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond) // the pod's connections are in place
+
+	scraper := &http.Client{Timeout: time.Second, Transport: &http.Transport{
+		DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 3)}}).DialContext, DisableKeepAlives: true}}
+	failed := 0
+	for range 20 {
+		resp, err := scraper.Get("http://" + addr + "/metrics")
+		if err != nil || resp.StatusCode != http.StatusOK {
+			failed++
+			t.Logf("scrape: %v", err)
+		} else {
+			resp.Body.Close()
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if failed > 0 {
+		t.Errorf("%d of 20 scrapes failed while a pod held idle connections, want 0", failed)
+	}
+}
+
+// serveEmpty serves an empty registry on a free loopback port until the test ends, and returns the address
+// once it listens.
+func serveEmpty(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go Serve(ctx, addr, prometheus.NewRegistry())
+	for range 100 {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return addr
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("nothing listens on %s", addr)
+	return ""
 }

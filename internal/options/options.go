@@ -27,6 +27,7 @@ const (
 	ModePlugins                // -plugins: list the compiled-in CoreDNS plugins and exit
 	ModePrintRules             // -print-rules: print the nftables ruleset that would be programmed and exit
 	ModeTeardown               // -teardown: remove what an earlier run left behind and exit
+	ModeProbe                  // -probe: ask the health socket of the agent in this pod, for the kubelet's exec probes
 )
 
 // Options is the validated command line.
@@ -60,6 +61,11 @@ type Options struct {
 
 	DNSPort    uint16 // -dns.port / -p
 	HealthPort uint16 // -health-port
+	// HealthSocket (-health-socket) is a Unix socket serving /health and /ready besides the Corefile's health
+	// address, for probes that must reach this process alone; "" for none.
+	HealthSocket string
+	// Probe (-probe) is the path ModeProbe asks the health socket for: /health or /ready.
+	Probe string
 
 	MetricsListenAddress    string // -metrics-listen-address
 	PrometheusListenAddress string // -prometheus-listen-address: fills __PROMETHEUS__ENDPOINT__
@@ -124,6 +130,8 @@ func Parse(args []string, usage io.Writer) (*Options, error) {
 	fs.StringVar(&o.KubeDNSConfigDir, "kubednscm", "", "kube-dns ConfigMap directory (default /etc/kube-dns when it exists)")
 	fs.StringVar(&o.UpstreamSvc, "upstreamsvc", DefaultUpstreamSvc, "Service whose ClusterIP (from its env var) fills __PILLAR__CLUSTER__DNS__")
 	fs.StringVar(&r.healthPort, "health-port", DefaultHealthPort, "port of the Corefile's health plugin; gets conntrack bypass rules")
+	fs.StringVar(&o.HealthSocket, "health-socket", "", "also serve /health and /ready on this Unix socket (in the pod's own volume, for exec probes that reach this process alone); the directory must exist")
+	fs.StringVar(&o.Probe, "probe", "", "ask the agent's -health-socket for this path (/health or /ready) and exit 0 if it answers 200, 1 otherwise: the kubelet's exec probe")
 	fs.BoolVar(&r.reloadWithSignal, "reloadwithsignal", false, "also reload in-process on SIGUSR1 (reloads are event-driven anyway)")
 	// CoreDNS's own flags that node-cache relies on.
 	fs.StringVar(&r.conf, "conf", "", "path the rendered Corefile is written to (CoreDNS -conf)")
@@ -190,6 +198,8 @@ func (r *raw) finish(o *Options) error {
 		o.Mode = ModeTeardown
 	case r.printRules:
 		o.Mode = ModePrintRules
+	case o.Probe != "":
+		o.Mode = ModeProbe
 	}
 	var err error
 	o.SyncInterval = time.Duration(r.syncInterval)
@@ -221,8 +231,21 @@ func (r *raw) finish(o *Options) error {
 	default:
 		return fmt.Errorf("invalid value %q for flag -log-level: want debug, info, warn or error", r.logLevel)
 	}
-	// -version, -plugins and -teardown need no listen address (node-cache refuses -version without -localip).
-	if o.Mode == ModeVersion || o.Mode == ModePlugins || o.Mode == ModeTeardown {
+	// sun_path holds 108 bytes with the terminating NUL.
+	if len(o.HealthSocket) > 107 {
+		return fmt.Errorf("invalid value %q for flag -health-socket: a Unix socket path is at most 107 bytes", o.HealthSocket)
+	}
+	if o.Mode == ModeProbe {
+		if o.Probe != "/health" && o.Probe != "/ready" {
+			return fmt.Errorf("invalid value %q for flag -probe: want /health or /ready", o.Probe)
+		}
+		if o.HealthSocket == "" {
+			return fmt.Errorf("flag -probe needs -health-socket: the socket the agent in this pod serves")
+		}
+	}
+	// -version, -plugins, -teardown and -probe need no listen address (node-cache refuses -version without
+	// -localip).
+	if o.Mode == ModeVersion || o.Mode == ModePlugins || o.Mode == ModeTeardown || o.Mode == ModeProbe {
 		return nil
 	}
 	o.LocalIPs, err = parseLocalIPs(r.localIP)

@@ -49,6 +49,10 @@ func TestParse(t *testing.T) {
 		{"plugins without localip", []string{"--plugins"}, func(o *Options) bool { return o.Mode == ModePlugins }},
 		{"teardown without localip", []string{"-teardown", "-interfacename", "nld0"}, func(o *Options) bool { return o.Mode == ModeTeardown && o.InterfaceName == "nld0" }},
 		{"print-rules", []string{"-print-rules", "-localip", "169.254.20.10"}, func(o *Options) bool { return o.Mode == ModePrintRules }},
+		{"health socket", []string{"-localip", "1.2.3.4", "-health-socket", "/run/nodelocaldns/health.sock"}, func(o *Options) bool {
+			return o.Mode == ModeServe && o.HealthSocket == "/run/nodelocaldns/health.sock"
+		}},
+		{"probe without localip", []string{"-probe", "/ready", "-health-socket", "/run/h.sock"}, func(o *Options) bool { return o.Mode == ModeProbe && o.Probe == "/ready" }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o, err := Parse(tc.args, nil)
@@ -84,6 +88,9 @@ func TestParseErrors(t *testing.T) {
 		{[]string{"-localip", "1.2.3.4", "-interfacename", "a-very-long-interface-name"}, `invalid value "a-very-long-interface-name" for flag -interfacename`},
 		{[]string{"-localip", "1.2.3.4", "-setupinterface=maybe"}, `invalid boolean value "maybe" for -setupinterface`},
 		{[]string{"-localip", "1.2.3.4", "-log-level", "loud"}, `invalid value "loud" for flag -log-level`},
+		{[]string{"-probe", "/metrics", "-health-socket", "/run/h.sock"}, `invalid value "/metrics" for flag -probe: want /health or /ready`},
+		{[]string{"-probe", "/health"}, "flag -probe needs -health-socket"},
+		{[]string{"-localip", "1.2.3.4", "-health-socket", "/" + strings.Repeat("x", 107)}, "for flag -health-socket: a Unix socket path is at most 107 bytes"},
 		{[]string{"-nosuchflag"}, "flag provided but not defined: -nosuchflag"},
 		{[]string{"-localip", "1.2.3.4", "stray"}, `unexpected argument "stray"`},
 	} {

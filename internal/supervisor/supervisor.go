@@ -118,6 +118,7 @@ func New(cfg Config) (*Supervisor, error) {
 			LocalIPs: o.LocalIPs, DNSPort: o.DNSPort, ClusterDNS: cfg.Getenv(env), ClusterDNSEnv: env,
 			PrometheusEndpoint: o.PrometheusListenAddress, Directives: dnsserver.Directives(),
 		}}
+	s.dnsOpts.HealthSocket = o.HealthSocket
 	if fastpath.Enabled(cfg.Getenv) {
 		if cfg.FastPath == nil {
 			return nil, errors.New("the fast path is on, but has no metrics to count into")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os/exec"
 	"strings"
@@ -16,7 +17,8 @@ import (
 )
 
 // The big node (issue 21, section 2): next to 25,000 foreign chains (kube-proxy's nftables mode with ~6k
-// Services) and 128 keep-alive clients looping on /ready, as any pod on the node can, the agent still repairs
+// Services) and 128 keep-alive clients (each from an address of its own) looping on /ready, as any pod on the
+// node can, the agent still repairs
 // its interface within a second, /health stays 200 and no liveness failure is counted. Before /ready answered
 // from memory and our listings named our own chains, each /ready dumped every chain under the one nftables
 // lock: passes queued behind the probes for seconds.
@@ -41,9 +43,13 @@ func TestBigNode(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	var readies, readyErrs atomic.Int64
-	for range clients {
+	for i := range clients {
 		wg.Go(func() {
-			c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+			// Each client is a pod of its own: a source address of its own (127.0.0.2 on), as the health
+			// listener bounds connections per source.
+			src := &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i))}
+			c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1,
+				DialContext: (&net.Dialer{LocalAddr: src}).DialContext}}
 			for ctx.Err() == nil {
 				resp, err := c.Get("http://" + LocalIP + ":8080/ready")
 				if err != nil {

@@ -1,0 +1,152 @@
+// Package listenlimit bounds the connections a TCP listener serves, per source address and in all, so that no
+// client can take another's turn.
+//
+// The listeners it wraps (the health port, the agent's metrics) are reachable from every pod on the node.
+// golang.org/x/net/netutil.LimitListener, which they used before, stops accepting once its bound is reached:
+// the connections beyond it wait in the kernel's accept queue, first come first served, so one pod opening idle
+// connections faster than the server times them out keeps everyone else, the kubelet's probe among them,
+// waiting behind it. Here Accept never waits on the bound. Every connection is accepted at once and then
+// admitted or reset:
+//   - a source that already has PerSource connections open is reset, whatever the total;
+//   - when Total are open, a newcomer from a source with fewer connections than the busiest source's takes the
+//     busiest source's oldest connection's place (it is reset), so a source with nothing open is always
+//     admitted while any source holds two or more.
+//
+// A source is the peer's IP address (IPv4-mapped addresses unmapped), so a pod is one source and the node's own
+// clients, whose source is a local address, are another.
+package listenlimit
+
+import (
+	"net"
+	"net/netip"
+	"slices"
+	"sync"
+)
+
+// Limits are the bounds of one listener. Both must be at least 1; PerSource at least 2 for a newcomer to take
+// a busy source's place (with 1, a full listener resets newcomers).
+type Limits struct {
+	PerSource int // open connections from one source address
+	Total     int // open connections in all
+}
+
+// Listen wraps ln so that the connections it hands out stay within l. A connection counts from its Accept to
+// its Close.
+func Listen(ln net.Listener, l Limits) net.Listener {
+	return &listener{Listener: ln, limits: l, open: map[netip.Addr][]*conn{}}
+}
+
+type listener struct {
+	net.Listener
+	limits Limits
+
+	mu    sync.Mutex
+	open  map[netip.Addr][]*conn // by source, oldest first
+	total int
+}
+
+// Accept returns the next admitted connection; the ones it resets in between are never seen by the caller.
+func (l *listener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if ac := l.admit(c); ac != nil {
+			return ac, nil
+		}
+	}
+}
+
+// admit decides c's fate under the bounds: it returns c wrapped, or resets it and returns nil. A connection
+// that makes room for it is reset after the lock is released.
+func (l *listener) admit(c net.Conn) net.Conn {
+	src := sourceOf(c)
+	l.mu.Lock()
+	mine := len(l.open[src])
+	if mine >= l.limits.PerSource {
+		l.mu.Unlock()
+		reset(c)
+		return nil
+	}
+	var victim *conn
+	if l.total >= l.limits.Total {
+		victim = l.busiestOldest()
+		if victim == nil || len(l.open[victim.src]) <= mine+1 {
+			// Taking a place would leave the busiest source no busier than this one: no fairer than now.
+			l.mu.Unlock()
+			reset(c)
+			return nil
+		}
+		l.removeLocked(victim)
+	}
+	ac := &conn{Conn: c, l: l, src: src}
+	l.open[src] = append(l.open[src], ac)
+	l.total++
+	l.mu.Unlock()
+	if victim != nil {
+		reset(victim.Conn)
+	}
+	return ac
+}
+
+// busiestOldest is the oldest connection of the source with the most open connections.
+func (l *listener) busiestOldest() *conn {
+	var best []*conn
+	for _, cs := range l.open {
+		if len(cs) > len(best) {
+			best = cs
+		}
+	}
+	if len(best) == 0 {
+		return nil
+	}
+	return best[0]
+}
+
+// removeLocked forgets c; it reports false when c was already forgotten (made room for another, or closed).
+func (l *listener) removeLocked(c *conn) bool {
+	cs := l.open[c.src]
+	i := slices.Index(cs, c)
+	if i < 0 {
+		return false
+	}
+	cs = slices.Delete(cs, i, i+1)
+	if len(cs) == 0 {
+		delete(l.open, c.src)
+	} else {
+		l.open[c.src] = cs
+	}
+	l.total--
+	return true
+}
+
+// conn is an admitted connection; closing it gives its place back.
+type conn struct {
+	net.Conn
+	l   *listener
+	src netip.Addr
+}
+
+func (c *conn) Close() error {
+	c.l.mu.Lock()
+	c.l.removeLocked(c)
+	c.l.mu.Unlock()
+	return c.Conn.Close()
+}
+
+func sourceOf(c net.Conn) netip.Addr {
+	if ap, err := netip.ParseAddrPort(c.RemoteAddr().String()); err == nil {
+		return ap.Addr().Unmap()
+	}
+	return netip.Addr{} // not an IP connection: all such share one source
+}
+
+// reset closes c with a TCP reset rather than a FIN: the client learns at once, and the node keeps no
+// TIME_WAIT entry per refused connection (a flood of hundreds a second would otherwise leave tens of thousands).
+func reset(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetLinger(0)
+	}
+	c.Close()
+}

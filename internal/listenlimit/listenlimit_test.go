@@ -1,0 +1,141 @@
+package listenlimit
+
+import (
+	"errors"
+	"io"
+	"net"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Conventions: the server listens on 127.0.0.1; each "source" is another loopback address (127.0.0.N), which
+// Linux routes to lo, so every client below is a real TCP connection from a distinct source. The server writes
+// "ok" on every connection it admits and then holds it open, as an idle client's connection is held until its
+// timeout; a client that reads "ok" was admitted, one that reads EOF or a reset was refused.
+
+func serve(t *testing.T, l Limits) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := Listen(ln, l)
+	t.Cleanup(func() { lim.Close() })
+	go func() {
+		for {
+			c, err := lim.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				c.Write([]byte("ok"))
+				io.Copy(io.Discard, c) // until the client or a newcomer's admission closes it
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// dial connects from 127.0.0.src and reports whether the server admitted the connection.
+func dial(t *testing.T, addr string, src int) (net.Conn, bool) {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(src))}, Timeout: time.Second}
+	c, err := d.Dial("tcp", addr)
+	if errors.Is(err, syscall.ECONNRESET) {
+		return nil, false // reset while connecting: refused as early as can be
+	}
+	if err != nil {
+		t.Fatalf("dial from 127.0.0.%d: %v", src, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	buf := make([]byte, 2)
+	_, err = io.ReadFull(c, buf)
+	return c, err == nil && string(buf) == "ok"
+}
+
+// stillOpen reports whether the server has not closed c (a read times out rather than ending).
+func stillOpen(c net.Conn) bool {
+	c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	_, err := c.Read(make([]byte, 1))
+	ne, ok := err.(net.Error)
+	return ok && ne.Timeout()
+}
+
+// TestPerSource: one source holding its share of idle connections gets no more, and another source is served
+// at once. netutil.LimitListener, the bound before, left the second source in the accept queue behind the first.
+func TestPerSource(t *testing.T) {
+	addr := serve(t, Limits{PerSource: 3, Total: 8})
+	for i := range 10 {
+		if _, ok := dial(t, addr, 2); ok != (i < 3) {
+			t.Fatalf("connection %d from 127.0.0.2: admitted %v, want %v (3 per source)", i+1, ok, i < 3)
+		}
+	}
+	if _, ok := dial(t, addr, 3); !ok {
+		t.Fatal("127.0.0.3 refused while 127.0.0.2 holds only its own share")
+	}
+}
+
+// TestNewcomerTakesBusiestPlace: with the total reached by sources holding their share, a source with nothing
+// open is admitted in place of the busiest source's oldest connection; and when every source holds one, nobody
+// is fairer off by a swap, so the newcomer is refused and everyone keeps theirs.
+func TestNewcomerTakesBusiestPlace(t *testing.T) {
+	addr := serve(t, Limits{PerSource: 2, Total: 4})
+	var held []net.Conn
+	for _, src := range []int{2, 2, 3, 3} {
+		c, ok := dial(t, addr, src)
+		if !ok {
+			t.Fatalf("127.0.0.%d refused below the bounds", src)
+		}
+		held = append(held, c)
+	}
+	if _, ok := dial(t, addr, 4); !ok {
+		t.Fatal("127.0.0.4 refused although 127.0.0.2 and 127.0.0.3 hold two each")
+	}
+	closed := 0
+	for _, c := range held {
+		if !stillOpen(c) {
+			closed++
+		}
+	}
+	if closed != 1 {
+		t.Fatalf("%d held connections were closed for the newcomer, want 1 (the busiest source's oldest)", closed)
+	}
+	if !stillOpen(held[1]) && !stillOpen(held[3]) {
+		t.Fatal("a source's newest connection was taken instead of its oldest")
+	}
+
+	// Now 2 holds one (or 3 does), the other two, 4 one: one more newcomer takes the place of the source with two.
+	if _, ok := dial(t, addr, 5); !ok {
+		t.Fatal("127.0.0.5 refused although a source holds two")
+	}
+	// Every source holds one: no swap is fairer.
+	if _, ok := dial(t, addr, 6); ok {
+		t.Fatal("127.0.0.6 admitted with four sources holding one each: someone lost their only connection")
+	}
+}
+
+// TestCloseGivesPlaceBack: a connection the client closes no longer counts.
+func TestCloseGivesPlaceBack(t *testing.T) {
+	addr := serve(t, Limits{PerSource: 1, Total: 1})
+	c, ok := dial(t, addr, 2)
+	if !ok {
+		t.Fatal("first connection refused")
+	}
+	if _, ok := dial(t, addr, 2); ok {
+		t.Fatal("second connection from the same source admitted over PerSource 1")
+	}
+	c.Close()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		if _, ok := dial(t, addr, 2); ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the place of a closed connection was not given back within 2 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
