@@ -233,7 +233,10 @@ replace (
 	k8s.io/streaming => k8s.io/streaming v0.36.3
 )
 
-// The binaries `make test-cluster` builds (test/cluster/build.sh); listed as tools so go.sum covers them.
+// The binaries `make test-cluster` builds (test/cluster/build-k8s.sh); listed as tools so go.sum covers them.
+// go.sum also covers e2e.test (`go test -c k8s.io/kubernetes/test/e2e`) and agnhost (test/images/agnhost), which
+// test/cluster/build-e2e.sh builds: a test binary cannot be a tool, so `go mod tidy` drops those lines; restore
+// them with `GOFLAGS=-mod=mod go test -c -n -o /dev/null k8s.io/kubernetes/test/e2e` (and `go build -n` of agnhost).
 tool (
 	k8s.io/kubernetes/cmd/kube-apiserver
 	k8s.io/kubernetes/cmd/kube-controller-manager

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Builds Kubernetes' own end-to-end suite (`e2e.test`, from k8s.io/kubernetes/test/e2e) and agnhost (its test
+# images' multi-call binary, test/images/agnhost) from the same module and staging replaces as the cluster's
+# binaries (test/cluster/k8s/go.mod), into a cache directory beside them keyed by the Kubernetes and Go versions,
+# as build-k8s.sh does: a second run finds them and returns at once. The Go build cache it needs is private to
+# this build and deleted after linking unless CLUSTER_KEEP_GOCACHE=1.
+#
+# Usage: test/cluster/build-e2e.sh CACHE_DIR      prints the directory holding e2e.test and agnhost on stdout
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+cache=${1:?usage: build-e2e.sh CACHE_DIR}
+mod=$here/k8s
+version=$(awk '$1 == "k8s.io/kubernetes" { print $2; exit }' "$mod/go.mod")
+gover=$(go env GOVERSION)
+bin=$cache/e2e-$version-$gover
+done_marker=$bin/.complete
+
+if [[ -f $done_marker ]]; then
+	echo "$bin"
+	exit 0
+fi
+log() { echo "build-e2e: $*" >&2; }
+mkdir -p "$bin"
+export GOCACHE=$cache/gocache-e2e GOFLAGS="-mod=readonly -buildvcs=false -trimpath" CGO_ENABLED=0
+minor=${version#v1.}
+minor=${minor%%.*}
+# The version the suite reports in its log and JUnit report, as for the cluster's binaries (build-k8s.sh).
+ldflags="-s -w"
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+	ldflags+=" -X $pkg.gitVersion=$version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
+done
+start=$(date +%s)
+log "building e2e.test and agnhost of Kubernetes $version with $gover into $bin"
+cd "$mod"
+# e2e.test is the test binary of package test/e2e, which registers every SIG's specs; go.sum covers it and
+# agnhost although go.mod names neither (`go mod tidy` would drop those lines: see the comment in go.mod).
+go test -c -ldflags "$ldflags" -o "$bin/e2e.test" k8s.io/kubernetes/test/e2e >&2
+go build -ldflags "$ldflags" -o "$bin/agnhost" k8s.io/kubernetes/test/images/agnhost >&2
+for c in e2e.test agnhost; do [[ -x $bin/$c ]] || { log "missing $bin/$c"; exit 1; }; done
+touch "$done_marker"
+log "built in $(($(date +%s) - start)) s"
+if [[ ${CLUSTER_KEEP_GOCACHE:-0} != 1 ]]; then rm -rf "$GOCACHE"; fi
+echo "$bin"
