@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -15,6 +16,10 @@ import (
 // e2eFocus selects the DNS specs of Kubernetes' suite: "[sig-network] DNS …", "DNS HostNetwork …" and
 // "DNS configMap nameserver …" (not "[Feature:PerformanceDNS]", which is another describe).
 const e2eFocus = `\[sig-network\] DNS`
+
+// e2eProcs is how many e2e.test processes share the specs. Most of a DNS spec's time is waiting (its pod's
+// probes loop once a second, the suite polls every 5 s), so several share two cores well.
+const e2eProcs = 4
 
 // e2eSkips are the focused specs that cannot apply to this cluster, each with its reason (test/cluster/README.md
 // keeps the same list).
@@ -41,30 +46,28 @@ func runE2E(ctx context.Context, c *cluster, cc *conformanceConfig, dir string, 
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	args := []string{
-		"--provider=skeleton",
-		"--kubeconfig=" + filepath.Join(c.state, "pki/admin.kubeconfig"),
-		"--kubectl-path=" + filepath.Join(c.cfg.k8sBin, "kubectl"),
-		"--dns-domain=" + clusterDomain,
-		"--report-dir=" + dir,
-		"--ginkgo.focus=" + e2eFocus,
-		"--ginkgo.no-color",
-		"--ginkgo.timeout=40m",
-	}
+	// ginkgo runs the specs in e2eProcs processes of e2e.test (its flags before the binary, the suite's after --).
+	args := []string{"--procs=" + strconv.Itoa(e2eProcs), "--focus=" + e2eFocus, "--no-color", "--timeout=40m"}
 	for _, s := range e2eSkips {
-		args = append(args, "--ginkgo.skip="+s.pattern)
+		args = append(args, "--skip="+s.pattern)
 	}
+	args = append(args, filepath.Join(cc.e2e, "e2e.test"), "--",
+		"--provider=skeleton",
+		"--kubeconfig="+filepath.Join(c.state, "pki/admin.kubeconfig"),
+		"--kubectl-path="+filepath.Join(c.cfg.k8sBin, "kubectl"),
+		"--dns-domain="+clusterDomain,
+		"--report-dir="+dir)
 	logPath := filepath.Join(dir, "e2e.log")
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
 	defer logf.Close()
-	cmd := exec.CommandContext(ctx, "nsenter", c.local.nsenterArgs(filepath.Join(cc.e2e, "e2e.test"), args)...)
+	cmd := exec.CommandContext(ctx, "nsenter", c.local.nsenterArgs(filepath.Join(cc.e2e, "ginkgo"), args)...)
 	cmd.Env = append(os.Environ(), "KUBE_TEST_REPO_LIST="+cc.repoList, "HOME="+dir)
 	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = logf, logf
-	fmt.Printf("   e2e.test %s (log: %s)\n", strings.Join(args, " "), logPath)
+	fmt.Printf("   ginkgo %s (log: %s)\n", strings.Join(args, " "), logPath)
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		return nil, err
