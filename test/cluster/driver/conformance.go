@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -127,27 +128,77 @@ func runConformance(ctx context.Context, cfg config, cc *conformanceConfig, run 
 	switch run.cache {
 	case cacheManifests:
 		start := time.Now()
-		if !r.check("apply "+userOverlay+" and DaemonSet Ready on both nodes", fmt.Sprintf("%.1f s", time.Since(start).Seconds()), applyUserManifests(ctx, c)) {
+		err := applyUserManifests(ctx, c)
+		if !r.check("apply "+userOverlay+" and DaemonSet Ready on both nodes", fmt.Sprintf("%.1f s", time.Since(start).Seconds()), err) {
 			return r
 		}
 	case cacheRolling:
+		start := time.Now()
 		h, err := newHelm(ctx, c)
 		if err == nil {
 			err = h.install(ctx, helmClusterValues)
 		}
-		if !r.check("helm install and DaemonSet Ready on both nodes", "", err) {
+		if !r.check("helm install and DaemonSet Ready on both nodes", fmt.Sprintf("%.1f s", time.Since(start).Seconds()), err) {
 			return r
 		}
 		during = func(stop <-chan struct{}) {
 			r.check("helm upgrades roll the DaemonSet for as long as the suite runs", "", rollUntil(ctx, h, r, stop))
 		}
 	}
+	before, err := cacheRequests(ctx, c, run.cache)
+	if !r.check("the cache's request counters before the suite", "", err) {
+		return r
+	}
 	sum, err := runE2E(ctx, c, cc, filepath.Join(state, "e2e"), during)
 	if !r.check("e2e.test ran", "", err) {
 		return r
 	}
 	sum.report(r)
+	if run.cache == cacheManifests {
+		// Nothing else asks DNS here (kube-dns forwards to its node's stub, the agent's loop probe runs at its
+		// start): what the counters gained is the suite's queries, answered by the cache.
+		after, err := cacheRequests(ctx, c, run.cache)
+		var gained []string
+		total := 0.0
+		for _, n := range c.nodes() {
+			d := after[n.name] - before[n.name]
+			total += d
+			gained = append(gained, fmt.Sprintf("%s +%.0f", n.name, d))
+		}
+		if err == nil && total <= 0 {
+			err = errors.New("coredns_dns_requests_total did not move: the suite's queries did not reach the cache")
+		}
+		r.check("the suite's queries went through the cache (coredns_dns_requests_total on :9253)", strings.Join(gained, ", "), err)
+	}
 	return r
+}
+
+// cacheRequests sums the agent's coredns_dns_requests_total (every server block, protocol and type) on each node,
+// read from the node itself (the agent runs with the host's network). Without a cache, or when the agent's pods
+// are replaced under the suite (their counters start again), there is nothing to compare: it returns nil.
+func cacheRequests(ctx context.Context, c *cluster, k cacheKind) (map[string]float64, error) {
+	if k != cacheManifests {
+		return nil, nil
+	}
+	m := map[string]float64{}
+	for _, n := range c.nodes() {
+		out, err := n.sh(ctx, "curl", "-sf", "-m", "5", "http://127.0.0.1:9253/metrics")
+		if err != nil {
+			return nil, err
+		}
+		for _, l := range strings.Split(out, "\n") {
+			if !strings.HasPrefix(l, "coredns_dns_requests_total{") {
+				continue
+			}
+			f := strings.Fields(l)
+			v, err := strconv.ParseFloat(f[len(f)-1], 64)
+			if err != nil {
+				return nil, fmt.Errorf("%s: metrics line %q: %w", n.name, l, err)
+			}
+			m[n.name] += v
+		}
+	}
+	return m, nil
 }
 
 func (k cacheKind) String() string {
