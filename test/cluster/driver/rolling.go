@@ -34,17 +34,31 @@ func rollUntil(ctx context.Context, h *helmRun, r *results, stop <-chan struct{}
 		if err != nil {
 			return err
 		}
+		// helm's --wait returns once the new pods are ready, before they are available (the chart's
+		// minReadySeconds). An upgrade started then stalled here: both nodes' new pods ran beside the old ones,
+		// which were never deleted, until helm gave up. Wait for the rollout as kubectl sees it first.
+		if _, err := h.c.kubectl(ctx, "-n", helmNamespace, "rollout", "status", "ds/node-local-dns", "--timeout=90s"); err != nil {
+			errs = append(errs, fmt.Errorf("before upgrade %d: %w\n%s", i+1, err, dsState(ctx, h.c)))
+			continue
+		}
 		start := time.Now()
 		_, err = h.run(ctx, append([]string{"upgrade", helmRelease, h.chart(), "-n", helmNamespace, "--wait", "--timeout", "2m"}, v...)...)
 		if err == nil && b.tag != "" {
 			err = onlyImage(ctx, h.c, b.tag)
 		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("upgrade %d: %w", i+1, err))
+			errs = append(errs, fmt.Errorf("upgrade %d: %w\n%s", i+1, err, dsState(ctx, h.c)))
 			continue
 		}
 		took = append(took, time.Since(start))
 	}
+}
+
+// dsState is the DaemonSet's status and its pods, for a failed upgrade's message.
+func dsState(ctx context.Context, c *cluster) string {
+	st, _ := c.kubectl(ctx, "-n", helmNamespace, "get", "ds", "node-local-dns", "-o", "jsonpath={.status}")
+	pods, _ := c.kubectl(ctx, "-n", helmNamespace, "get", "pods", "-l", "k8s-app=node-local-dns", "-o", "wide")
+	return "DaemonSet status: " + st + "\n" + pods
 }
 
 // onlyImage: once the upgrade has waited, every agent pod runs image.
