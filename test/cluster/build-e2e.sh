@@ -11,9 +11,8 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${1:?usage: build-e2e.sh CACHE_DIR}
-mod=$here/k8s
-version=$(awk '$1 == "k8s.io/kubernetes" { print $2; exit }' "$mod/go.mod")
-gover=$(go env GOVERSION)
+# shellcheck source=k8s-build.sh
+source "$here/k8s-build.sh"
 bin=$cache/e2e-$version-$gover
 done_marker=$bin/.complete
 
@@ -23,14 +22,7 @@ if [[ -f $done_marker && -x $bin/ginkgo ]]; then
 fi
 log() { echo "build-e2e: $*" >&2; }
 mkdir -p "$bin"
-export GOCACHE=$cache/gocache-e2e GOFLAGS="-mod=readonly -buildvcs=false -trimpath" CGO_ENABLED=0
-minor=${version#v1.}
-minor=${minor%%.*}
-# The version the suite reports in its log and JUnit report, as for the cluster's binaries (build-k8s.sh).
-ldflags="-s -w"
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-	ldflags+=" -X $pkg.gitVersion=$version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
-done
+k8s_build_env "$cache/gocache-e2e"
 start=$(date +%s)
 log "building e2e.test, agnhost and ginkgo of Kubernetes $version with $gover into $bin"
 cd "$mod"
