@@ -8,9 +8,8 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${1:?usage: build-k8s.sh CACHE_DIR}
-mod=$here/k8s
-version=$(awk '$1 == "k8s.io/kubernetes" { print $2; exit }' "$mod/go.mod")
-gover=$(go env GOVERSION)
+# shellcheck source=k8s-build.sh
+source "$here/k8s-build.sh"
 bin=$cache/k8s-$version-$gover/bin
 cmds=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
 done_marker=$bin/.complete
@@ -21,14 +20,7 @@ if [[ -f $done_marker ]]; then
 fi
 log() { echo "build-k8s: $*" >&2; }
 mkdir -p "$bin"
-export GOCACHE=$cache/gocache-k8s GOFLAGS="-mod=readonly -buildvcs=false -trimpath" CGO_ENABLED=0
-minor=${version#v1.}
-minor=${minor%%.*}
-# What `kubectl version` and the API server report; the Kubernetes release build sets the same through hack/lib.
-ldflags="-s -w"
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-	ldflags+=" -X $pkg.gitVersion=$version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
-done
+k8s_build_env "$cache/gocache-k8s"
 pkgs=()
 for c in "${cmds[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
 start=$(date +%s)

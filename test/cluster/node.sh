@@ -9,7 +9,8 @@
 #
 #   node.sh up MODE     MODE is kube-proxy's: nftables or iptables. Needs CLUSTER_STATE (empty dir to use),
 #                       CLUSTER_K8S_BIN, CLUSTER_DEB_ROOT (extracted Debian packages), CLUSTER_IMAGES (tarballs),
-#                       CLUSTER_DNSQ (test/cluster/cmd/dnsq, the stub DNS servers).
+#                       CLUSTER_DNSQ (test/cluster/cmd/dnsq, the stub DNS servers). CLUSTER_KUBELET_DNS, if
+#                       set, is the kubelets' clusterDNS (default: the kube-dns ClusterIP).
 #   node.sh down        stops everything up started, by PID, and removes the namespaces and cgroups (also after
 #                       a failed or half-done up; safe to run twice)
 #   node.sh exec CMD…   runs CMD inside node-1's network and mount namespaces (CLUSTER_NODE=2: node-2's)
@@ -158,7 +159,7 @@ kubelet_up() {
 	local mode=$1
 	subst "$here/node/kube-proxy.yaml" "$N/kube-proxy.yaml" -e "s|@MODE@|$mode|g"
 	start kube-proxy "$CLUSTER_K8S_BIN/kube-proxy" --config="$N/kube-proxy.yaml" --v=2
-	subst "$here/node/kubelet.yaml" "$N/kubelet.yaml"
+	subst "$here/node/kubelet.yaml" "$N/kubelet.yaml" -e "s|@CLUSTER_DNS@|${CLUSTER_KUBELET_DNS:-$KUBE_DNS_IP}|g"
 	start kubelet "$CLUSTER_K8S_BIN/kubelet" --config="$N/kubelet.yaml" --kubeconfig="$S/pki/kubelet-$NAME.kubeconfig" \
 		--hostname-override=$NAME --node-ip=$IP --v=2
 }

@@ -5,7 +5,8 @@
 #   - Kubernetes (and etcd) built from their Go modules, cached under .cache/cluster by version (build-k8s.sh);
 #   - containerd, runc and the CNI plugins from Debian, downloaded and extracted there (never installed);
 #   - the images built here: ours (make image), pause, kube-dns (CoreDNS with the kubernetes plugin), a client.
-# Environment: CLUSTER_MODES (default "nftables,iptables"); CLUSTER_CACHE (default .cache/cluster: binaries, packages).
+# Environment: CLUSTER_MODES (default "nftables,iptables"; empty: none); CLUSTER_CONFORMANCE (Kubernetes' DNS
+# conformance runs, default "nftables"; empty: none); CLUSTER_CACHE (default .cache/cluster: binaries, packages).
 # Closing line: `cluster: N passed, N failed`. The node's logs stay in out/cluster/state/<mode>/logs.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -61,6 +62,17 @@ make --no-print-directory image IMAGE_OUT="$out" IMAGE_TAR="$out/images/nodeloca
 "$out/bin/ociimage" -binary "$out/bin/kubedns" -ref localhost/cluster/kube-dns:1 -o "$out/images/kube-dns.tar" -- /kubedns
 phase "images"
 
+# Kubernetes' own DNS conformance specs (driver/conformance.go; test/cluster/README.md): e2e.test and agnhost from
+# the same k8s.io/kubernetes module, cached beside the Kubernetes binaries, and the images its DNS specs run.
+conformance=${CLUSTER_CONFORMANCE-nftables}
+e2e_args=()
+if [[ -n $conformance ]]; then
+	e2e_bin=$(test/cluster/build-e2e.sh "$cache")
+	test/cluster/e2e-images.sh "$cache" "$e2e_bin" "$out/bin/kubedns" "$out/bin/ociimage" "$out/e2e"
+	e2e_args=(-e2e "$e2e_bin" -e2e-images "$out/e2e/images" -e2e-repo-list "$out/e2e/repo-list.yaml" -conformance "$conformance")
+	phase "e2e.test and its images"
+fi
+
 # The driver tears each node down itself; this trap is the last resort if the driver itself dies.
 state=$out/state
 cleanup() {
@@ -71,6 +83,6 @@ cleanup() {
 trap cleanup EXIT
 rc=0
 "$out/bin/driver" -repo "$repo" -state "$state" -k8s-bin "$k8s_bin" -deb-root "$deb_root" -images "$out/images" \
-	-dnsq "$out/bin/dnsq" -agent "$out/nodelocaldns" -modes "${CLUSTER_MODES:-nftables,iptables}" || rc=$?
+	-dnsq "$out/bin/dnsq" -agent "$out/nodelocaldns" -modes "${CLUSTER_MODES-nftables,iptables}" "${e2e_args[@]}" || rc=$?
 phase "suite"
 exit $rc

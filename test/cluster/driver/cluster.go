@@ -20,6 +20,8 @@ type cluster struct {
 	local, remote *node
 	// fallback: the image has the link-local fallback (fallback.go); the cases that need it are skipped otherwise.
 	fallback bool
+	// kubeletDNS, if set, is the kubelets' clusterDNS (node.sh's default: the kube-dns ClusterIP).
+	kubeletDNS string
 	// nextPort is the next source port sourcePorts hands out.
 	nextPort int
 }
@@ -43,8 +45,12 @@ func (c *cluster) nodes() []*node { return []*node{c.local, c.remote} }
 func (c *cluster) script() string { return filepath.Join(c.cfg.repo, "test/cluster/node.sh") }
 
 func (c *cluster) env() []string {
-	return append(os.Environ(), "CLUSTER_STATE="+c.state, "CLUSTER_K8S_BIN="+c.cfg.k8sBin,
+	env := append(os.Environ(), "CLUSTER_STATE="+c.state, "CLUSTER_K8S_BIN="+c.cfg.k8sBin,
 		"CLUSTER_DEB_ROOT="+c.cfg.debRoot, "CLUSTER_IMAGES="+c.cfg.images, "CLUSTER_DNSQ="+c.cfg.dnsq)
+	if c.kubeletDNS != "" {
+		env = append(env, "CLUSTER_KUBELET_DNS="+c.kubeletDNS)
+	}
+	return env
 }
 
 // newCluster names the nodes node.sh makes (machine.sh holds the same names).

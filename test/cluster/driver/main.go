@@ -27,8 +27,14 @@ func run() int {
 	flag.StringVar(&cfg.images, "images", "", "directory of image tarballs to import")
 	flag.StringVar(&cfg.dnsq, "dnsq", "", "the dnsq binary (stub upstream servers, host-side queries)")
 	flag.StringVar(&cfg.agent, "agent", "", "the agent binary in the image under test (make image)")
-	modes := flag.String("modes", "nftables,iptables", "kube-proxy modes to run the suite against")
+	modes := flag.String("modes", "nftables,iptables", "kube-proxy modes to run the suite against (none if empty)")
+	cc := conformanceFlags()
 	flag.Parse()
+	runs, err := cc.selected()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "driver:", err)
+		return 2
+	}
 	if cfg.repo == "" || cfg.state == "" || cfg.k8sBin == "" || cfg.debRoot == "" || cfg.images == "" || cfg.dnsq == "" || cfg.agent == "" {
 		fmt.Fprintln(os.Stderr, "driver: -repo, -state, -k8s-bin, -deb-root, -images, -dnsq and -agent are required")
 		return 2
@@ -47,12 +53,19 @@ func run() int {
 		fmt.Println("SKIP kube-proxy mode ipvs: this kernel has no IPVS (no /proc/net/ip_vs)")
 	}
 	for _, mode := range strings.Split(*modes, ",") {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || mode == "" {
 			break
 		}
 		st := filepath.Join(cfg.state, mode)
 		r := runMode(ctx, cfg, mode, st, fallback)
 		all.merge(r)
+	}
+	// Kubernetes' own DNS conformance specs, one cluster per run (conformance.go).
+	for _, run := range runs {
+		if ctx.Err() != nil {
+			break
+		}
+		all.merge(runConformance(ctx, cfg, cc, run, filepath.Join(cfg.state, "conformance-"+run.name)))
 	}
 	fmt.Println()
 	all.printFigures()
