@@ -23,6 +23,7 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/dnsserver"
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
+	"github.com/nodelocaldns/nodelocaldns/internal/nodetaint"
 	"github.com/nodelocaldns/nodelocaldns/internal/options"
 	"github.com/nodelocaldns/nodelocaldns/internal/preflight"
 	"github.com/nodelocaldns/nodelocaldns/internal/supervisor"
@@ -99,6 +100,14 @@ func serve(o *options.Options, log *zap.Logger, t tuning) int {
 	cfg := supervisor.Config{Options: o, Log: log, Getenv: os.Getenv, Metrics: m, Gatherer: prometheus.DefaultGatherer}
 	if t.Stacks {
 		cfg.Background = append(cfg.Background, supervisor.Actor{Name: "stack tuner", Run: newStackTuner(log.Named("tuning")).Run})
+	}
+	taint, err := startupTaint(o, os.Getenv, nodetaint.ServiceAccountDir, log)
+	if err != nil {
+		log.Error("invalid configuration", zap.Error(err))
+		return 2
+	}
+	if taint != nil {
+		cfg.Serving = append(cfg.Serving, *taint)
 	}
 	sup, err := supervisor.New(cfg)
 	if err != nil {

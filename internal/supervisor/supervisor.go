@@ -64,6 +64,9 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// Background runs beside the agent for its whole life: started first, stopped last (background.go).
 	Background []Actor
+	// Serving runs once the agent serves (interface, table and CoreDNS ready), with the loops, and is stopped
+	// with them, first of all at shutdown (the start-up taint's removal, cmd/nodelocaldns).
+	Serving []Actor
 }
 
 // Supervisor runs one agent: it starts the parts below in order (startup.go), and stops them in reverse
@@ -74,6 +77,7 @@ type Supervisor struct {
 	m          *metrics.Metrics
 	gatherer   prometheus.Gatherer
 	background []Actor
+	serving    []Actor
 
 	config    *renderer         // Corefile.base + kube-dns ConfigMap -> Corefile (render.go)
 	spec      nft.Spec          // our table, validated
@@ -90,7 +94,7 @@ type Supervisor struct {
 // New validates cfg and prepares an agent; nothing is started yet.
 func New(cfg Config) (*Supervisor, error) {
 	o := cfg.Options
-	s := &Supervisor{opts: o, log: cfg.Log, m: cfg.Metrics, gatherer: cfg.Gatherer, background: cfg.Background}
+	s := &Supervisor{opts: o, log: cfg.Log, m: cfg.Metrics, gatherer: cfg.Gatherer, background: cfg.Background, serving: cfg.Serving}
 	kubeDNSDir := o.KubeDNSConfigDir
 	if kubeDNSDir == "" {
 		if st, err := os.Stat(defaultKubeDNSCM); err == nil && st.IsDir() {
@@ -146,6 +150,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		return err
 	}
 	s.startLoops(loops, watcher)
+	s.startServing(loops)
 	s.log.Info("ready", zap.Duration("elapsed", time.Since(start)), zap.String("table", s.node.table()),
 		zap.Bool("gated", s.node.gated.Load()), zap.Int32("other_instances", s.node.others.Load()))
 	select {
