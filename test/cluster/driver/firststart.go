@@ -132,7 +132,13 @@ func gateCase(ctx context.Context, c *cluster, r *results, h *helmRun) {
 	// Both agents started on nodes without the taint: each found nothing to remove and wrote nothing.
 	var errs []error
 	for _, nd := range c.nodes() {
-		if lines, err := agentLog(ctx, c, nd, "start-up taint not on the node"); err != nil || len(lines) != 1 {
+		var lines []agentLine
+		err := poll(ctx, 20*time.Second, 500*time.Millisecond, func() (bool, error) {
+			var err error
+			lines, err = agentLog(ctx, c, nd, "start-up taint not on the node")
+			return err == nil && len(lines) > 0, err
+		})
+		if err != nil || len(lines) != 1 {
 			errs = append(errs, fmt.Errorf("%s: %d 'start-up taint not on the node' lines, want 1 (%v)", nd.name, len(lines), err))
 		}
 	}
