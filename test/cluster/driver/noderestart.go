@@ -217,7 +217,34 @@ func bootNode(ctx context.Context, c *cluster, n *node, b firstBoot) (times boot
 		return times, stopRegistry, fmt.Errorf("containerd on %s did not come back: %w", n.name, err)
 	}
 	times.kubelet = time.Now()
-	return times, stopRegistry, kubelet.start("--config", kubeletConfig)
+	return times, stopRegistry, kubelet.keepStarted("--config", kubeletConfig)
+}
+
+// keepStarted starts the component and starts it again while it exits within its first seconds, as a service
+// manager does: the kubelet exits at once when containerd answers but its CRI service is still initializing
+// ("server is not initialized yet"), which `ctr version` cannot tell.
+func (p *component) keepStarted(configFlag, config string) error {
+	for attempt := 1; ; attempt++ {
+		if err := p.start(configFlag, config); err != nil {
+			return err
+		}
+		b, err := os.ReadFile(p.n.pidFile(p.name))
+		if err != nil {
+			return err
+		}
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		deadline := time.Now().Add(5 * time.Second)
+		for alive(pid) && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if alive(pid) {
+			return nil
+		}
+		if attempt == 10 {
+			return fmt.Errorf("%s on %s exits at start (10 tries): see its log", p.name, p.n.name)
+		}
+		time.Sleep(time.Second)
+	}
 }
 
 // withLines writes the node's configuration file from (as node.sh wrote it) with lines appended, as to, and
