@@ -162,19 +162,22 @@ func gateCase(ctx context.Context, c *cluster, r *results, h *helmRun) {
 		r.fail("gate: probe pod", err)
 		return
 	}
-	// Watch until the pod is scheduled: every look at a Ready node still tainted must find it unscheduled.
+	// Watch until the pod is scheduled: every look at a Ready node still tainted must find it unscheduled. The pod
+	// is read before the node: the taint, once gone, never comes back, so a node read tainted after the pod was
+	// read scheduled means it was scheduled on a tainted node (read the other way round, the taint's removal and
+	// the scheduling can fall between the two reads).
 	var held, early int
 	var seenScheduled time.Time
 	err = poll(ctx, 2*time.Minute, 250*time.Millisecond, func() (bool, error) {
-		s, err := nodeState(ctx, c, n)
-		if err != nil {
-			return false, err
-		}
 		out, err := c.kubectl(ctx, "get", "pod", probePodName, "-o", "jsonpath={.spec.nodeName}")
 		if err != nil {
 			return false, err
 		}
 		scheduled := strings.TrimSpace(out) != ""
+		s, err := nodeState(ctx, c, n)
+		if err != nil {
+			return false, err
+		}
 		if s.tainted && scheduled {
 			early++
 		}
