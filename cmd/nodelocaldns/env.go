@@ -12,6 +12,7 @@ import (
 var envKnobs = []struct{ name, usage string }{
 	{fastpath.Env, "off: CoreDNS answers every query itself, without the cache-hit fast path (default on)"},
 	{tuningEnv, "off: leave the Go runtime's GC and memory-limit settings at Go's defaults (default on)"},
+	{nodeNameEnv, "the node's name (the downward API's spec.nodeName), for -startup-taint"},
 	{"<UPSTREAMSVC>_SERVICE_HOST", "the ClusterIP of the -upstreamsvc Service (KUBE_DNS_SERVICE_HOST for kube-dns), set by the kubelet; fills __PILLAR__CLUSTER__DNS__"},
 }
 

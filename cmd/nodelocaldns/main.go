@@ -24,6 +24,7 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/fastpath"
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
+	"github.com/nodelocaldns/nodelocaldns/internal/nodetaint"
 	"github.com/nodelocaldns/nodelocaldns/internal/options"
 	"github.com/nodelocaldns/nodelocaldns/internal/preflight"
 	"github.com/nodelocaldns/nodelocaldns/internal/supervisor"
@@ -106,6 +107,14 @@ func serve(o *options.Options, log *zap.Logger) int {
 	pf.Export(m.NodeCapability)
 	cfg := supervisor.Config{Options: o, Log: log, Getenv: os.Getenv, Metrics: m, FastPath: fast,
 		Gatherer: prometheus.DefaultGatherer}
+	taint, err := startupTaint(o, os.Getenv, nodetaint.ServiceAccountDir, log)
+	if err != nil {
+		log.Error("invalid configuration", zap.Error(err))
+		return 2
+	}
+	if taint != nil {
+		cfg.Serving = append(cfg.Serving, *taint)
+	}
 	sup, err := supervisor.New(cfg)
 	if err != nil {
 		log.Error("invalid configuration", zap.Error(err))

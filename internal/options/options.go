@@ -72,6 +72,10 @@ type Options struct {
 
 	PIDFile  string // -pidfile: written once CoreDNS listens (node-cache compatibility)
 	LogLevel string // -log-level: debug, info, warn or error
+
+	// StartupTaint (-startup-taint) is the key of the taint the node registers with, which the agent removes
+	// once it serves (internal/nodetaint); "" is off.
+	StartupTaint string
 }
 
 // Defaults, as node-cache has them.
@@ -149,6 +153,7 @@ func Parse(args []string, usage io.Writer) (*Options, error) {
 	fs.DurationVar(&o.FallbackLease, "fallback-lease", DefaultFallbackLease, "how long the link-local fallback outlives the last instance (renewed on the -syncinterval passes); at least 3 times -syncinterval, which a longer -syncinterval makes the default")
 	fs.BoolVar(&o.StepAside, "foreign-drop-step-aside", true, "while another table's drop on input or output certainly stops DNS to a local IP, leave that IP's queries to kube-dns instead of intercepting them (false: intercept anyway, as before)")
 	fs.StringVar(&r.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&o.StartupTaint, "startup-taint", "", "once serving, remove the taint of this key from the node (named by $NODE_NAME) through the API server, once: the start-up gate for nodes that register with it; needs get and patch on nodes (default off)")
 
 	markCompatibility(fs)
 
@@ -242,6 +247,9 @@ func (r *raw) finish(o *Options) error {
 		if o.HealthSocket == "" {
 			return fmt.Errorf("flag -probe needs -health-socket: the socket the agent in this pod serves")
 		}
+	}
+	if err := validateTaintKey(o.StartupTaint); err != nil {
+		return err
 	}
 	// -version, -plugins, -teardown and -probe need no listen address (node-cache refuses -version without
 	// -localip).

@@ -3,6 +3,7 @@ package options
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net/netip"
 	"strings"
@@ -138,3 +139,20 @@ func TestCompatibilityOnlyFlags(t *testing.T) {
 		}
 	}
 }
+
+func TestStartupTaint(t *testing.T) {
+	for _, key := range []string{"", "nodelocaldns.io/agent-not-ready", "agent-not-ready", "node.example.com/a_b.c"} {
+		o, err := Parse([]string{"-localip", "169.254.20.10", "-startup-taint", key}, nil)
+		if err != nil || o.StartupTaint != key {
+			t.Errorf("-startup-taint %q: %v, %+v", key, err, o)
+		}
+	}
+	for _, key := range []string{"/agent-not-ready", "Example.com/x", "example.com/", "a/b/c", "-x", "x-", strings.Repeat("a", 64), "a b"} {
+		_, err := Parse([]string{"-localip", "169.254.20.10", "-startup-taint", key}, nil)
+		if err == nil || !strings.Contains(err.Error(), "flag -startup-taint") || !strings.Contains(err.Error(), strconvQuote(key)) {
+			t.Errorf("-startup-taint %q: %v, want an error naming the flag and the value", key, err)
+		}
+	}
+}
+
+func strconvQuote(s string) string { return fmt.Sprintf("%q", s) }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/miekg/dns"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/fastpath"
@@ -54,8 +55,17 @@ func TestRunServesProbesThroughStartReloadAndStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A Serving actor starts once the agent serves (its DNS answers then) and is stopped at shutdown.
+	var servedAtStart, servingStopped atomic.Bool
+	serving := Actor{Name: "serving probe", Run: func(ctx context.Context) {
+		m := new(dns.Msg).SetQuestion("example.org.", dns.TypeA)
+		r, err := dns.Exchange(m, net.JoinHostPort(runIP, strconv.Itoa(dnsPort)))
+		servedAtStart.Store(err == nil && r.Rcode == dns.RcodeSuccess)
+		<-ctx.Done()
+		servingStopped.Store(true)
+	}}
 	s, err := New(Config{Options: o, Log: zaptest.NewLogger(t), Getenv: func(string) string { return "" },
-		Metrics: testMetrics(t), FastPath: fastpath.NewMetrics()})
+		Metrics: testMetrics(t), FastPath: fastpath.NewMetrics(), Serving: []Actor{serving}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,6 +108,9 @@ func TestRunServesProbesThroughStartReloadAndStop(t *testing.T) {
 	case err := <-ran:
 		if err != nil {
 			t.Fatalf("Run = %v after the context ended, want nil", err)
+		}
+		if !servedAtStart.Load() || !servingStopped.Load() {
+			t.Errorf("serving actor: DNS answered when it started %v, stopped by shutdown %v; want both", servedAtStart.Load(), servingStopped.Load())
 		}
 	case <-time.After(shutdownDeadline + 5*time.Second):
 		t.Fatal("Run did not return after the context ended")

@@ -175,6 +175,13 @@ func newLoops() *loops {
 	return l
 }
 
+// startServing starts the actors that wait for the agent to serve; shutdown stops them with the loops.
+func (s *Supervisor) startServing(l *loops) {
+	for _, a := range s.serving {
+		l.wg.Go(func() { a.Run(l.ctx) })
+	}
+}
+
 // startLoops starts the reload runner with the ConfigMap watcher and SIGUSR1, and, when we manage the
 // kernel, the reconcile runner with its watchers.
 func (s *Supervisor) startLoops(l *loops, watcher *configwatch.Watcher) {

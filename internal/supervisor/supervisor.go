@@ -64,6 +64,12 @@ const (
 	loopCheckWait = 2 * time.Second
 )
 
+// Actor is something that runs while the agent serves, until ctx is done (the start-up taint's removal).
+type Actor struct {
+	Name string
+	Run  func(ctx context.Context)
+}
+
 // Config is what the supervisor needs besides the options.
 type Config struct {
 	Options *options.Options
@@ -75,6 +81,9 @@ type Config struct {
 	FastPath *fastpath.Metrics
 	// Gatherer is served on -metrics-listen-address for the agent's whole life; nil serves no endpoint.
 	Gatherer prometheus.Gatherer
+	// Serving runs once the agent serves (interface, table and CoreDNS ready), with the loops, and is stopped
+	// with them, first of all at shutdown (the start-up taint's removal, cmd/nodelocaldns).
+	Serving []Actor
 }
 
 // Supervisor runs one agent: it starts the parts below in order (startup.go), and stops them in reverse
@@ -84,6 +93,7 @@ type Supervisor struct {
 	log      *zap.Logger
 	m        *metrics.Metrics
 	gatherer prometheus.Gatherer
+	serving  []Actor
 
 	config    *renderer         // Corefile.base + kube-dns ConfigMap -> Corefile (render.go)
 	spec      nft.Spec          // our table, validated
@@ -105,7 +115,7 @@ func New(cfg Config) (*Supervisor, error) {
 	if cfg.Metrics == nil {
 		return nil, errors.New("no metrics to count into")
 	}
-	s := &Supervisor{opts: o, log: cfg.Log, m: cfg.Metrics, gatherer: cfg.Gatherer}
+	s := &Supervisor{opts: o, log: cfg.Log, m: cfg.Metrics, gatherer: cfg.Gatherer, serving: cfg.Serving}
 	kubeDNSDir := o.KubeDNSConfigDir
 	if kubeDNSDir == "" {
 		if st, err := os.Stat(defaultKubeDNSCM); err == nil && st.IsDir() {
@@ -167,6 +177,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		return err
 	}
 	s.startLoops(loops, watcher)
+	s.startServing(loops)
 	s.log.Info("ready", zap.Duration("elapsed", time.Since(start)), zap.String("table", s.node.table()),
 		zap.Bool("gated", s.node.gated.Load()), zap.Int32("other_instances", s.node.others.Load()))
 	select {

@@ -43,5 +43,8 @@ that differs from the agent's default (so the default args are the base's exactl
 {{- if not .Values.foreignDropStepAside -}}
 {{- $args = append $args "-foreign-drop-step-aside=false" -}}
 {{- end -}}
+{{- if .Values.startupTaint.enabled -}}
+{{- $args = append $args (printf "-startup-taint=%s" .Values.startupTaint.key) -}}
+{{- end -}}
 {{- toJson $args -}}
 {{- end -}}

@@ -25,6 +25,9 @@ Values this chart cannot honour fail the install here, each message naming its k
 {{- if and .Values.ciliumLocalRedirectPolicy.enabled (ne .Release.Namespace .Values.ciliumLocalRedirectPolicy.serviceNamespace) -}}
 {{- fail (printf "ciliumLocalRedirectPolicy.serviceNamespace: %q is not the release namespace %q; Cilium redirects only to backend pods in the policy's (and the Service's) namespace" .Values.ciliumLocalRedirectPolicy.serviceNamespace .Release.Namespace) -}}
 {{- end -}}
+{{- if and .Values.startupTaint.enabled (not .Values.startupTaint.key) -}}
+{{- fail "startupTaint.key: empty; the gate needs the key of the taint the nodes register with" -}}
+{{- end -}}
 {{- with .Values.securityContext -}}
 {{- range $k, $v := . -}}
 {{- if ne $k "capabilities" -}}

@@ -49,12 +49,8 @@ type helmRun struct {
 
 // newHelm finds (or builds) helm and puts the images the chart's hooks need on both nodes.
 func newHelm(ctx context.Context, c *cluster) (*helmRun, error) {
-	out, err := exec.CommandContext(ctx, filepath.Join(c.cfg.repo, "deploy/build-helm.sh")).Output()
+	h, err := newHelmTool(ctx, c)
 	if err != nil {
-		return nil, fmt.Errorf("deploy/build-helm.sh: %w", err)
-	}
-	h := &helmRun{c: c, bin: strings.TrimSpace(string(out)), dir: filepath.Join(c.state, "helm")}
-	if err := os.MkdirAll(h.dir, 0o755); err != nil {
 		return nil, err
 	}
 	// The same images for every mode: built once, beside the modes' state directories.
@@ -62,6 +58,16 @@ func newHelm(ctx context.Context, c *cluster) (*helmRun, error) {
 		return nil, err
 	}
 	return h, nil
+}
+
+// newHelmTool finds (or builds) helm, without the hooks' images (enough to install and upgrade).
+func newHelmTool(ctx context.Context, c *cluster) (*helmRun, error) {
+	out, err := exec.CommandContext(ctx, filepath.Join(c.cfg.repo, "deploy/build-helm.sh")).Output()
+	if err != nil {
+		return nil, fmt.Errorf("deploy/build-helm.sh: %w", err)
+	}
+	h := &helmRun{c: c, bin: strings.TrimSpace(string(out)), dir: filepath.Join(c.state, "helm")}
+	return h, os.MkdirAll(h.dir, 0o755)
 }
 
 // run runs helm in node-1's namespaces with the cluster's kubeconfig and state of its own.

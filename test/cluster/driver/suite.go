@@ -17,6 +17,10 @@ func suite(ctx context.Context, c *cluster, r *results) {
 	if !r.check("cluster DNS and clients (kube-dns on node-2, clients on node-1 and node-2)", "", setupCluster(ctx, c)) {
 		return
 	}
+	if os.Getenv("CLUSTER_ONLY") == "first-start" { // the first-start cases alone (firststart.go)
+		firstStartCases(ctx, c, r)
+		return
+	}
 	// Every overlay and the base validate against the real API server.
 	for _, o := range []string{"base", "iptables-or-nftables", "ipvs", "ipv6", "dual-stack"} {
 		r.check("dry-run=server "+o, "", dryRun(ctx, c, o))
@@ -71,6 +75,8 @@ func suite(ctx context.Context, c *cluster, r *results) {
 	})
 	// The Helm chart, on nodes where nothing of ours is left (helmcases.go).
 	helmCases(ctx, c, r, before)
+	// Last: a node's first start, emulated, and the start-up gate; node-1 is restarted (firststart.go).
+	firstStartCases(ctx, c, r)
 }
 
 // leftNote names what the "leaves nothing" cases allow to stay.

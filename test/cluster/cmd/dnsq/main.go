@@ -10,6 +10,9 @@
 //	                                    steady load, a fresh socket per query; prints a JSON summary per server
 //	                                    and protocol
 //	dnsq serve -addr A -a IP            answer every A question with IP, over UDP and TCP (a stub upstream)
+//	dnsq registry -addr A -image TAR [-delay D]
+//	                                    serve an image archive over the registry API, the first tag resolution
+//	                                    held D (a pull that takes time)
 package main
 
 import (
@@ -22,7 +25,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: dnsq pause|sleep|q|lookup|cat|load|serve ...")
+		fmt.Fprintln(os.Stderr, "usage: dnsq pause|sleep|q|lookup|cat|load|serve|registry ...")
 		os.Exit(2)
 	}
 	cmd, args := os.Args[1], os.Args[2:]
@@ -40,6 +43,8 @@ func main() {
 		code = load(args)
 	case "serve":
 		code = serve(args)
+	case "registry":
+		code = registry(args)
 	default:
 		fmt.Fprintf(os.Stderr, "dnsq: unknown command %q\n", cmd)
 		code = 2
