@@ -215,7 +215,7 @@ const ErrNoOwnerFlag = "nodelocaldns needs NFT_TABLE_F_OWNER (Linux 5.12 or late
 
 // queueClear queues the removal of everything in our table. Called with c.mu held.
 func (c *Conn) queueClear(t *nftables.Table) error {
-	chains, err := c.chainsOf(t, instanceChains, false) // by name: never a dump of the node's chains (listing.go)
+	chains, err := c.chainsOf(t, instanceChains(), false) // by name: never a dump of the node's chains (listing.go)
 	if err != nil {
 		return err
 	}

@@ -83,6 +83,9 @@ type FallbackChain struct {
 	Hook     Hook
 	Priority int32
 	Rules    []FallbackRule
+	// Takes says the chain's rules send new queries to kube-dns: [Conn.StopFallback] empties these first,
+	// while the others still give the replies of queries already sent their address back.
+	Takes bool
 }
 
 // ChainType is a base chain's type (nft keyword).
@@ -188,9 +191,9 @@ func BuildFallback(s FallbackSpec) *Fallback {
 		}
 	}
 	f.Chains = []FallbackChain{
-		{Name: ChainPodPrerouting, Type: ChainTypeFilter, Hook: HookPrerouting, Priority: priorityMangle, Rules: pods},
+		{Name: ChainPodPrerouting, Type: ChainTypeFilter, Hook: HookPrerouting, Priority: priorityMangle, Rules: pods, Takes: true},
 		{Name: ChainPodReply, Type: ChainTypeFilter, Hook: HookPostrouting, Priority: prioritySrcNAT + 1, Rules: replies},
-		{Name: ChainHostOutput, Type: ChainTypeRoute, Hook: HookOutput, Priority: priorityMangle, Rules: hosts},
+		{Name: ChainHostOutput, Type: ChainTypeRoute, Hook: HookOutput, Priority: priorityMangle, Rules: hosts, Takes: true},
 		{Name: ChainHostMasquerade, Type: ChainTypeNAT, Hook: HookPostrouting, Priority: prioritySrcNAT, Rules: masq},
 		{Name: ChainHostReply, Type: ChainTypeFilter, Hook: HookInput, Priority: prioritySrcNAT + 1, Rules: slices.Clone(replies)},
 	}

@@ -152,14 +152,14 @@ func (c *Conn) FallbackLease() (time.Duration, bool, error) {
 	return least, found, nil
 }
 
-// StopFallback empties the fallback's rewrite chains (pod-prerouting, host-output) in one transaction: no new
+// StopFallback empties the fallback's chains that take new queries (pod-prerouting, host-output) in one transaction: no new
 // query is redirected, while the replies of those already redirected are still given their address back. Call
 // it, let the queries in flight be answered, then [Conn.DeleteFallback]. It reports whether there was a table.
 func (c *Conn) StopFallback() (bool, error) {
 	c.lock()
 	defer c.mu.Unlock()
 	t := tableNamed(FallbackTableName)
-	for _, name := range []string{ChainPodPrerouting, ChainHostOutput} {
+	for _, name := range takingChains() {
 		c.ops.FlushChain(&nftables.Chain{Name: name, Table: t})
 	}
 	err := c.ops.Flush()

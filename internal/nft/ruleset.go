@@ -3,7 +3,6 @@ package nft
 import (
 	"net/netip"
 	"slices"
-	"strings"
 	"time"
 )
 
@@ -245,17 +244,16 @@ func Listening(s Spec) *Ruleset {
 // rawOutput notracks the replies from the local IPs and host-network clients' queries to them (Listening says
 // from when); node-cache numbers these 5-12: replies first, then host-network clients, then the liveness probe.
 func rawOutput(s Spec) Chain {
+	// Host-network clients' queries cannot be gated on a listener: while some local IP has none, they
+	// match the bound sets ([Spec.Unbound]).
+	hostQueries := rule(DirTo, s.DNSPort, VerdictNotrack, CommentSkipConntrack, purposeHostQueries, ProtoTCP, ProtoUDP)
+	hostQueries.bound = len(s.Unbound) > 0
 	rules := perFamily(
 		rule(DirFrom, s.DNSPort, VerdictNotrack, CommentSkipConntrack, purposeReplies, ProtoTCP, ProtoUDP),
-		rule(DirTo, s.DNSPort, VerdictNotrack, CommentSkipConntrack, purposeHostQueries, ProtoTCP, ProtoUDP),
+		hostQueries,
 		rule(DirTo, s.HealthPort, VerdictNotrack, CommentSkipConntrack, purposeHealth, ProtoTCP),
 		rule(DirFrom, s.HealthPort, VerdictNotrack, CommentSkipConntrack, purposeHealthReply, ProtoTCP),
 	)
-	for i, rl := range rules {
-		if strings.HasSuffix(rl.Comment, purposeHostQueries) {
-			rules[i].Bound = len(s.Unbound) > 0
-		}
-	}
 	return Chain{Name: ChainRawOutput, Hook: HookOutput, Priority: priorityRaw, Rules: rules}
 }
 
@@ -266,6 +264,7 @@ type group struct {
 	verdict         Verdict
 	prefix, purpose string
 	protos          []Proto
+	bound           bool // match the bound sets ([Rule.Bound])
 }
 
 func rule(dir Dir, port uint16, v Verdict, prefix, purpose string, protos ...Proto) group {
@@ -279,7 +278,7 @@ func perFamily(groups ...group) []Rule {
 	for _, v6 := range []bool{false, true} {
 		for _, g := range groups {
 			for _, p := range g.protos {
-				r := Rule{IPv6: v6, Dir: g.dir, Proto: p, Port: g.port, Verdict: g.verdict}
+				r := Rule{IPv6: v6, Dir: g.dir, Proto: p, Port: g.port, Verdict: g.verdict, Bound: g.bound}
 				r.Comment = g.prefix + ": " + r.familyName() + " " + string(p) + " " + g.purpose
 				out = append(out, r)
 			}
