@@ -11,9 +11,9 @@ import (
 
 // The link-local fallback. With no instance listening, a query to a local IP that no Service backs (the
 // link-local address, 169.254.20.10 by convention) has nothing behind it: the stack refuses it. The fallback
-// table sends it to the cluster's own DNS instead, in the kernel, with no process alive: after conntrack
-// and before kube-proxy's DNAT it rewrites the destination to the kube-dns ClusterIP, so kube-proxy (any
-// mode) takes it to a kube-dns pod like any query to that Service.
+// table sends it to the cluster's own DNS instead, in the kernel, whether an instance runs or not: after
+// conntrack and before kube-proxy's DNAT it rewrites the destination to the kube-dns ClusterIP, so kube-proxy
+// (any mode) takes it to a kube-dns pod like any query to that Service.
 //
 //	prerouting  -300 (instance tables' raw-prerouting: a serving instance with a listener bound to the
 //	                 address notracks the query, gated on that listener; node-cache's NOTRACK is here too)

@@ -1,8 +1,11 @@
 package nft
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // Names of everything we create, in one place. Changing one is a migration: an old table keeps its old names
@@ -121,4 +124,23 @@ func isInstanceTableName(name string) bool {
 		return false
 	}
 	return true
+}
+
+// familyName is nft's keyword for a table family (NFPROTO_*, [nftables.TableFamily]), as nft prints it.
+func familyName(f uint8) string {
+	switch f {
+	case unix.NFPROTO_INET:
+		return "inet"
+	case unix.NFPROTO_IPV4:
+		return "ip"
+	case unix.NFPROTO_IPV6:
+		return "ip6"
+	case unix.NFPROTO_ARP:
+		return "arp"
+	case unix.NFPROTO_BRIDGE:
+		return "bridge"
+	case unix.NFPROTO_NETDEV:
+		return "netdev"
+	}
+	return fmt.Sprintf("family%d", f)
 }

@@ -279,7 +279,7 @@ func perFamily(groups ...group) []Rule {
 		for _, g := range groups {
 			for _, p := range g.protos {
 				r := Rule{IPv6: v6, Dir: g.dir, Proto: p, Port: g.port, Verdict: g.verdict, Bound: g.bound}
-				r.Comment = g.prefix + ": " + r.familyName() + " " + string(p) + " " + g.purpose
+				r.Comment = g.prefix + ": " + r.ipVersion() + " " + string(p) + " " + g.purpose
 				out = append(out, r)
 			}
 		}
@@ -287,7 +287,8 @@ func perFamily(groups ...group) []Rule {
 	return out
 }
 
-func (r Rule) familyName() string {
+// ipVersion is the family as node-cache's comments name it.
+func (r Rule) ipVersion() string {
 	if r.IPv6 {
 		return "ipv6"
 	}

@@ -209,21 +209,3 @@ func policyName(h chainHook) string {
 	}
 	return fmt.Sprint(h.policy)
 }
-
-func familyName(f uint8) string {
-	switch f {
-	case unix.NFPROTO_INET:
-		return "inet"
-	case unix.NFPROTO_IPV4:
-		return "ip"
-	case unix.NFPROTO_IPV6:
-		return "ip6"
-	case unix.NFPROTO_ARP:
-		return "arp"
-	case unix.NFPROTO_BRIDGE:
-		return "bridge"
-	case unix.NFPROTO_NETDEV:
-		return "netdev"
-	}
-	return fmt.Sprintf("family%d", f)
-}

@@ -62,7 +62,7 @@ type foreignFindings struct {
 }
 
 // foreignReport keeps the foreign report: a warning the first time each finding is seen (and again only
-// after it went away and came back), and the gauges. Only one goroutine at a time calls check (start-up, then
+// after it went away and came back), and the gauges. Only one goroutine at a time calls scan (start-up, then
 // the reconcile runner).
 type foreignReport struct {
 	log       *zap.Logger
@@ -97,13 +97,12 @@ func (f *foreignReport) removeNodeCache() {
 	withMetrics(f.m, func(m *metrics.Metrics) { m.Foreign.NodeCacheRulesRemoved.Add(float64(len(removed))) })
 }
 
-// check removes node-cache's leftovers, refreshes the report, and returns what the node must act on; ok is
-// false when the other tables could not be read (the caller keeps what it does).
-func (f *foreignReport) check() (found foreignFindings, ok bool) {
+// scan reads the other tables, refreshes the report, and returns what the node must act on; ok is false when
+// they could not be read (the caller keeps what it does).
+func (f *foreignReport) scan() (found foreignFindings, ok bool) {
 	if f.tables == nil {
 		return found, false
 	}
-	f.removeNodeCache()
 	chains, err := f.tables.ForeignScan(f.tables.Table())
 	if err != nil {
 		setupError(f.m, metrics.ErrNftables)

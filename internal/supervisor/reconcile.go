@@ -54,7 +54,8 @@ func (r *reconciler) pass(_ context.Context, reasons []string) (changed bool, er
 	var errs []error
 	repaired, errs = r.ensure(repaired, errs)
 	if lookAtForeignTables(reasons) {
-		if found, ok := r.foreign.check(); ok {
+		r.foreign.removeNodeCache() // a node-cache still running puts its rules back
+		if found, ok := r.foreign.scan(); ok {
 			if err := r.node.foreignFound(found); err != nil {
 				setupError(r.m, metrics.ErrNftables)
 				errs = append(errs, err)

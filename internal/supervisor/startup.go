@@ -143,7 +143,8 @@ func (s *Supervisor) startCoreDNS(cf []byte) error {
 func (s *Supervisor) intercept(ctx context.Context) error {
 	t := time.Now()
 	// A foreign drop that covers an address is stepped aside for from the first programming on.
-	if found, ok := s.reconcile.foreign.check(); ok {
+	s.reconcile.foreign.removeNodeCache()
+	if found, ok := s.reconcile.foreign.scan(); ok {
 		_ = s.node.foreignFound(found) // not serving yet: only remembered
 	}
 	if err := s.node.serve(); err != nil {
