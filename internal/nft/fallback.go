@@ -101,13 +101,7 @@ const (
 // FallbackRule is a sequence of statements; its text and its bytecode come from the same statements.
 type FallbackRule []stmt
 
-func (r FallbackRule) String() string {
-	parts := make([]string, len(r))
-	for i, s := range r {
-		parts[i] = s.text
-	}
-	return strings.Join(parts, " ")
-}
+func (r FallbackRule) String() string { return stmtsText(r) }
 
 // Validate reports the first reason the spec cannot be programmed.
 func (s FallbackSpec) Validate() error {

@@ -162,19 +162,14 @@ func (p probe) meta(key expr.MetaKey) value {
 }
 
 func (p probe) payload(base expr.PayloadBase, off, n uint32) value {
-	addrOff, v4 := uint32(ip4DaddrOffset), p.addr.Is4()
-	if !v4 {
-		addrOff = ip6DaddrOffset
-	}
-	portOff := uint32(dportOffset)
+	dir, v4 := DirTo, p.addr.Is4()
 	if p.reply {
-		addrOff, portOff = ip4SaddrOffset, sportOffset
-		if !v4 {
-			addrOff = ip6SaddrOffset
-		}
+		dir = DirFrom
 	}
+	addrOff, addrLen := addrOffset(dir, !v4)
+	portOff := portOffset(dir)
 	switch {
-	case base == expr.PayloadBaseNetworkHeader && off >= addrOff && off+n <= addrOff+uint32(p.addr.BitLen()/8):
+	case base == expr.PayloadBaseNetworkHeader && off >= addrOff && off+n <= addrOff+addrLen:
 		// nft loads only the bytes a byte-aligned prefix needs (`ip daddr 169.254.0.0/16`: 2 bytes at 16).
 		return value{known: true, data: p.addr.AsSlice()[off-addrOff : off-addrOff+n]}
 	case base == expr.PayloadBaseNetworkHeader && n == 1 && ((v4 && off == 9) || (!v4 && off == 6)):

@@ -84,10 +84,8 @@ var staleChains = []struct{ table, chain string }{
 // (another match, a mask, an interface, a second address) and it is not node-cache's.
 func decodeStaleRule(table, chain string, v6 bool, r *nftables.Rule) (staleRule, bool) {
 	out := staleRule{table: table, chain: chain, comment: ruleComment(r.UserData)}
-	addrLen, dst, src := uint32(4), uint32(ip4DaddrOffset), uint32(ip4SaddrOffset)
-	if v6 {
-		addrLen, dst, src = 16, ip6DaddrOffset, ip6SaddrOffset
-	}
+	dst, addrLen := addrOffset(DirTo, v6)
+	src, _ := addrOffset(DirFrom, v6)
 	seen := map[string]bool{}
 	once := func(what string) bool { ok := !seen[what]; seen[what] = true; return ok }
 	ex := r.Exprs
@@ -116,9 +114,9 @@ func decodeStaleRule(table, chain string, v6 bool, r *nftables.Rule) (staleRule,
 				out.ip = ip
 				out.dir = map[bool]Dir{true: DirTo, false: DirFrom}[e.Offset == dst]
 				seen[string(out.dir)] = true
-			case e.Base == expr.PayloadBaseTransportHeader && e.Len == 2 && (e.Offset == dportOffset || e.Offset == sportOffset) && len(cmp.Data) == 2 && once("port"):
+			case e.Base == expr.PayloadBaseTransportHeader && e.Len == 2 && (e.Offset == portOffset(DirTo) || e.Offset == portOffset(DirFrom)) && len(cmp.Data) == 2 && once("port"):
 				out.port = binary.BigEndian.Uint16(cmp.Data)
-				seen["port "+map[bool]string{true: string(DirTo), false: string(DirFrom)}[e.Offset == dportOffset]] = true
+				seen["port "+map[bool]string{true: string(DirTo), false: string(DirFrom)}[e.Offset == portOffset(DirTo)]] = true
 			default:
 				return out, false
 			}

@@ -120,22 +120,7 @@ func nftDuration(d time.Duration) string {
 }
 
 // String prints the rule as nft lists it.
-func (r Rule) String() string {
-	l3, set := "ip", r.set()
-	if r.IPv6 {
-		l3 = "ip6"
-	}
-	addr, port := "daddr", "dport"
-	if r.Dir == DirFrom {
-		addr, port = "saddr", "sport"
-	}
-	gate := ""
-	if r.Gate != GateNone {
-		gate = " socket " + string(r.Gate) + " 0"
-	}
-	verdict := string(r.Verdict)
-	return fmt.Sprintf("%s %s @%s %s %s %d%s counter %s comment %q", l3, addr, set, r.Proto, port, r.Port, gate, verdict, r.Comment)
-}
+func (r Rule) String() string { return fmt.Sprintf("%s comment %q", stmtsText(r.stmts()), r.Comment) }
 
 // priorityName is how nft lists a priority of the inet family: by the standard name within 10 of it
 // ("raw - 1"), else as a number. srcnat is a name only on postrouting (nft's std_prio_table).

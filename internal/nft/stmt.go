@@ -3,19 +3,50 @@ package nft
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 )
 
-// stmt is one statement of a fallback rule: how nft lists it and the bytecode nft generates for it (compare
-// `nft --debug=netlink`), each with the dependencies nft adds in an inet table (`meta nfproto` before an
-// address, `meta l4proto` before a port), so that `nft list` prints the rule back in its short form.
+// stmt is one statement of a rule, of our tables or the fallback's: how nft lists it and the bytecode nft
+// generates for it (compare `nft --debug=netlink`), each with the dependencies nft adds in an inet table
+// (`meta nfproto` before an address, `meta l4proto` before a port), so that `nft list` prints the rule back in
+// its short form. One value gives both, so the text a golden file pins is the bytecode the kernel gets.
 type stmt struct {
 	text  string
 	exprs []expr.Any
 }
+
+// stmtsText and stmtsExprs are a rule's text and bytecode from its statements.
+func stmtsText(ss []stmt) string {
+	parts := make([]string, len(ss))
+	for i, s := range ss {
+		parts[i] = s.text
+	}
+	return strings.Join(parts, " ")
+}
+
+func stmtsExprs(ss []stmt) []expr.Any {
+	var out []expr.Any
+	for _, s := range ss {
+		out = append(out, s.exprs...)
+	}
+	return out
+}
+
+// Header offsets of the fields our rules match: every statement and every reader of rule bytecode takes them
+// from addrOffset and portOffset.
+const (
+	ip4SaddrOffset = 12
+	ip4DaddrOffset = 16
+	ip4CsumOffset  = 10
+	ip6SaddrOffset = 8
+	ip6DaddrOffset = 24
+	sportOffset    = 0
+	dportOffset    = 2
+)
 
 // nft's rendering of ct directions, and the kernel's values.
 const (
@@ -33,24 +64,35 @@ const (
 	regPort6 = 2
 )
 
-func l3(ip netip.Addr) (name string, nfproto byte) {
-	if ip.Is4() {
-		return "ip", unix.NFPROTO_IPV4
+// l3 is the family of ip as nft names it in a rule, and its NFPROTO.
+func l3(ip netip.Addr) (name string, nfproto byte) { return l3Of(ip.Is6()) }
+
+func l3Of(v6 bool) (name string, nfproto byte) {
+	if v6 {
+		return "ip6", unix.NFPROTO_IPV6
 	}
-	return "ip6", unix.NFPROTO_IPV6
+	return "ip", unix.NFPROTO_IPV4
 }
 
-// addrOffset is where the source or destination address sits in ip's header.
-func addrOffset(dir Dir, ip netip.Addr) uint32 {
+// addrOffset is where the destination (DirTo) or source address sits in the IPv4 or IPv6 header, and its length.
+func addrOffset(dir Dir, v6 bool) (offset, length uint32) {
 	switch {
-	case ip.Is4() && dir == DirTo:
-		return ip4DaddrOffset
-	case ip.Is4():
-		return ip4SaddrOffset
+	case !v6 && dir == DirTo:
+		return ip4DaddrOffset, 4
+	case !v6:
+		return ip4SaddrOffset, 4
 	case dir == DirTo:
-		return ip6DaddrOffset
+		return ip6DaddrOffset, 16
 	}
-	return ip6SaddrOffset
+	return ip6SaddrOffset, 16
+}
+
+// portOffset is where the destination (DirTo) or source port sits in a TCP or UDP header (2 bytes).
+func portOffset(dir Dir) uint32 {
+	if dir == DirTo {
+		return dportOffset
+	}
+	return sportOffset
 }
 
 func dirWord(dir Dir) string {
@@ -62,9 +104,9 @@ func dirWord(dir Dir) string {
 
 func portWord(dir Dir) (string, uint32) {
 	if dir == DirTo {
-		return "dport", dportOffset
+		return "dport", portOffset(dir)
 	}
-	return "sport", sportOffset
+	return "sport", portOffset(dir)
 }
 
 func l4(p Proto) byte {
@@ -76,13 +118,48 @@ func l4(p Proto) byte {
 
 // matchAddr is `ip saddr 10.96.0.10` (DirFrom) or `ip daddr ...` (DirTo).
 func matchAddr(dir Dir, ip netip.Addr) stmt {
-	name, nfproto := l3(ip)
-	return stmt{fmt.Sprintf("%s %s %s", name, dirWord(dir), ip), []expr.Any{
+	name, _ := l3(ip)
+	return stmt{fmt.Sprintf("%s %s %s", name, dirWord(dir), ip), append(loadAddr(dir, ip.Is6()),
+		&expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: ip.AsSlice()})}
+}
+
+// inSet is `ip daddr @local4` (DirTo) or `ip6 saddr @local6` (DirFrom, IPv6): the address looked up in set.
+func inSet(dir Dir, v6 bool, set string) stmt {
+	name, _ := l3Of(v6)
+	return stmt{fmt.Sprintf("%s %s @%s", name, dirWord(dir), set), append(loadAddr(dir, v6),
+		&expr.Lookup{SourceRegister: reg, SetName: set})}
+}
+
+// loadAddr loads the address on side dir into reg, after checking the family.
+func loadAddr(dir Dir, v6 bool) []expr.Any {
+	_, nfproto := l3Of(v6)
+	off, n := addrOffset(dir, v6)
+	return []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: reg},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: []byte{nfproto}},
-		&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: addrOffset(dir, ip), Len: uint32(ip.BitLen() / 8)},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: ip.AsSlice()},
-	}}
+		&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: n},
+	}
+}
+
+// socketGate is `socket wildcard 0` / `socket transparent 0` (see [Gate]); both keys load one byte (nft's
+// boolean). The capability probe sends the same (capability.go).
+func socketGate(g Gate) stmt {
+	key := expr.SocketKeyWildcard
+	if g == GateTransparent {
+		key = expr.SocketKeyTransparent
+	}
+	return stmt{"socket " + string(g) + " 0", []expr.Any{&expr.Socket{Key: key, Register: reg}, &expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: []byte{0}}}}
+}
+
+// verdict is `notrack`, `accept` or `return`.
+func verdict(v Verdict) stmt {
+	switch v {
+	case VerdictAccept:
+		return stmt{string(v), []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}}}
+	case VerdictReturn:
+		return stmt{string(v), []expr.Any{&expr.Verdict{Kind: expr.VerdictReturn}}}
+	}
+	return stmt{string(VerdictNotrack), []expr.Any{&expr.Notrack{}}}
 }
 
 // matchPort is `udp sport 53` (DirFrom) or `udp dport 53` (DirTo).
@@ -102,6 +179,7 @@ func matchPort(p Proto, dir Dir, port uint16) stmt {
 func inPairs(family netip.Addr, addr, port Dir, p Proto, set string) stmt {
 	name, nfproto := l3(family)
 	pw, off := portWord(port)
+	addrOff, addrLen := addrOffset(addr, family.Is6())
 	regPort := uint32(regPort4)
 	if family.Is6() {
 		regPort = regPort6
@@ -111,7 +189,7 @@ func inPairs(family netip.Addr, addr, port Dir, p Proto, set string) stmt {
 		&expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: []byte{nfproto}},
 		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: []byte{l4(p)}},
-		&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: addrOffset(addr, family), Len: uint32(family.BitLen() / 8)},
+		&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: addrOff, Len: addrLen},
 		&expr.Payload{DestRegister: regPort, Base: expr.PayloadBaseTransportHeader, Offset: off, Len: 2},
 		&expr.Lookup{SourceRegister: reg, SetName: set},
 	}}
@@ -157,9 +235,9 @@ func setAddrToOriginal(family netip.Addr) stmt {
 // TestIPv6RewriteEncoding reads the kernel's copy back and TestFallbackTrafficIPv6 checks real packets'
 // checksums, with transmit checksum offload on and off.
 func writeAddr(dir Dir, family netip.Addr) *expr.Payload {
-	off := addrOffset(dir, family)
+	off, n := addrOffset(dir, family.Is6())
 	p := &expr.Payload{OperationType: expr.PayloadWrite, SourceRegister: reg, Base: expr.PayloadBaseNetworkHeader,
-		Offset: off, Len: uint32(family.BitLen() / 8), CsumType: expr.CsumTypeInet, CsumOffset: ip4CsumOffset,
+		Offset: off, Len: n, CsumType: expr.CsumTypeInet, CsumOffset: ip4CsumOffset,
 		CsumFlags: unix.NFT_PAYLOAD_L4CSUM_PSEUDOHDR}
 	if family.Is6() {
 		p.CsumOffset = off
@@ -181,10 +259,4 @@ func ctDirection(d uint8) stmt {
 func masquerade() stmt { return stmt{"masquerade", []expr.Any{&expr.Masq{}}} }
 
 // exprs is the rule's bytecode.
-func (r FallbackRule) exprs() []expr.Any {
-	var out []expr.Any
-	for _, s := range r {
-		out = append(out, s.exprs...)
-	}
-	return out
-}
+func (r FallbackRule) exprs() []expr.Any { return stmtsExprs(r) }
