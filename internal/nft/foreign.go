@@ -1,9 +1,8 @@
 package nft
 
 import (
-	"bytes"
-	"encoding/binary"
 	"fmt"
+	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -115,71 +114,33 @@ func Drops(chains []ForeignChain, port uint16) []ForeignDrop {
 	return out
 }
 
-// Drop says whether ch may drop DNS on port: by policy, or by drop and reject rules that may match it.
+// Drop says whether ch may drop DNS on port: by policy, or by drop and reject rules that may match a query
+// to port or a reply from it, in either family, over either transport, whatever the address and interface:
+// the rule read by the probe (foreign_probe.go) with the address left unknown. What it rules out: another
+// protocol, other ports, a conntrack match our untracked packets fail (`ct state invalid drop`).
 func (ch ForeignChain) Drop(port uint16) (ForeignDrop, bool) {
 	d := ForeignDrop{Chain: ch.Chain, Hook: string(ch.Hook), Policy: ch.PolicyDrop}
 	for _, r := range ch.Rules {
-		if v, drops := dropVerdict(r.Exprs); drops && mayMatchDNS(r.Exprs, port) {
-			d.Rules = append(d.Rules, fmt.Sprintf("handle %d: %s", r.Handle, v))
+		if word, ok := mayDropDNS(r.Exprs, port); ok {
+			d.Rules = append(d.Rules, fmt.Sprintf("handle %d: %s", r.Handle, word))
 		}
 	}
 	return d, d.Policy || len(d.Rules) > 0
 }
 
-// dropVerdict says whether a rule ends in drop or reject: nft's own verdict and reject statement, and the
-// xtables targets iptables-nft writes (-j DROP is a native verdict, -j REJECT an xt target).
-func dropVerdict(exprs []expr.Any) (string, bool) {
-	for _, e := range exprs {
-		switch e := e.(type) {
-		case *expr.Verdict:
-			if e.Kind == expr.VerdictDrop {
-				return "drop", true
-			}
-		case *expr.Reject:
-			return "reject", true
-		case *expr.Target:
-			if e.Name == "REJECT" || e.Name == "DROP" {
-				return "xt " + e.Name, true
+// mayDropDNS says whether a rule may drop some DNS packet on port, and with which statement.
+func mayDropDNS(exprs []expr.Any, port uint16) (string, bool) {
+	for _, family := range []netip.Addr{netip.IPv4Unspecified(), netip.IPv6Unspecified()} {
+		for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
+			for _, reply := range []bool{false, true} {
+				p := probe{addr: family, proto: proto, port: port, reply: reply, anyAddr: true}
+				if m, v, word := p.match(exprs); m != no && v == verdictDrop {
+					return word, true
+				}
 			}
 		}
 	}
 	return "", false
-}
-
-// mayMatchDNS rules out what certainly does not match DNS traffic to or from port: a protocol other than
-// udp and tcp, ports that are all other than port, or a conntrack state match (our traffic is untracked, and
-// `ct state invalid drop` is every firewall's first rule). Anything it cannot read (sets, ranges, xt
-// matches, interfaces, addresses) may match.
-func mayMatchDNS(exprs []expr.Any, port uint16) bool {
-	ports, ours := 0, false
-	for i, e := range exprs {
-		if ct, ok := e.(*expr.Ct); ok && ct.Key == expr.CtKeySTATE {
-			return false
-		}
-		if i+1 >= len(exprs) {
-			break
-		}
-		cmp, ok := exprs[i+1].(*expr.Cmp)
-		if !ok || cmp.Op != expr.CmpOpEq {
-			continue
-		}
-		switch e := e.(type) {
-		case *expr.Meta:
-			if e.Key == expr.MetaKeyL4PROTO && len(cmp.Data) == 1 && cmp.Data[0] != unix.IPPROTO_UDP && cmp.Data[0] != unix.IPPROTO_TCP {
-				return false
-			}
-		case *expr.Payload:
-			if e.Base == expr.PayloadBaseTransportHeader && e.Len == 2 && (e.Offset == 0 || e.Offset == 2) {
-				ports++
-				ours = ours || bytes.Equal(cmp.Data, binary.BigEndian.AppendUint16(nil, port))
-			}
-			if e.Base == expr.PayloadBaseNetworkHeader && e.Offset == 9 && e.Len == 1 && len(cmp.Data) == 1 &&
-				cmp.Data[0] != unix.IPPROTO_UDP && cmp.Data[0] != unix.IPPROTO_TCP {
-				return false // ip protocol
-			}
-		}
-	}
-	return ports == 0 || ours
 }
 
 // LegacyTables lists the iptables-legacy tables that exist in this network namespace, as "ip filter" or

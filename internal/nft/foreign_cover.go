@@ -58,7 +58,7 @@ func coversFamily(fam nftables.TableFamily, ip netip.Addr) bool {
 // drops walks ch for p and says whether it certainly drops it, and by what.
 func (ch ForeignChain) drops(p probe) (string, bool) {
 	for _, r := range ch.Rules {
-		m, v := p.match(r.Exprs)
+		m, v, _ := p.match(r.Exprs)
 		if m == no || v == verdictNone {
 			continue
 		}
@@ -136,8 +136,8 @@ func ForeignNotracks(chains []ForeignChain, ips []netip.Addr, port uint16) []For
 				if !coversFamily(ch.Family, ip) {
 					continue
 				}
-				udp, _ := probe{addr: ip, proto: unix.IPPROTO_UDP, port: port}.match(r.Exprs)
-				tcp, _ := probe{addr: ip, proto: unix.IPPROTO_TCP, port: port}.match(r.Exprs)
+				udp, _, _ := probe{addr: ip, proto: unix.IPPROTO_UDP, port: port}.match(r.Exprs)
+				tcp, _, _ := probe{addr: ip, proto: unix.IPPROTO_TCP, port: port}.match(r.Exprs)
 				if udp != no || tcp != no {
 					out = append(out, ForeignNotrack{Chain: ch.Chain, Handle: r.Handle})
 					break
