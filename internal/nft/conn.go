@@ -36,7 +36,7 @@ type nftOps interface {
 	// CreateOwnedTable creates table inet name with NFT_TABLE_F_OWNER, failing with EEXIST when the name is
 	// taken, on the socket every other call uses: the table lives exactly as long as that socket.
 	CreateOwnedTable(name string) error
-	// SetDeadline bounds the next requests (see requestTimeout).
+	// SetDeadline bounds the next requests (see RequestTimeout).
 	SetDeadline(time.Time) error
 	// Discard drops whatever the socket still holds after a failed batch (acknowledgements the library
 	// stopped reading), so the next request reads its own answer.

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Every request on our socket runs under a deadline no further than requestTimeout away, so a wedged
+// Every request on our socket runs under a deadline no further than RequestTimeout away, so a wedged
 // netlink socket fails a call instead of hanging the reconcile loop, a scrape or shutdown.
 func TestEveryCallSetsADeadline(t *testing.T) {
 	c, k := fakeConn(t)
@@ -31,8 +31,8 @@ func TestEveryCallSetsADeadline(t *testing.T) {
 			continue
 		}
 		d := k.deadlines[len(k.deadlines)-1]
-		if d.Before(start) || d.After(time.Now().Add(requestTimeout)) {
-			t.Errorf("%s: deadline %v is not within (now, now+%v]", call.name, d.Sub(start), requestTimeout)
+		if d.Before(start) || d.After(time.Now().Add(RequestTimeout)) {
+			t.Errorf("%s: deadline %v is not within (now, now+%v]", call.name, d.Sub(start), RequestTimeout)
 		}
 	}
 }

@@ -76,7 +76,7 @@ func (c *Conn) ForeignScan(ours ...string) ([]ForeignChain, error) {
 		if (fam != nftables.TableFamilyIPv4 && fam != nftables.TableFamilyIPv6 && fam != nftables.TableFamilyINet) || !onPath {
 			continue // arp, bridge, netdev, forward, postrouting: not the path of DNS traffic to us
 		}
-		fc := ForeignChain{Chain: fmt.Sprintf("%s %s/%s", familyName(uint8(fam)), ch.Table.Name, ch.Name), Table: ch.Table.Name, Family: ch.Table.Family,
+		fc := ForeignChain{Chain: fmt.Sprintf("%s %s/%s", FamilyName(uint8(fam)), ch.Table.Name, ch.Name), Table: ch.Table.Name, Family: ch.Table.Family,
 			Type: ch.Type, Hook: hook, PolicyDrop: ch.Policy != nil && *ch.Policy == nftables.ChainPolicyDrop}
 		if ch.Priority != nil {
 			fc.Priority = int32(*ch.Priority)

@@ -126,8 +126,8 @@ func isInstanceTableName(name string) bool {
 	return true
 }
 
-// familyName is nft's keyword for a table family (NFPROTO_*, [nftables.TableFamily]), as nft prints it.
-func familyName(f uint8) string {
+// FamilyName is nft's keyword for a table family (NFPROTO_*, [nftables.TableFamily]), as nft prints it.
+func FamilyName(f uint8) string {
 	switch f {
 	case unix.NFPROTO_INET:
 		return "inet"

@@ -178,7 +178,7 @@ func (c *Conn) RemoveNodeCacheRules(s Spec) ([]string, error) {
 				continue
 			}
 			if err != nil {
-				return nil, fmt.Errorf("list rules of %s %s/%s: %w", familyName(uint8(fam)), tc.table, tc.chain, err)
+				return nil, fmt.Errorf("list rules of %s %s/%s: %w", FamilyName(uint8(fam)), tc.table, tc.chain, err)
 			}
 			for _, r := range rules {
 				got, ok := decodeStaleRule(tc.table, tc.chain, v6, r)

@@ -15,6 +15,7 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/link"
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
+	"github.com/nodelocaldns/nodelocaldns/internal/nft/nftwatch"
 )
 
 // Pass results, as counted in nodelocaldns_reconcile_passes_total.
@@ -132,8 +133,8 @@ func (r *reconciler) startWatchers(ctx context.Context, wg *sync.WaitGroup, k *k
 	// instances registering or leaving, foreign drop policies) and of any change to the fallback table.
 	if k.conn != nil {
 		wg.Go(func() {
-			err := nft.Watch(ctx, r.log, func(reason string) { r.runner.trigger("nft:" + reason) },
-				nft.IgnoreConn(k.conn), nft.WatchTables(k.conn.Table(), nft.FallbackTableName))
+			err := nftwatch.Watch(ctx, r.log, func(reason string) { r.runner.trigger("nft:" + reason) },
+				nftwatch.IgnoreConn(k.conn), nftwatch.Tables(k.conn.Table(), nft.FallbackTableName))
 			if err != nil && ctx.Err() == nil {
 				r.log.Error("nftables watch stopped; relying on the periodic pass", zap.Error(err))
 			}
@@ -141,7 +142,7 @@ func (r *reconciler) startWatchers(ctx context.Context, wg *sync.WaitGroup, k *k
 	}
 	if k.conn != nil {
 		// A drop rule added to an existing foreign base chain is filtered out with every other foreign rule
-		// event (nft/watchbpf.go), so the foreign report is also refreshed on this slow tick.
+		// event (nft/nftwatch/watchbpf.go), so the foreign report is also refreshed on this slow tick.
 		wg.Go(func() {
 			t := time.NewTicker(foreignRecheck)
 			defer t.Stop()
