@@ -7,8 +7,9 @@ import (
 	"time"
 
 	"github.com/google/nftables"
-	"github.com/mdlayher/netlink"
 	"go.uber.org/zap"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/nft/nlsock"
 )
 
 // nftOps is the part of *nftables.Conn we use (queue messages, send them as one batch, dump objects), plus
@@ -30,7 +31,7 @@ type nftOps interface {
 	ListChain(*nftables.Table, string) (*nftables.Chain, error)
 	GetSets(*nftables.Table) ([]*nftables.Set, error)
 	GetSetElements(*nftables.Set) ([]nftables.SetElement, error)
-	// GetRules is the library's, but for `ct original ...`, which the library cannot decode (rulesdump.go).
+	// GetRules is the library's, but for `ct original ...`, which the library cannot decode (nlsock/getrules.go).
 	GetRules(*nftables.Table, *nftables.Chain) ([]*nftables.Rule, error)
 	CloseLasting() error
 	// CreateOwnedTable creates table inet name with NFT_TABLE_F_OWNER, failing with EEXIST when the name is
@@ -78,22 +79,12 @@ func Open(opts ...Option) (*Conn, error) {
 	}
 	c := &Conn{log: o.log.Named("nft"), ops: o.ops}
 	if c.ops == nil {
-		k := &kernelOps{}
-		nopts := []nftables.ConnOption{nftables.AsLasting(), nftables.WithSockOptions(func(nc *netlink.Conn) error {
-			// Called for every socket the library dials; ours is the lasting one, dialled first. Later ones
-			// (transient, after CloseLasting) must not replace it.
-			if k.nl == nil {
-				k.nl = nc
-				c.portID.Store(nc.PID())
-			}
-			return nil
-		})}
-		nc, err := nftables.New(nopts...)
+		sock, err := nlsock.Open()
 		if err != nil {
-			return nil, fmt.Errorf("open nftables netlink socket: %w", err)
+			return nil, err
 		}
-		k.Conn = nc
-		c.ops = k
+		c.portID.Store(sock.PortID())
+		c.ops = &kernelOps{sock}
 	}
 	return c, nil
 }

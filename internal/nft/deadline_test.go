@@ -17,7 +17,6 @@ func TestEveryCallSetsADeadline(t *testing.T) {
 		{"Apply", func() error { return c.Apply(rs) }},
 		{"Instances", func() error { _, err := c.Instances(); return err }},
 		{"TableCounters", func() error { _, err := c.TableCounters(c.Table(), OurChains()...); return err }},
-		{"ForeignDrops", func() error { _, err := c.ForeignDrops(53, c.Table()); return err }},
 		{"Teardown", func() error { return c.Teardown() }},
 	}
 	for _, call := range calls {

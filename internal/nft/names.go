@@ -114,6 +114,12 @@ func isDrainTableName(name string) bool {
 	return ok && isInstanceTableName(n)
 }
 
+// IsOurTableName reports whether inet table name is one of ours by its name: an instance's, a leaving
+// instance's drain table, or the fallback's.
+func IsOurTableName(name string) bool {
+	return isInstanceTableName(name) || isDrainTableName(name) || name == FallbackTableName
+}
+
 // isInstanceTableName reports whether name is one an instance may own.
 func isInstanceTableName(name string) bool {
 	if name == TableName {

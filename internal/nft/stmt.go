@@ -37,7 +37,7 @@ func stmtsExprs(ss []stmt) []expr.Any {
 }
 
 // Header offsets of the fields our rules match: every statement and every reader of rule bytecode takes them
-// from addrOffset and portOffset.
+// from AddrOffset and PortOffset (nft/foreign's readers too).
 const (
 	ip4SaddrOffset = 12
 	ip4DaddrOffset = 16
@@ -74,8 +74,8 @@ func l3Of(v6 bool) (name string, nfproto byte) {
 	return "ip", unix.NFPROTO_IPV4
 }
 
-// addrOffset is where the destination (DirTo) or source address sits in the IPv4 or IPv6 header, and its length.
-func addrOffset(dir Dir, v6 bool) (offset, length uint32) {
+// AddrOffset is where the destination (DirTo) or source address sits in the IPv4 or IPv6 header, and its length.
+func AddrOffset(dir Dir, v6 bool) (offset, length uint32) {
 	switch {
 	case !v6 && dir == DirTo:
 		return ip4DaddrOffset, 4
@@ -87,8 +87,8 @@ func addrOffset(dir Dir, v6 bool) (offset, length uint32) {
 	return ip6SaddrOffset, 16
 }
 
-// portOffset is where the destination (DirTo) or source port sits in a TCP or UDP header (2 bytes).
-func portOffset(dir Dir) uint32 {
+// PortOffset is where the destination (DirTo) or source port sits in a TCP or UDP header (2 bytes).
+func PortOffset(dir Dir) uint32 {
 	if dir == DirTo {
 		return dportOffset
 	}
@@ -104,9 +104,9 @@ func dirWord(dir Dir) string {
 
 func portWord(dir Dir) (string, uint32) {
 	if dir == DirTo {
-		return "dport", portOffset(dir)
+		return "dport", PortOffset(dir)
 	}
-	return "sport", portOffset(dir)
+	return "sport", PortOffset(dir)
 }
 
 func l4(p Proto) byte {
@@ -133,7 +133,7 @@ func inSet(dir Dir, v6 bool, set string) stmt {
 // loadAddr loads the address on side dir into reg, after checking the family.
 func loadAddr(dir Dir, v6 bool) []expr.Any {
 	_, nfproto := l3Of(v6)
-	off, n := addrOffset(dir, v6)
+	off, n := AddrOffset(dir, v6)
 	return []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: reg},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: []byte{nfproto}},
@@ -179,7 +179,7 @@ func matchPort(p Proto, dir Dir, port uint16) stmt {
 func inPairs(family netip.Addr, addr, port Dir, p Proto, set string) stmt {
 	name, nfproto := l3(family)
 	pw, off := portWord(port)
-	addrOff, addrLen := addrOffset(addr, family.Is6())
+	addrOff, addrLen := AddrOffset(addr, family.Is6())
 	regPort := uint32(regPort4)
 	if family.Is6() {
 		regPort = regPort6
@@ -235,7 +235,7 @@ func setAddrToOriginal(family netip.Addr) stmt {
 // TestIPv6RewriteEncoding reads the kernel's copy back and TestFallbackTrafficIPv6 checks real packets'
 // checksums, with transmit checksum offload on and off.
 func writeAddr(dir Dir, family netip.Addr) *expr.Payload {
-	off, n := addrOffset(dir, family.Is6())
+	off, n := AddrOffset(dir, family.Is6())
 	p := &expr.Payload{OperationType: expr.PayloadWrite, SourceRegister: reg, Base: expr.PayloadBaseNetworkHeader,
 		Offset: off, Len: n, CsumType: expr.CsumTypeInet, CsumOffset: ip4CsumOffset,
 		CsumFlags: unix.NFT_PAYLOAD_L4CSUM_PSEUDOHDR}

@@ -1,4 +1,4 @@
-package nft
+package foreign
 
 import (
 	"bytes"
@@ -8,6 +8,8 @@ import (
 	"github.com/google/nftables/expr"
 	"github.com/google/nftables/xt"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 )
 
 // A probe is one packet of ours, as a foreign base chain sees it, and match says what one rule does with it.
@@ -21,7 +23,7 @@ import (
 // notrack), and they come from or go to a pod's interface, never loopback.
 //
 // With anyAddr, it is any DNS packet of addr's family to or from port: the address and the interface are not
-// known (the foreign-drop report, [ForeignChain.Drop], which is about every client, host-network ones on
+// known (the foreign-drop report, [Chain.Drop], which is about every client, host-network ones on
 // loopback included).
 type probe struct {
 	addr    netip.Addr
@@ -136,11 +138,11 @@ func (p probe) match(exprs []expr.Any) (m tri, v verdictKind, word string) {
 // ctStateUntracked is NF_CT_STATE_UNTRACKED_BIT, what `ct state` loads for an untracked packet.
 const ctStateUntracked = 1 << 6
 
-func otherDir(d Dir) Dir {
-	if d == DirTo {
-		return DirFrom
+func otherDir(d nft.Dir) nft.Dir {
+	if d == nft.DirTo {
+		return nft.DirFrom
 	}
-	return DirTo
+	return nft.DirTo
 }
 
 func verdictOf(k expr.VerdictKind) verdictKind {
@@ -177,12 +179,12 @@ func (p probe) meta(key expr.MetaKey) value {
 }
 
 func (p probe) payload(base expr.PayloadBase, off, n uint32) value {
-	dir, v4 := DirTo, p.addr.Is4()
+	dir, v4 := nft.DirTo, p.addr.Is4()
 	if p.reply {
-		dir = DirFrom
+		dir = nft.DirFrom
 	}
-	addrOff, addrLen := addrOffset(dir, !v4)
-	portOff := portOffset(dir)
+	addrOff, addrLen := nft.AddrOffset(dir, !v4)
+	portOff := nft.PortOffset(dir)
 	switch {
 	case base == expr.PayloadBaseNetworkHeader && p.anyAddr && off < addrOff+addrLen && addrOff < off+n:
 		return value{}
@@ -193,7 +195,7 @@ func (p probe) payload(base expr.PayloadBase, off, n uint32) value {
 		return value{known: true, data: []byte{p.proto}} // ip protocol, ip6 nexthdr
 	case base == expr.PayloadBaseTransportHeader && off == portOff && n == 2:
 		return value{known: true, data: binary.BigEndian.AppendUint16(nil, p.port)}
-	case base == expr.PayloadBaseTransportHeader && p.anyAddr && off == portOffset(otherDir(dir)) && n == 2:
+	case base == expr.PayloadBaseTransportHeader && p.anyAddr && off == nft.PortOffset(otherDir(dir)) && n == 2:
 		return value{peer: true, data: binary.BigEndian.AppendUint16(nil, p.port)}
 	}
 	return value{}

@@ -1,4 +1,4 @@
-package nft
+package foreign
 
 import (
 	"fmt"
@@ -10,14 +10,16 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 )
 
 // Foreign drops: what, outside our tables, may drop the DNS traffic our rules accept. An nftables accept ends
 // only its own base chain; every other base chain on the same hook still sees the packet, so a drop there
 // wins whatever we do. We never write into those tables; we find them and say so.
 
-// ForeignDrop is one base chain of another table that may drop DNS traffic.
-type ForeignDrop struct {
+// Drop is one base chain of another table that may drop DNS traffic.
+type Drop struct {
 	// Chain is "family table/chain", e.g. "ip filter/INPUT".
 	Chain string
 	// Hook is prerouting, input or output.
@@ -30,40 +32,50 @@ type ForeignDrop struct {
 
 // dnsPathHooks are the hooks a DNS query to us or its reply crosses: prerouting and input for a pod's query,
 // output for our reply and for a host-network client's query.
-var dnsPathHooks = map[nftables.ChainHook]Hook{
-	*nftables.ChainHookPrerouting: HookPrerouting,
-	*nftables.ChainHookInput:      HookInput,
-	*nftables.ChainHookOutput:     HookOutput,
+var dnsPathHooks = map[nftables.ChainHook]nft.Hook{
+	*nftables.ChainHookPrerouting: nft.HookPrerouting,
+	*nftables.ChainHookInput:      nft.HookInput,
+	*nftables.ChainHookOutput:     nft.HookOutput,
 }
 
-// ForeignChain is one base chain of another table on the DNS path, as read from the kernel: what the
-// foreign-drop report ([ForeignChain.Drop]), the notrack report ([ForeignNotracks]) and the step-aside
+// Chain is one base chain of another table on the DNS path, as read from the kernel: what the
+// foreign-drop report ([Chain.Drop]), the notrack report ([Notracks]) and the step-aside
 // decision ([Covering]) look at.
-type ForeignChain struct {
+type Chain struct {
 	// Chain is "family table/chain", e.g. "ip filter/INPUT".
 	Chain    string
 	Table    string
 	Family   nftables.TableFamily
 	Type     nftables.ChainType
-	Hook     Hook
+	Hook     nft.Hook
 	Priority int32
 	// PolicyDrop is true when the chain's policy is drop.
 	PolicyDrop bool
 	Rules      []*nftables.Rule
 }
 
-// ForeignScan reads the base chains of tables other than ours on the DNS path (ip, ip6 and inet families;
-// prerouting, input and output hooks) with their own rules; ours are the inet tables named in ours. It dumps the chains once (no rules) and then reads only
-// those base chains' rules: a bounded read, whatever the size of kube-proxy's or anyone's regular chains. Rules
-// reached through a jump are not read. Sorted by chain.
-func (c *Conn) ForeignScan(ours ...string) ([]ForeignChain, error) {
-	c.lock()
-	defer c.mu.Unlock()
-	chains, err := c.ops.ListChains()
+// Scan reads the base chains of tables other than ours on the DNS path (ip, ip6 and inet families;
+// prerouting, input and output hooks) with their own rules; ours are the inet tables named in ours. It dumps
+// the chains once (no rules) and then reads only those base chains' rules: a bounded read, whatever the size
+// of kube-proxy's or anyone's regular chains. Rules reached through a jump are not read. Sorted by chain.
+//
+// It runs on a short-lived socket of its own, never under our owning socket's lock: the dump of a node's
+// every chain (25k on a big kube-proxy node, about 100 ms) delays no Apply, scrape or /ready.
+func Scan(ours ...string) ([]Chain, error) {
+	var out []Chain
+	err := withSocket(func(s socket) (err error) {
+		out, err = scan(s, ours)
+		return err
+	})
+	return out, err
+}
+
+func scan(s socket, ours []string) ([]Chain, error) {
+	chains, err := s.ListChains()
 	if err != nil {
 		return nil, fmt.Errorf("list chains: %w", err)
 	}
-	var out []ForeignChain
+	var out []Chain
 	for _, ch := range chains {
 		if ch.Table == nil || ch.Hooknum == nil {
 			continue
@@ -76,27 +88,27 @@ func (c *Conn) ForeignScan(ours ...string) ([]ForeignChain, error) {
 		if (fam != nftables.TableFamilyIPv4 && fam != nftables.TableFamilyIPv6 && fam != nftables.TableFamilyINet) || !onPath {
 			continue // arp, bridge, netdev, forward, postrouting: not the path of DNS traffic to us
 		}
-		fc := ForeignChain{Chain: fmt.Sprintf("%s %s/%s", FamilyName(uint8(fam)), ch.Table.Name, ch.Name), Table: ch.Table.Name, Family: ch.Table.Family,
+		fc := Chain{Chain: fmt.Sprintf("%s %s/%s", nft.FamilyName(uint8(fam)), ch.Table.Name, ch.Name), Table: ch.Table.Name, Family: ch.Table.Family,
 			Type: ch.Type, Hook: hook, PolicyDrop: ch.Policy != nil && *ch.Policy == nftables.ChainPolicyDrop}
 		if ch.Priority != nil {
 			fc.Priority = int32(*ch.Priority)
 		}
-		if fc.Rules, err = c.ops.GetRules(ch.Table, ch); err != nil {
-			if IsNotExist(err) {
+		if fc.Rules, err = s.GetRules(ch.Table, ch); err != nil {
+			if nft.IsNotExist(err) {
 				continue // gone while we looked
 			}
 			return nil, fmt.Errorf("list rules of base chain %s: %w", fc.Chain, err)
 		}
 		out = append(out, fc)
 	}
-	slices.SortFunc(out, func(a, b ForeignChain) int { return strings.Compare(a.Chain, b.Chain) })
+	slices.SortFunc(out, func(a, b Chain) int { return strings.Compare(a.Chain, b.Chain) })
 	return out, nil
 }
 
-// ForeignDrops finds, among the base chains [Conn.ForeignScan] reads, those that drop by policy or hold drop
-// or reject rules that may match DNS on port (`-dns.port`). Sorted by chain.
-func (c *Conn) ForeignDrops(port uint16, ours ...string) ([]ForeignDrop, error) {
-	chains, err := c.ForeignScan(ours...)
+// ScanDrops finds, among the base chains [Scan] reads, those that drop by policy or hold drop or reject rules
+// that may match DNS on port (`-dns.port`). Sorted by chain.
+func ScanDrops(port uint16, ours ...string) ([]Drop, error) {
+	chains, err := Scan(ours...)
 	if err != nil {
 		return nil, err
 	}
@@ -104,8 +116,8 @@ func (c *Conn) ForeignDrops(port uint16, ours ...string) ([]ForeignDrop, error) 
 }
 
 // Drops is the foreign-drop report of chains for DNS on port.
-func Drops(chains []ForeignChain, port uint16) []ForeignDrop {
-	var out []ForeignDrop
+func Drops(chains []Chain, port uint16) []Drop {
+	var out []Drop
 	for _, ch := range chains {
 		if d, ok := ch.Drop(port); ok {
 			out = append(out, d)
@@ -118,8 +130,8 @@ func Drops(chains []ForeignChain, port uint16) []ForeignDrop {
 // to port or a reply from it, in either family, over either transport, whatever the address and interface:
 // the rule read by the probe (foreign_probe.go) with the address left unknown. What it rules out: another
 // protocol, other ports, a conntrack match our untracked packets fail (`ct state invalid drop`).
-func (ch ForeignChain) Drop(port uint16) (ForeignDrop, bool) {
-	d := ForeignDrop{Chain: ch.Chain, Hook: string(ch.Hook), Policy: ch.PolicyDrop}
+func (ch Chain) Drop(port uint16) (Drop, bool) {
+	d := Drop{Chain: ch.Chain, Hook: string(ch.Hook), Policy: ch.PolicyDrop}
 	for _, r := range ch.Rules {
 		if word, ok := mayDropDNS(r.Exprs, port); ok {
 			d.Rules = append(d.Rules, fmt.Sprintf("handle %d: %s", r.Handle, word))
