@@ -12,7 +12,7 @@
 // a gap. [Registration] is the first step of an instance: the sets only; [Listening] adds the raw-output chain once
 // its listeners are bound. Nothing reads
 // the table back to compare: it is owned, so nobody else can change it. The fallback table is not owned, so
-// [Conn.FallbackInSync] reads it back. [Conn.Teardown] deletes it in one call over the
+// [FallbackTable.InSync] reads it back. [Conn.Teardown] deletes it in one call over the
 // owning socket.
 //
 // Hooks and priorities, and why they coexist with kube-proxy and iptables-nft:
@@ -28,7 +28,7 @@
 //	output         0 filter-output    accept   replies from the local IPs, DNS port
 //
 // The link-local fallback is a second, unowned table, `inet nodelocaldns-fallback` ([BuildFallback],
-// [Conn.ApplyFallback]); it sits at -150 in prerouting and output, after conntrack and before kube-proxy's DNAT,
+// [FallbackTable.Apply]); it sits at -150 in prerouting and output, after conntrack and before kube-proxy's DNAT,
 // and sends every query to a covered address that nothing took (still tracked: no notrack of ours or
 // node-cache's) to the kube-dns ClusterIP. No chain of ours reads or writes a mark. fallback.go draws its chains
 // and says why. google/nftables cannot decode the reply rules' `ct original`: nft/nlsock reads rules itself.

@@ -57,7 +57,7 @@ type FallbackSpec struct {
 }
 
 // Fallback is the desired content of table inet [FallbackTableName]: a plain value, built by [BuildFallback],
-// printed by [Fallback.String], programmed by [Conn.ApplyFallback].
+// printed by [Fallback.String], programmed by [FallbackTable.Apply].
 type Fallback struct {
 	// Sets are covered4 and covered6, each there when its family has a target: the covered pairs, each
 	// with the lease as its timeout.
@@ -83,7 +83,7 @@ type FallbackChain struct {
 	Hook     Hook
 	Priority int32
 	Rules    []FallbackRule
-	// Takes says the chain's rules send new queries to kube-dns: [Conn.StopFallback] empties these first,
+	// Takes says the chain's rules send new queries to kube-dns: [FallbackTable.Stop] empties these first,
 	// while the others still give the replies of queries already sent their address back.
 	Takes bool
 }

@@ -78,12 +78,12 @@ func (k *kernel) foreignTables() (foreignTables, func() string) {
 	return foreign.Tables{}, k.conn.Table
 }
 
-// fallbackTable is the nftables socket as the fallback keeper sees it: nil when there is none.
+// fallbackTable is the fallback table's writer, on our owning socket: nil when there is none.
 func (k *kernel) fallbackTable() fallbackTable {
 	if k.conn == nil {
 		return nil
 	}
-	return k.conn
+	return k.conn.Fallback()
 }
 
 // ruleCounters reads our table's rule counters for a scrape.

@@ -25,7 +25,7 @@ func Teardown(o *options.Options, log *zap.Logger) error {
 		return fmt.Errorf("open link manager: %w", err)
 	}
 	defer lm.Close()
-	return teardown(&node{log: log, reg: c, links: lm, ifname: o.InterfaceName, spec: nft.Spec{LocalIPs: o.LocalIPs}}, c)
+	return teardown(&node{log: log, reg: c, links: lm, ifname: o.InterfaceName, spec: nft.Spec{LocalIPs: o.LocalIPs}}, c.Fallback())
 }
 
 // teardown leaves the node for a process that never joined it, then deletes the fallback table if nobody is
