@@ -40,7 +40,7 @@ func instanceChains() []string {
 	return appendNew(servingChains(), chainNames(Listening(intercepting))...)
 }
 
-// takingChains are the fallback's chains that take new queries ([FallbackChain.Takes]), for [FallbackTable.Stop].
+// takingChains are the fallback's chains that take new queries ([Chain.Takes]), for [FallbackTable.Stop].
 func takingChains() []string {
 	var out []string
 	for _, c := range BuildFallback(FallbackSpec{}).Chains {

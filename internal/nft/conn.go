@@ -158,11 +158,7 @@ func (c *Conn) queueRuleset(t *nftables.Table, r *Ruleset) (elements, rules int,
 		elements += len(elems)
 	}
 	for _, ch := range r.Chains {
-		chain := c.ops.AddChain(nftChain(t, ch))
-		for _, rule := range ch.Rules {
-			c.ops.AddRule(&nftables.Rule{Table: t, Chain: chain, Exprs: rule.exprs(), UserData: rule.userData()})
-			rules++
-		}
+		rules += addChain(c.ops, t, ch)
 	}
 	return elements, rules, nil
 }

@@ -24,6 +24,15 @@ func (r Rule) exprs() []expr.Any { return stmtsExprs(r.stmts()) }
 // userData is the rule's comment in the TLV format nft reads.
 func (r Rule) userData() []byte { return userdata.AppendString(nil, userdata.TypeComment, r.Comment) }
 
+// addChain queues c and its rules into table t, and says how many rules.
+func addChain[R tableRule](ops nftOps, t *nftables.Table, c Chain[R]) int {
+	chain := ops.AddChain(nftChain(t, c))
+	for _, r := range c.Rules {
+		ops.AddRule(&nftables.Rule{Table: t, Chain: chain, Exprs: r.exprs(), UserData: r.userData()})
+	}
+	return len(c.Rules)
+}
+
 // tableNamed, nftSet and nftChain are the google/nftables objects for an instance's table and our names.
 func tableNamed(name string) *nftables.Table {
 	return &nftables.Table{Name: name, Family: nftables.TableFamilyINet}
@@ -66,7 +75,7 @@ func pairOf(key []byte) (netip.AddrPort, bool) {
 	return netip.AddrPortFrom(ip, uint16(key[n])<<8|uint16(key[n+1])), true
 }
 
-func nftChain(t *nftables.Table, c Chain) *nftables.Chain {
+func nftChain[R tableRule](t *nftables.Table, c Chain[R]) *nftables.Chain {
 	if c.Hook == "" {
 		return &nftables.Chain{Name: c.Name, Table: t}
 	}
@@ -80,7 +89,7 @@ func nftChain(t *nftables.Table, c Chain) *nftables.Chain {
 	return &nftables.Chain{
 		Name:     c.Name,
 		Table:    t,
-		Type:     nftables.ChainTypeFilter,
+		Type:     nftables.ChainType(c.chainType()),
 		Hooknum:  hook,
 		Priority: nftables.ChainPriorityRef(nftables.ChainPriority(c.Priority)),
 		Policy:   &accept,

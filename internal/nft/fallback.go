@@ -62,7 +62,7 @@ type Fallback struct {
 	// Sets are covered4 and covered6, each there when its family has a target: the covered pairs, each
 	// with the lease as its timeout.
 	Sets   []Set
-	Chains []FallbackChain
+	Chains []Chain[FallbackRule]
 	// Skipped are the pairs the table cannot cover (a family no target has).
 	Skipped []netip.AddrPort
 }
@@ -76,32 +76,13 @@ func (f *Fallback) Covered() []netip.AddrPort {
 	return sortedPairs(out)
 }
 
-// FallbackChain is a base chain of the fallback table.
-type FallbackChain struct {
-	Name     string
-	Type     ChainType
-	Hook     Hook
-	Priority int32
-	Rules    []FallbackRule
-	// Takes says the chain's rules send new queries to kube-dns: [FallbackTable.Stop] empties these first,
-	// while the others still give the replies of queries already sent their address back.
-	Takes bool
-}
-
-// ChainType is a base chain's type (nft keyword).
-type ChainType string
-
-// Chain types.
-const (
-	ChainTypeFilter ChainType = "filter"
-	ChainTypeRoute  ChainType = "route"
-	ChainTypeNAT    ChainType = "nat"
-)
-
 // FallbackRule is a sequence of statements; its text and its bytecode come from the same statements.
 type FallbackRule []stmt
 
 func (r FallbackRule) String() string { return stmtsText(r) }
+
+// userData is none: the fallback's rules carry no comment.
+func (r FallbackRule) userData() []byte { return nil }
 
 // Validate reports the first reason the spec cannot be programmed.
 func (s FallbackSpec) Validate() error {
@@ -184,7 +165,7 @@ func BuildFallback(s FallbackSpec) *Fallback {
 			f.Skipped = append(f.Skipped, p)
 		}
 	}
-	f.Chains = []FallbackChain{
+	f.Chains = []Chain[FallbackRule]{
 		{Name: ChainPodPrerouting, Type: ChainTypeFilter, Hook: HookPrerouting, Priority: priorityMangle, Rules: pods, Takes: true},
 		{Name: ChainPodReply, Type: ChainTypeFilter, Hook: HookPostrouting, Priority: prioritySrcNAT + 1, Rules: replies},
 		{Name: ChainHostOutput, Type: ChainTypeRoute, Hook: HookOutput, Priority: priorityMangle, Rules: hosts, Takes: true},
@@ -208,11 +189,7 @@ func (f *Fallback) String() string {
 	}
 	for _, c := range f.Chains {
 		b.WriteString("\n")
-		fmt.Fprintf(&b, "\tchain %s {\n\t\ttype %s hook %s priority %s; policy accept;\n", c.Name, c.Type, c.Hook, priorityName(c.Hook, c.Priority))
-		for _, r := range c.Rules {
-			fmt.Fprintf(&b, "\t\t%s\n", r)
-		}
-		b.WriteString("\t}\n")
+		writeChain(&b, c)
 	}
 	b.WriteString("}\n")
 	return b.String()

@@ -45,11 +45,7 @@ func (ft FallbackTable) Apply(f *Fallback) error {
 	}
 	rules := 0
 	for _, fc := range f.Chains {
-		ch := c.ops.AddChain(fallbackChain(t, fc))
-		for _, r := range fc.Rules {
-			c.ops.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: r.exprs()})
-			rules++
-		}
+		rules += addChain(c.ops, t, fc)
 	}
 	if err := c.ops.Flush(); err != nil {
 		c.ops.Discard()
@@ -87,7 +83,7 @@ func (ft FallbackTable) InSync(f *Fallback) (bool, error) {
 		if err != nil {
 			return false, fmt.Errorf("get chain %s %s: %w", FallbackTableName, fc.Name, err)
 		}
-		if !sameBaseChain(have, fallbackChain(t, fc)) {
+		if !sameBaseChain(have, nftChain(t, fc)) {
 			return false, nil
 		}
 		rules, err := c.ops.GetRules(t, have)
@@ -204,12 +200,6 @@ func (ft FallbackTable) Delete() (bool, error) {
 	}
 	c.log.Info("deleted nftables fallback table", zap.String("table", "inet "+FallbackTableName))
 	return true, nil
-}
-
-func fallbackChain(t *nftables.Table, fc FallbackChain) *nftables.Chain {
-	ch := nftChain(t, Chain{Name: fc.Name, Hook: fc.Hook, Priority: fc.Priority})
-	ch.Type = nftables.ChainType(fc.Type)
-	return ch
 }
 
 func sameBaseChain(a, b *nftables.Chain) bool {

@@ -128,7 +128,7 @@ func TestInstancesSayTheirWord(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := legacy.Apply(&Ruleset{Sets: setPair(SetLocal4, SetLocal6, spec.LocalIPs),
-		Chains: []Chain{{Name: legacyChainMarkOutput, Hook: HookOutput, Priority: priorityRaw}}}); err != nil {
+		Chains: []Chain[Rule]{{Name: legacyChainMarkOutput, Hook: HookOutput, Priority: priorityRaw}}}); err != nil {
 		t.Fatal(err)
 	}
 	ins, err := c.Instances()

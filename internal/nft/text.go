@@ -26,17 +26,22 @@ func (r *Ruleset) Text(table string) string {
 	for _, c := range r.Chains {
 		b.WriteString(sep)
 		sep = "\n"
-		fmt.Fprintf(&b, "\tchain %s {\n", c.Name)
-		if c.Hook != "" {
-			fmt.Fprintf(&b, "\t\ttype filter hook %s priority %s; policy accept;\n", c.Hook, priorityName(c.Hook, c.Priority))
-		}
-		for _, rule := range c.Rules {
-			fmt.Fprintf(&b, "\t\t%s\n", rule)
-		}
-		b.WriteString("\t}\n")
+		writeChain(&b, c)
 	}
 	b.WriteString("}\n")
 	return b.String()
+}
+
+// writeChain prints a chain of either table as nft lists it.
+func writeChain[R tableRule](b *strings.Builder, c Chain[R]) {
+	fmt.Fprintf(b, "\tchain %s {\n", c.Name)
+	if c.Hook != "" {
+		fmt.Fprintf(b, "\t\ttype %s hook %s priority %s; policy accept;\n", c.chainType(), c.Hook, priorityName(c.Hook, c.Priority))
+	}
+	for _, r := range c.Rules {
+		fmt.Fprintf(b, "\t\t%s\n", r)
+	}
+	b.WriteString("\t}\n")
 }
 
 func writeSet(b *strings.Builder, s Set) {
