@@ -55,11 +55,11 @@ const (
 )
 
 const (
-	reg = 1 // NFT_REG_1, the register every statement uses in turn
-	// regPort4 is where a concatenation's second field goes after an IPv4 address in reg: the next 32-bit
+	stmtReg = 1 // NFT_REG_1, the register every statement uses in turn
+	// regPort4 is where a concatenation's second field goes after an IPv4 address in stmtReg: the next 32-bit
 	// register (NFT_REG32_01), as nft lays out `ip daddr . udp dport`.
 	regPort4 = 9
-	// regPort6 is the same after an IPv6 address, which fills reg: NFT_REG_2, as nft lays out
+	// regPort6 is the same after an IPv6 address, which fills stmtReg: NFT_REG_2, as nft lays out
 	// `ip6 daddr . udp dport`.
 	regPort6 = 2
 )
@@ -120,14 +120,14 @@ func l4(p Proto) byte {
 func matchAddr(dir Dir, ip netip.Addr) stmt {
 	name, _ := l3(ip)
 	return stmt{fmt.Sprintf("%s %s %s", name, dirWord(dir), ip), append(loadAddr(dir, ip.Is6()),
-		&expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: ip.AsSlice()})}
+		&expr.Cmp{Op: expr.CmpOpEq, Register: stmtReg, Data: ip.AsSlice()})}
 }
 
 // inSet is `ip daddr @local4` (DirTo) or `ip6 saddr @local6` (DirFrom, IPv6): the address looked up in set.
 func inSet(dir Dir, v6 bool, set string) stmt {
 	name, _ := l3Of(v6)
 	return stmt{fmt.Sprintf("%s %s @%s", name, dirWord(dir), set), append(loadAddr(dir, v6),
-		&expr.Lookup{SourceRegister: reg, SetName: set})}
+		&expr.Lookup{SourceRegister: stmtReg, SetName: set})}
 }
 
 // loadAddr loads the address on side dir into reg, after checking the family.
@@ -135,9 +135,9 @@ func loadAddr(dir Dir, v6 bool) []expr.Any {
 	_, nfproto := l3Of(v6)
 	off, n := AddrOffset(dir, v6)
 	return []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: reg},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: []byte{nfproto}},
-		&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: n},
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: stmtReg},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: stmtReg, Data: []byte{nfproto}},
+		&expr.Payload{DestRegister: stmtReg, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: n},
 	}
 }
 
@@ -148,7 +148,7 @@ func socketGate(g Gate) stmt {
 	if g == GateTransparent {
 		key = expr.SocketKeyTransparent
 	}
-	return stmt{"socket " + string(g) + " 0", []expr.Any{&expr.Socket{Key: key, Register: reg}, &expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: []byte{0}}}}
+	return stmt{"socket " + string(g) + " 0", []expr.Any{&expr.Socket{Key: key, Register: stmtReg}, &expr.Cmp{Op: expr.CmpOpEq, Register: stmtReg, Data: []byte{0}}}}
 }
 
 // verdict is `notrack`, `accept` or `return`.
@@ -166,10 +166,10 @@ func verdict(v Verdict) stmt {
 func matchPort(p Proto, dir Dir, port uint16) stmt {
 	word, off := portWord(dir)
 	return stmt{fmt.Sprintf("%s %s %d", p, word, port), []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: []byte{l4(p)}},
-		&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseTransportHeader, Offset: off, Len: 2},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: binaryutil.BigEndian.PutUint16(port)},
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: stmtReg},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: stmtReg, Data: []byte{l4(p)}},
+		&expr.Payload{DestRegister: stmtReg, Base: expr.PayloadBaseTransportHeader, Offset: off, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: stmtReg, Data: binaryutil.BigEndian.PutUint16(port)},
 	}}
 }
 
@@ -185,13 +185,13 @@ func inPairs(family netip.Addr, addr, port Dir, p Proto, set string) stmt {
 		regPort = regPort6
 	}
 	return stmt{fmt.Sprintf("%s %s . %s %s @%s", name, dirWord(addr), p, pw, set), []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: reg},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: []byte{nfproto}},
-		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: []byte{l4(p)}},
-		&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: addrOff, Len: addrLen},
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: stmtReg},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: stmtReg, Data: []byte{nfproto}},
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: stmtReg},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: stmtReg, Data: []byte{l4(p)}},
+		&expr.Payload{DestRegister: stmtReg, Base: expr.PayloadBaseNetworkHeader, Offset: addrOff, Len: addrLen},
 		&expr.Payload{DestRegister: regPort, Base: expr.PayloadBaseTransportHeader, Offset: off, Len: 2},
-		&expr.Lookup{SourceRegister: reg, SetName: set},
+		&expr.Lookup{SourceRegister: stmtReg, SetName: set},
 	}}
 }
 
@@ -199,8 +199,8 @@ func inPairs(family netip.Addr, addr, port Dir, p Proto, set string) stmt {
 // claimed it (an instance's gated notrack, node-cache's NOTRACK).
 func tracked() stmt {
 	return stmt{"ct state != untracked", []expr.Any{
-		&expr.Ct{Key: expr.CtKeySTATE, Register: reg},
-		&expr.Cmp{Op: expr.CmpOpNeq, Register: reg, Data: binaryutil.NativeEndian.PutUint32(expr.CtStateBitUNTRACKED)},
+		&expr.Ct{Key: expr.CtKeySTATE, Register: stmtReg},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: stmtReg, Data: binaryutil.NativeEndian.PutUint32(expr.CtStateBitUNTRACKED)},
 	}}
 }
 
@@ -209,7 +209,7 @@ func tracked() stmt {
 func setAddr(dir Dir, ip netip.Addr) stmt {
 	name, _ := l3(ip)
 	return stmt{fmt.Sprintf("%s %s set %s", name, dirWord(dir), ip), []expr.Any{
-		&expr.Immediate{Register: reg, Data: ip.AsSlice()}, writeAddr(dir, ip),
+		&expr.Immediate{Register: stmtReg, Data: ip.AsSlice()}, writeAddr(dir, ip),
 	}}
 }
 
@@ -220,11 +220,11 @@ func setAddr(dir Dir, ip netip.Addr) stmt {
 func setAddrToOriginal(family netip.Addr) stmt {
 	name, _ := l3(family)
 	return stmt{fmt.Sprintf("%s saddr set ct original %s daddr", name, name), []expr.Any{
-		&expr.Ct{Key: expr.CtKeyDST, Direction: ctOriginal, Register: reg}, writeAddr(DirFrom, family),
+		&expr.Ct{Key: expr.CtKeyDST, Direction: ctOriginal, Register: stmtReg}, writeAddr(DirFrom, family),
 	}}
 }
 
-// writeAddr writes reg over the address on side dir of family's header, fixing the checksums it is part of.
+// writeAddr writes stmtReg over the address on side dir of family's header, fixing the checksums it is part of.
 //
 // IPv4: the header checksum is the L3 checksum (csum_type inet at offset 10), the transport checksum's
 // pseudo-header the csum_flags. IPv6 has no header checksum, only the pseudo-header to fix: nft sends
@@ -236,7 +236,7 @@ func setAddrToOriginal(family netip.Addr) stmt {
 // checksums, with transmit checksum offload on and off.
 func writeAddr(dir Dir, family netip.Addr) *expr.Payload {
 	off, n := AddrOffset(dir, family.Is6())
-	p := &expr.Payload{OperationType: expr.PayloadWrite, SourceRegister: reg, Base: expr.PayloadBaseNetworkHeader,
+	p := &expr.Payload{OperationType: expr.PayloadWrite, SourceRegister: stmtReg, Base: expr.PayloadBaseNetworkHeader,
 		Offset: off, Len: n, CsumType: expr.CsumTypeInet, CsumOffset: ip4CsumOffset,
 		CsumFlags: unix.NFT_PAYLOAD_L4CSUM_PSEUDOHDR}
 	if family.Is6() {
@@ -251,8 +251,8 @@ func counter() stmt { return stmt{"counter", []expr.Any{&expr.Counter{}}} }
 func ctDirection(d uint8) stmt {
 	word := map[uint8]string{ctOriginal: "original", ctReply: "reply"}[d]
 	return stmt{"ct direction " + word, []expr.Any{
-		&expr.Ct{Key: expr.CtKeyDIRECTION, Register: reg},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: []byte{d}},
+		&expr.Ct{Key: expr.CtKeyDIRECTION, Register: stmtReg},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: stmtReg, Data: []byte{d}},
 	}}
 }
 
