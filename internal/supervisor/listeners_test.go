@@ -83,12 +83,7 @@ func setElements(rs *nft.Ruleset, name string) []netip.Addr {
 func TestRebindWhileListening(t *testing.T) {
 	k := newFakeKernel()
 	a, reg := newInstance(t, k, "169.254.20.10", "10.96.0.10")
-	if err := a.register(); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.listen(); err != nil {
-		t.Fatal(err)
-	}
+	startListening(t, a)
 	a.setUnbound(addrs("10.96.0.10"))
 	if err := a.rebind(); err != nil {
 		t.Fatal(err)

@@ -180,6 +180,15 @@ func newInstance(t *testing.T, k *fakeKernel, ips ...string) (*node, *fakeReg) {
 // start runs an instance's start-up as the supervisor does: register, interface, (CoreDNS), listen, serve.
 func start(t *testing.T, n *node) {
 	t.Helper()
+	startListening(t, n)
+	if err := n.serve(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startListening runs start-up up to the listeners being bound: register, interface, listen.
+func startListening(t *testing.T, n *node) {
+	t.Helper()
 	if err := n.register(); err != nil {
 		t.Fatal(err)
 	}
@@ -187,9 +196,6 @@ func start(t *testing.T, n *node) {
 		t.Fatal(err)
 	}
 	if err := n.listen(); err != nil {
-		t.Fatal(err)
-	}
-	if err := n.serve(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -347,12 +353,7 @@ func TestStepAside(t *testing.T) {
 func TestStepAsideDuringServe(t *testing.T) {
 	k := newFakeKernel()
 	a, reg := newInstance(t, k, "169.254.20.10", "10.96.0.10")
-	if err := a.register(); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.listen(); err != nil {
-		t.Fatal(err)
-	}
+	startListening(t, a)
 	cluster := addrs("10.96.0.10")
 	done := make(chan error, 1)
 	reg.step = func(request string) {

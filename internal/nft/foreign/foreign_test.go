@@ -8,9 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"go.uber.org/zap/zaptest"
-
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
+	"github.com/nodelocaldns/nodelocaldns/internal/nft/nfttest"
 	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
@@ -136,24 +135,7 @@ func runQuiet(name string, args ...string) (string, error) {
 	return string(out), err
 }
 
-// freshConn flushes the namespace's ruleset and opens an owning socket of ours (our table is there to be left
-// out of the scans), torn down after the test.
-func freshConn(t *testing.T) *nft.Conn {
-	t.Helper()
-	testenv.RequireRoot(t)
-	testenv.Run(t, "nft", "flush", "ruleset")
-	c, err := nft.Open(nft.WithLogger(zaptest.NewLogger(t)))
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := c.Teardown(); err != nil {
-			t.Errorf("Teardown: %v", err)
-		}
-		_ = c.Close()
-	})
-	return c
-}
+func freshConn(t *testing.T) *nft.Conn { return nfttest.FreshConn(t) }
 
 // ipv4 is an instance table's spec with one local IPv4 address.
 var ipv4 = nft.Spec{LocalIPs: ips("169.254.20.10"), DNSPort: 53, HealthPort: 8080}
