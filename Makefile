@@ -67,7 +67,7 @@ test-arm64-if-possible:
 # Fuzz targets, as package:Target. The seed corpora (f.Add and testdata/fuzz/) run in every `go test`; test-fuzz
 # mutates each for FUZZ_SHORT as part of `make test`, `make fuzz` for FUZZ_TIME each. Each list is its own variable
 # so that another part's targets join FUZZ_TARGETS without touching these.
-FUZZ_ROBUST  := ./internal/nft:FuzzWatchFilter ./internal/nft:FuzzWatchParse ./internal/corefile:FuzzCorefileAtStart \
+FUZZ_ROBUST  := ./internal/nft/nftwatch:FuzzWatchFilter ./internal/nft/nftwatch:FuzzWatchParse ./internal/corefile:FuzzCorefileAtStart \
 	./internal/corefile:FuzzRender
 FUZZ_TARGETS += $(FUZZ_ROBUST)
 # The fast path's: the first -fuzz run of internal/fastpath builds CoreDNS with coverage instrumentation (about

@@ -12,6 +12,7 @@ import (
 	"github.com/google/nftables"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
+	"github.com/nodelocaldns/nodelocaldns/internal/nft/foreign"
 )
 
 // The per-call table (issue 21, section 2): what one look at the instance tables (what /ready read per request
@@ -88,7 +89,7 @@ func perCall(size, n int) (perCallRow, error) {
 		if err := timed(&r.newApply, func() error { return c.Apply(rs) }); err != nil {
 			return r, fmt.Errorf("apply: %w", err)
 		}
-		if err := timed(&r.drops, func() error { _, err := c.ForeignDrops(53, c.Table()); return err }); err != nil {
+		if err := timed(&r.drops, func() error { _, err := foreign.ScanDrops(53, c.Table()); return err }); err != nil {
 			return r, fmt.Errorf("foreign drops: %w", err)
 		}
 	}

@@ -95,3 +95,40 @@ func TestArchitectureDrawsTheImportGraph(t *testing.T) {
 		t.Errorf("%s draws the import graph as\n%s\nbut the code has\n%s\n(go test ./internal/archtest -update redraws it)", doc, got, want)
 	}
 }
+
+// TestEveryPackageHasARow: every package the import graph draws has a row in the page's parts table, which
+// says what it is and what it may touch; a package added without one fails here.
+func TestEveryPackageHasARow(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(root, doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := string(b)
+	start := strings.Index(page, "\n## Parts")
+	if start < 0 {
+		t.Fatalf("%s has no parts section (## Parts ...)", doc)
+	}
+	section := page[start+1:]
+	if next := strings.Index(section, "\n## "); next >= 0 {
+		section = section[:next]
+	}
+	rows := map[string]bool{}
+	for _, line := range strings.Split(section, "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 3 || !strings.HasPrefix(line, "| `") {
+			continue
+		}
+		for _, name := range strings.Split(cells[1], ",") {
+			rows[strings.Trim(strings.TrimSpace(name), "`")] = true
+		}
+	}
+	for _, line := range strings.Split(strings.TrimSpace(graph(t)), "\n") {
+		pkg, _, _ := strings.Cut(line, " ")
+		if !strings.HasPrefix(pkg, "cmd/") {
+			pkg = "internal/" + pkg
+		}
+		if !rows[pkg] {
+			t.Errorf("%s: package %s is in the import graph but has no row in the parts table", doc, pkg)
+		}
+	}
+}

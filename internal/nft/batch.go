@@ -5,24 +5,16 @@ import (
 
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/nft/nlsock"
 )
 
 // The raw nfnetlink messages google/nftables v0.3.0 cannot send for us: a NEWTABLE with flags (the owned table,
 // owned.go) and a batch without its end (the capability probes, capability.go).
 
-// nfgenmsg is the nfnetlink header: family, version, resource id (big endian).
-func nfgenmsg(family uint8, resID uint16) []byte {
-	return []byte{family, unix.NFNETLINK_V0, byte(resID >> 8), byte(resID)}
-}
-
 // batchBegin and batchEnd frame the messages of one nf_tables transaction.
-func batchBegin() netlink.Message { return batchMark(unix.NFNL_MSG_BATCH_BEGIN) }
-func batchEnd() netlink.Message   { return batchMark(unix.NFNL_MSG_BATCH_END) }
-
-func batchMark(t int) netlink.Message {
-	return netlink.Message{Header: netlink.Header{Type: netlink.HeaderType(t), Flags: netlink.Request},
-		Data: nfgenmsg(unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES)}
-}
+func batchBegin() netlink.Message { return nlsock.BatchMark(unix.NFNL_MSG_BATCH_BEGIN) }
+func batchEnd() netlink.Message   { return nlsock.BatchMark(unix.NFNL_MSG_BATCH_END) }
 
 // nftMsg is one acknowledged nf_tables message of an inet object, made of attrs.
 func nftMsg(typ int, flags netlink.HeaderFlags, attrs []netlink.Attribute) (netlink.Message, error) {
@@ -33,7 +25,7 @@ func nftMsg(typ int, flags netlink.HeaderFlags, attrs []netlink.Attribute) (netl
 	return netlink.Message{Header: netlink.Header{
 		Type:  netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | typ),
 		Flags: netlink.Request | netlink.Acknowledge | flags,
-	}, Data: append(nfgenmsg(unix.NFPROTO_INET, 0), b...)}, nil
+	}, Data: append(nlsock.Nfgenmsg(unix.NFPROTO_INET, 0), b...)}, nil
 }
 
 // newTableMsg creates table inet name with flags (NFTA_TABLE_FLAGS, big endian), failing when the name is taken.

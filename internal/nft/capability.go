@@ -50,7 +50,7 @@ func Capabilities() []Capability {
 			Cost: "pods' queries are intercepted for the addresses the agent has bound instead of only while a listener is live: " +
 				"a listener that fails inside the running agent, unnoticed, loses pods' queries to its address instead of sending them " +
 				"to kube-dns, until the process exits (nodelocaldns_fail_open{path=\"prerouting\"} is 0); every exit, restart and reload keeps its result",
-			exprs: append(gateExprs(GateWildcard), gateExprs(GateTransparent)...),
+			exprs: append(socketGate(GateWildcard).exprs, socketGate(GateTransparent).exprs...),
 		},
 		{
 			Name: CapConntrack,

@@ -13,6 +13,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/nft/nlsock"
 )
 
 // heldBack is the capabilities a boot of the kernel VM leaves out with its modules (kernel/run.sh,
@@ -110,7 +112,7 @@ func rulesetGeneration(t *testing.T) uint32 {
 	defer nl.Close()
 	msgs, err := nl.Execute(netlink.Message{
 		Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETGEN), Flags: netlink.Request},
-		Data:   nfgenmsg(unix.AF_UNSPEC, 0),
+		Data:   nlsock.Nfgenmsg(unix.AF_UNSPEC, 0),
 	})
 	if err != nil || len(msgs) != 1 || len(msgs[0].Data) < 4 {
 		t.Fatalf("GETGEN: %v, %d messages", err, len(msgs))

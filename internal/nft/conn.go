@@ -7,8 +7,9 @@ import (
 	"time"
 
 	"github.com/google/nftables"
-	"github.com/mdlayher/netlink"
 	"go.uber.org/zap"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/nft/nlsock"
 )
 
 // nftOps is the part of *nftables.Conn we use (queue messages, send them as one batch, dump objects), plus
@@ -30,13 +31,13 @@ type nftOps interface {
 	ListChain(*nftables.Table, string) (*nftables.Chain, error)
 	GetSets(*nftables.Table) ([]*nftables.Set, error)
 	GetSetElements(*nftables.Set) ([]nftables.SetElement, error)
-	// GetRules is the library's, but for `ct original ...`, which the library cannot decode (rulesdump.go).
+	// GetRules is the library's, but for `ct original ...`, which the library cannot decode (nlsock/getrules.go).
 	GetRules(*nftables.Table, *nftables.Chain) ([]*nftables.Rule, error)
 	CloseLasting() error
 	// CreateOwnedTable creates table inet name with NFT_TABLE_F_OWNER, failing with EEXIST when the name is
 	// taken, on the socket every other call uses: the table lives exactly as long as that socket.
 	CreateOwnedTable(name string) error
-	// SetDeadline bounds the next requests (see requestTimeout).
+	// SetDeadline bounds the next requests (see RequestTimeout).
 	SetDeadline(time.Time) error
 	// Discard drops whatever the socket still holds after a failed batch (acknowledgements the library
 	// stopped reading), so the next request reads its own answer.
@@ -78,22 +79,12 @@ func Open(opts ...Option) (*Conn, error) {
 	}
 	c := &Conn{log: o.log.Named("nft"), ops: o.ops}
 	if c.ops == nil {
-		k := &kernelOps{}
-		nopts := []nftables.ConnOption{nftables.AsLasting(), nftables.WithSockOptions(func(nc *netlink.Conn) error {
-			// Called for every socket the library dials; ours is the lasting one, dialled first. Later ones
-			// (transient, after CloseLasting) must not replace it.
-			if k.nl == nil {
-				k.nl = nc
-				c.portID.Store(nc.PID())
-			}
-			return nil
-		})}
-		nc, err := nftables.New(nopts...)
+		sock, err := nlsock.Open()
 		if err != nil {
-			return nil, fmt.Errorf("open nftables netlink socket: %w", err)
+			return nil, err
 		}
-		k.Conn = nc
-		c.ops = k
+		c.portID.Store(sock.PortID())
+		c.ops = &kernelOps{sock}
 	}
 	return c, nil
 }
@@ -167,11 +158,7 @@ func (c *Conn) queueRuleset(t *nftables.Table, r *Ruleset) (elements, rules int,
 		elements += len(elems)
 	}
 	for _, ch := range r.Chains {
-		chain := c.ops.AddChain(nftChain(t, ch))
-		for _, rule := range ch.Rules {
-			c.ops.AddRule(&nftables.Rule{Table: t, Chain: chain, Exprs: rule.exprs(), UserData: rule.userData()})
-			rules++
-		}
+		rules += addChain(c.ops, t, ch)
 	}
 	return elements, rules, nil
 }
@@ -215,7 +202,7 @@ const ErrNoOwnerFlag = "nodelocaldns needs NFT_TABLE_F_OWNER (Linux 5.12 or late
 
 // queueClear queues the removal of everything in our table. Called with c.mu held.
 func (c *Conn) queueClear(t *nftables.Table) error {
-	chains, err := c.chainsOf(t, instanceChains, false) // by name: never a dump of the node's chains (listing.go)
+	chains, err := c.chainsOf(t, instanceChains(), false) // by name: never a dump of the node's chains (listing.go)
 	if err != nil {
 		return err
 	}

@@ -4,20 +4,17 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/nft/nlsock"
 )
 
-// requestTimeout bounds every request on our socket: the kernel answers nftables requests in microseconds to
-// milliseconds (a dump of our table, one batch), so a request unanswered for this long means the socket is
-// wedged, and the caller gets an error it can count and retry instead of a reconcile loop that hangs.
-const requestTimeout = 5 * time.Second
+// RequestTimeout bounds every request on our sockets ([nlsock.RequestTimeout]).
+const RequestTimeout = nlsock.RequestTimeout
 
 // lock takes c.mu and sets the deadline for the requests made while holding it.
 func (c *Conn) lock() {
 	c.mu.Lock()
-	if err := c.ops.SetDeadline(time.Now().Add(requestTimeout)); err != nil {
+	if err := c.ops.SetDeadline(time.Now().Add(RequestTimeout)); err != nil {
 		c.log.Debug("set netlink deadline", zap.Error(err))
 	}
 }
-
-// SetDeadline bounds the next requests on our socket (see requestTimeout).
-func (k *kernelOps) SetDeadline(t time.Time) error { return k.nl.SetDeadline(t) }

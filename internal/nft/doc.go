@@ -12,7 +12,7 @@
 // a gap. [Registration] is the first step of an instance: the sets only; [Listening] adds the raw-output chain once
 // its listeners are bound. Nothing reads
 // the table back to compare: it is owned, so nobody else can change it. The fallback table is not owned, so
-// [Conn.FallbackInSync] reads it back. [Conn.Teardown] deletes it in one call over the
+// [FallbackTable.InSync] reads it back. [Conn.Teardown] deletes it in one call over the
 // owning socket.
 //
 // Hooks and priorities, and why they coexist with kube-proxy and iptables-nft:
@@ -28,10 +28,10 @@
 //	output         0 filter-output    accept   replies from the local IPs, DNS port
 //
 // The link-local fallback is a second, unowned table, `inet nodelocaldns-fallback` ([BuildFallback],
-// [Conn.ApplyFallback]); it sits at -150 in prerouting and output, after conntrack and before kube-proxy's DNAT,
+// [FallbackTable.Apply]); it sits at -150 in prerouting and output, after conntrack and before kube-proxy's DNAT,
 // and sends every query to a covered address that nothing took (still tracked: no notrack of ours or
 // node-cache's) to the kube-dns ClusterIP. No chain of ours reads or writes a mark. fallback.go draws its chains
-// and says why. google/nftables cannot decode the reply rules' `ct original`: getrules.go reads rules itself.
+// and says why. google/nftables cannot decode the reply rules' `ct original`: nft/nlsock reads rules itself.
 //
 // A packet marked notrack at -300 gets no conntrack entry, and NAT only acts on tracked packets, so a query to
 // the kube-dns ClusterIP (also bound on the node-local interface) skips kube-proxy's DNAT whatever it is
@@ -39,11 +39,10 @@
 // table (or our process ending) is enough to hand the ClusterIP back to kube-proxy: there is nothing else to undo.
 //
 // Our accept rules keep node-cache's intent and count packets, but an nftables accept only ends its own base
-// chain: a drop in another table on the same hook still wins. [Conn.ForeignScan] reads other tables' base
-// chains on the DNS path; [Drops] finds drop policies and rules to warn about, [Covering] the local IPs a drop
-// certainly stops (the instance then steps aside for them: [Spec.StepAside]), [ForeignNotracks] the notracks
-// that would keep kube-proxy from taking our queries. We never write into tables we do not own, but for one
-// thing: [Conn.RemoveNodeCacheRules] does node-cache's own teardown of the iptables rules a killed node-cache
-// left (nodecache.go), exactly those.
+// chain: a drop in another table on the same hook still wins. Reading other tables is nft/foreign's, on
+// sockets of its own: the drop policies and rules to warn about, the local IPs a drop certainly stops (the
+// instance then steps aside for them: [Spec.StepAside]), the notracks that would keep kube-proxy from taking
+// our queries, and the one write into tables we do not own, node-cache's own teardown of the iptables rules a
+// killed node-cache left. The notifications that say when to look are nft/nftwatch's.
 // See https://github.com/kubernetes-sigs/knftables/blob/main/docs/iptables-porting.md for the doctrine.
 package nft

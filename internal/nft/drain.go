@@ -26,7 +26,7 @@ func Draining(s Spec) *Ruleset {
 	}
 	return &Ruleset{
 		Sets: setPair(SetLocal4, SetLocal6, s.LocalIPs),
-		Chains: []Chain{
+		Chains: []Chain[Rule]{
 			{Name: ChainRawOutput, Hook: HookOutput, Priority: priorityRaw, Rules: perFamily(
 				rule(DirFrom, s.DNSPort, VerdictNotrack, CommentSkipConntrack, purposeReplies, ProtoTCP, ProtoUDP),
 			)},

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"strings"
 	"syscall"
-
-	"github.com/mdlayher/netlink"
 )
 
 // IsNotExist reports whether err is the kernel's ENOENT (no such table, chain or set).
@@ -36,5 +34,3 @@ func isErrno(err error, errno syscall.Errno, text string) bool {
 	}
 	return errors.Is(err, errno) || strings.Contains(err.Error(), text)
 }
-
-func asOpError(err error, target **netlink.OpError) bool { return errors.As(err, target) }

@@ -4,83 +4,34 @@ import (
 	"net/netip"
 
 	"github.com/google/nftables"
-	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
 	"github.com/google/nftables/userdata"
-	"golang.org/x/sys/unix"
 )
 
-// Header offsets of the fields our rules match.
-const (
-	ip4SaddrOffset = 12
-	ip4DaddrOffset = 16
-	ip4CsumOffset  = 10
-	ip6SaddrOffset = 8
-	ip6DaddrOffset = 24
-	sportOffset    = 0
-	dportOffset    = 2
-)
-
-// exprs is the bytecode of r, the same nft itself generates for r.String() (compare `nft --debug=netlink`):
-// the nfproto and l4proto checks are the dependencies nft adds for `ip daddr` and `tcp dport` in an inet
-// table, which is what lets `nft list` print the rule back in its short form.
-func (r Rule) exprs() []expr.Any {
-	nfproto, set, addrLen := byte(unix.NFPROTO_IPV4), r.set(), uint32(4)
-	addrOff := uint32(ip4DaddrOffset)
-	if r.Dir == DirFrom {
-		addrOff = ip4SaddrOffset
+// stmts are r's statements, which give both its text ([Rule.String]) and its bytecode: `ip daddr @local4
+// udp dport 53 socket wildcard 0 counter notrack`, the comment aside (userdata, not bytecode).
+func (r Rule) stmts() []stmt {
+	out := []stmt{inSet(r.Dir, r.IPv6, r.set()), matchPort(r.Proto, r.Dir, r.Port)}
+	if r.Gate != GateNone {
+		out = append(out, socketGate(r.Gate))
 	}
-	if r.IPv6 {
-		nfproto, addrLen = unix.NFPROTO_IPV6, 16
-		addrOff = ip6DaddrOffset
-		if r.Dir == DirFrom {
-			addrOff = ip6SaddrOffset
-		}
-	}
-	l4proto := byte(unix.IPPROTO_TCP)
-	if r.Proto == ProtoUDP {
-		l4proto = unix.IPPROTO_UDP
-	}
-	portOff := uint32(dportOffset)
-	if r.Dir == DirFrom {
-		portOff = sportOffset
-	}
-	verdict := []expr.Any{&expr.Notrack{}}
-	switch r.Verdict {
-	case VerdictAccept:
-		verdict = []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}}
-	case VerdictReturn:
-		verdict = []expr.Any{&expr.Verdict{Kind: expr.VerdictReturn}}
-	}
-	out := []expr.Any{
-		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{nfproto}},
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: addrOff, Len: addrLen},
-		&expr.Lookup{SourceRegister: 1, SetName: set},
-		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{l4proto}},
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: portOff, Len: 2},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(r.Port)},
-	}
-	out = append(out, gateExprs(r.Gate)...)
-	return append(append(out, &expr.Counter{}), verdict...)
+	return append(out, counter(), verdict(r.Verdict))
 }
 
-// gateExprs is a rule's socket gate (see [Gate]): `socket wildcard 0` / `socket transparent 0`, none for
-// GateNone. Both keys load one byte (nft's boolean). The capability probe sends the same (capability.go).
-func gateExprs(g Gate) []expr.Any {
-	if g == GateNone {
-		return nil
-	}
-	key := expr.SocketKeyWildcard
-	if g == GateTransparent {
-		key = expr.SocketKeyTransparent
-	}
-	return []expr.Any{&expr.Socket{Key: key, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{0}}}
-}
+// exprs is the bytecode of r, the same nft itself generates for r.String().
+func (r Rule) exprs() []expr.Any { return stmtsExprs(r.stmts()) }
 
 // userData is the rule's comment in the TLV format nft reads.
 func (r Rule) userData() []byte { return userdata.AppendString(nil, userdata.TypeComment, r.Comment) }
+
+// addChain queues c and its rules into table t, and says how many rules.
+func addChain[R tableRule](ops nftOps, t *nftables.Table, c Chain[R]) int {
+	chain := ops.AddChain(nftChain(t, c))
+	for _, r := range c.Rules {
+		ops.AddRule(&nftables.Rule{Table: t, Chain: chain, Exprs: r.exprs(), UserData: r.userData()})
+	}
+	return len(c.Rules)
+}
 
 // tableNamed, nftSet and nftChain are the google/nftables objects for an instance's table and our names.
 func tableNamed(name string) *nftables.Table {
@@ -124,7 +75,7 @@ func pairOf(key []byte) (netip.AddrPort, bool) {
 	return netip.AddrPortFrom(ip, uint16(key[n])<<8|uint16(key[n+1])), true
 }
 
-func nftChain(t *nftables.Table, c Chain) *nftables.Chain {
+func nftChain[R tableRule](t *nftables.Table, c Chain[R]) *nftables.Chain {
 	if c.Hook == "" {
 		return &nftables.Chain{Name: c.Name, Table: t}
 	}
@@ -138,7 +89,7 @@ func nftChain(t *nftables.Table, c Chain) *nftables.Chain {
 	return &nftables.Chain{
 		Name:     c.Name,
 		Table:    t,
-		Type:     nftables.ChainTypeFilter,
+		Type:     nftables.ChainType(c.chainType()),
 		Hooknum:  hook,
 		Priority: nftables.ChainPriorityRef(nftables.ChainPriority(c.Priority)),
 		Policy:   &accept,

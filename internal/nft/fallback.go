@@ -11,9 +11,9 @@ import (
 
 // The link-local fallback. With no instance listening, a query to a local IP that no Service backs (the
 // link-local address, 169.254.20.10 by convention) has nothing behind it: the stack refuses it. The fallback
-// table sends it to the cluster's own DNS instead, in the kernel, with no process alive: after conntrack
-// and before kube-proxy's DNAT it rewrites the destination to the kube-dns ClusterIP, so kube-proxy (any
-// mode) takes it to a kube-dns pod like any query to that Service.
+// table sends it to the cluster's own DNS instead, in the kernel, whether an instance runs or not: after
+// conntrack and before kube-proxy's DNAT it rewrites the destination to the kube-dns ClusterIP, so kube-proxy
+// (any mode) takes it to a kube-dns pod like any query to that Service.
 //
 //	prerouting  -300 (instance tables' raw-prerouting: a serving instance with a listener bound to the
 //	                 address notracks the query, gated on that listener; node-cache's NOTRACK is here too)
@@ -57,12 +57,12 @@ type FallbackSpec struct {
 }
 
 // Fallback is the desired content of table inet [FallbackTableName]: a plain value, built by [BuildFallback],
-// printed by [Fallback.String], programmed by [Conn.ApplyFallback].
+// printed by [Fallback.String], programmed by [FallbackTable.Apply].
 type Fallback struct {
 	// Sets are covered4 and covered6, each there when its family has a target: the covered pairs, each
 	// with the lease as its timeout.
 	Sets   []Set
-	Chains []FallbackChain
+	Chains []Chain[FallbackRule]
 	// Skipped are the pairs the table cannot cover (a family no target has).
 	Skipped []netip.AddrPort
 }
@@ -76,35 +76,13 @@ func (f *Fallback) Covered() []netip.AddrPort {
 	return sortedPairs(out)
 }
 
-// FallbackChain is a base chain of the fallback table.
-type FallbackChain struct {
-	Name     string
-	Type     ChainType
-	Hook     Hook
-	Priority int32
-	Rules    []FallbackRule
-}
-
-// ChainType is a base chain's type (nft keyword).
-type ChainType string
-
-// Chain types.
-const (
-	ChainTypeFilter ChainType = "filter"
-	ChainTypeRoute  ChainType = "route"
-	ChainTypeNAT    ChainType = "nat"
-)
-
 // FallbackRule is a sequence of statements; its text and its bytecode come from the same statements.
 type FallbackRule []stmt
 
-func (r FallbackRule) String() string {
-	parts := make([]string, len(r))
-	for i, s := range r {
-		parts[i] = s.text
-	}
-	return strings.Join(parts, " ")
-}
+func (r FallbackRule) String() string { return stmtsText(r) }
+
+// userData is none: the fallback's rules carry no comment.
+func (r FallbackRule) userData() []byte { return nil }
 
 // Validate reports the first reason the spec cannot be programmed.
 func (s FallbackSpec) Validate() error {
@@ -187,10 +165,10 @@ func BuildFallback(s FallbackSpec) *Fallback {
 			f.Skipped = append(f.Skipped, p)
 		}
 	}
-	f.Chains = []FallbackChain{
-		{Name: ChainPodPrerouting, Type: ChainTypeFilter, Hook: HookPrerouting, Priority: priorityMangle, Rules: pods},
+	f.Chains = []Chain[FallbackRule]{
+		{Name: ChainPodPrerouting, Type: ChainTypeFilter, Hook: HookPrerouting, Priority: priorityMangle, Rules: pods, Takes: true},
 		{Name: ChainPodReply, Type: ChainTypeFilter, Hook: HookPostrouting, Priority: prioritySrcNAT + 1, Rules: replies},
-		{Name: ChainHostOutput, Type: ChainTypeRoute, Hook: HookOutput, Priority: priorityMangle, Rules: hosts},
+		{Name: ChainHostOutput, Type: ChainTypeRoute, Hook: HookOutput, Priority: priorityMangle, Rules: hosts, Takes: true},
 		{Name: ChainHostMasquerade, Type: ChainTypeNAT, Hook: HookPostrouting, Priority: prioritySrcNAT, Rules: masq},
 		{Name: ChainHostReply, Type: ChainTypeFilter, Hook: HookInput, Priority: prioritySrcNAT + 1, Rules: slices.Clone(replies)},
 	}
@@ -211,11 +189,7 @@ func (f *Fallback) String() string {
 	}
 	for _, c := range f.Chains {
 		b.WriteString("\n")
-		fmt.Fprintf(&b, "\tchain %s {\n\t\ttype %s hook %s priority %s; policy accept;\n", c.Name, c.Type, c.Hook, priorityName(c.Hook, c.Priority))
-		for _, r := range c.Rules {
-			fmt.Fprintf(&b, "\t\t%s\n", r)
-		}
-		b.WriteString("\t}\n")
+		writeChain(&b, c)
 	}
 	b.WriteString("}\n")
 	return b.String()

@@ -26,7 +26,7 @@ const local6 = "fd00::10"
 func TestIPv6RewriteEncoding(t *testing.T) {
 	c := freshConn(t)
 	f := BuildFallback(FallbackSpec{Targets: addrs(clusterIP6), Covered: pairs("[" + local6 + "]:53"), Lease: time.Hour})
-	if err := c.ApplyFallback(f); err != nil {
+	if err := c.Fallback().Apply(f); err != nil {
 		t.Fatalf("ApplyFallback: %v", err)
 	}
 	writes := 0
@@ -96,7 +96,7 @@ func TestFallbackTrafficIPv6(t *testing.T) {
 `)
 	ll := netip.MustParseAddr(local6)
 	f := BuildFallback(FallbackSpec{Targets: addrs(clusterIP6), Covered: []netip.AddrPort{netip.AddrPortFrom(ll, 53)}, Lease: time.Hour})
-	if err := c.ApplyFallback(f); err != nil {
+	if err := c.Fallback().Apply(f); err != nil {
 		t.Fatalf("ApplyFallback: %v", err)
 	}
 	expect := func(when, want string) {

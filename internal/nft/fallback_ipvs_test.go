@@ -74,7 +74,7 @@ func fallbackThroughIPVS(t *testing.T, upstream, local, kubeDNS string) {
 	expect(upstream, "IPVS alone (the observer works)", kubeDNSAnswer)
 	expect(local, "no fallback, no listener", "")
 	ll := netip.MustParseAddr(local)
-	if err := c.ApplyFallback(BuildFallback(FallbackSpec{Targets: []netip.Addr{netip.MustParseAddr(upstream)}, Covered: []netip.AddrPort{netip.AddrPortFrom(ll, 53)}, Lease: time.Hour})); err != nil {
+	if err := c.Fallback().Apply(BuildFallback(FallbackSpec{Targets: []netip.Addr{netip.MustParseAddr(upstream)}, Covered: []netip.AddrPort{netip.AddrPortFrom(ll, 53)}, Lease: time.Hour})); err != nil {
 		t.Fatalf("ApplyFallback: %v", err)
 	}
 	before := csumErrors(t, pn.Pod, pn.KubeDNS)

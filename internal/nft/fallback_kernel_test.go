@@ -62,14 +62,14 @@ func TestApplyFallbackListsAsGolden(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := BuildFallback(tc.spec)
 			for range 2 { // a second apply replaces, never adds
-				if err := c.ApplyFallback(f); err != nil {
+				if err := c.Fallback().Apply(f); err != nil {
 					t.Fatalf("ApplyFallback: %v", err)
 				}
 			}
 			if got, want := sortElements(listFallback(t)), sortElements(readGolden(t, tc.name)); got != want {
 				t.Errorf("nft -s list table differs from golden %s:\n--- kernel\n%s--- golden\n%s", tc.name, got, want)
 			}
-			if ok, err := c.FallbackInSync(f); !ok || err != nil {
+			if ok, err := c.Fallback().InSync(f); !ok || err != nil {
 				t.Errorf("FallbackInSync right after ApplyFallback = %v, %v; want true, nil", ok, err)
 			}
 		})
@@ -81,22 +81,22 @@ func TestApplyFallbackListsAsGolden(t *testing.T) {
 func TestFallbackLease(t *testing.T) {
 	c := freshConn(t)
 	f := BuildFallback(fallbackCases[0].spec) // a 15m lease
-	if _, any, err := c.FallbackLease(); any || err != nil {
+	if _, any, err := c.Fallback().Lease(); any || err != nil {
 		t.Fatalf("FallbackLease without a table = %v, %v; want none, nil", any, err)
 	}
-	if err := c.ApplyFallback(f); err != nil {
+	if err := c.Fallback().Apply(f); err != nil {
 		t.Fatal(err)
 	}
-	left, any, err := c.FallbackLease()
+	left, any, err := c.Fallback().Lease()
 	if !any || err != nil || left > 15*time.Minute || left < 14*time.Minute {
 		t.Fatalf("FallbackLease right after ApplyFallback = %v, %v, %v; want about 15m", left, any, err)
 	}
 	testenv.Run(t, "nft", "delete", "element", "inet", FallbackTableName, SetCovered4, "{ 169.254.20.10 . 53 }")
 	testenv.Run(t, "nft", "add", "element", "inet", FallbackTableName, SetCovered4, "{ 169.254.20.10 . 53 timeout 1m }")
-	if left, _, _ := c.FallbackLease(); left > time.Minute {
+	if left, _, _ := c.Fallback().Lease(); left > time.Minute {
 		t.Errorf("FallbackLease = %v, want at most the 1m the element was given", left)
 	}
-	if ok, err := c.FallbackInSync(f); !ok || err != nil {
+	if ok, err := c.Fallback().InSync(f); !ok || err != nil {
 		t.Errorf("FallbackInSync with a pair of another timeout = %v, %v; want true, nil", ok, err)
 	}
 }
@@ -135,24 +135,24 @@ func TestFallbackInSyncSeesChanges(t *testing.T) {
 			testenv.Run(t, "nft", "delete", "chain", "inet", FallbackTableName, ChainHostReply)
 		}},
 		{"another spec", func(t *testing.T) {
-			if err := c.ApplyFallback(other); err != nil {
+			if err := c.Fallback().Apply(other); err != nil {
 				t.Fatal(err)
 			}
 		}},
 		{"flush ruleset", func(t *testing.T) { testenv.Run(t, "nft", "flush", "ruleset") }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := c.ApplyFallback(f); err != nil {
+			if err := c.Fallback().Apply(f); err != nil {
 				t.Fatalf("ApplyFallback: %v", err)
 			}
 			tc.change(t)
-			if ok, err := c.FallbackInSync(f); ok || err != nil {
+			if ok, err := c.Fallback().InSync(f); ok || err != nil {
 				t.Errorf("FallbackInSync after %s = %v, %v; want false, nil", tc.name, ok, err)
 			}
-			if err := c.ApplyFallback(f); err != nil {
+			if err := c.Fallback().Apply(f); err != nil {
 				t.Fatalf("ApplyFallback: %v", err)
 			}
-			if ok, err := c.FallbackInSync(f); !ok || err != nil {
+			if ok, err := c.Fallback().InSync(f); !ok || err != nil {
 				t.Errorf("FallbackInSync after repair = %v, %v; want true, nil", ok, err)
 			}
 		})
@@ -163,14 +163,14 @@ func TestFallbackInSyncSeesChanges(t *testing.T) {
 // twice is not an error.
 func TestFallbackOutlivesConn(t *testing.T) {
 	c := freshConn(t)
-	if err := c.ApplyFallback(BuildFallback(fallbackCases[0].spec)); err != nil {
+	if err := c.Fallback().Apply(BuildFallback(fallbackCases[0].spec)); err != nil {
 		t.Fatalf("ApplyFallback: %v", err)
 	}
 	c2, err := Open()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c2.ApplyFallback(BuildFallback(fallbackCases[0].spec)); err != nil {
+	if err := c2.Fallback().Apply(BuildFallback(fallbackCases[0].spec)); err != nil {
 		t.Fatalf("second instance's ApplyFallback: %v", err)
 	}
 	c2.Close()
@@ -178,18 +178,18 @@ func TestFallbackOutlivesConn(t *testing.T) {
 		t.Fatalf("fallback table gone with the socket that applied it:\n%s", out)
 	}
 	// Stopping keeps the reply rewrites for the queries in flight, and redirects no new one.
-	if had, err := c.StopFallback(); !had || err != nil {
+	if had, err := c.Fallback().Stop(); !had || err != nil {
 		t.Fatalf("StopFallback = %v, %v; want true, nil", had, err)
 	}
 	if l := listFallback(t); strings.Contains(l, "daddr set") || !strings.Contains(l, "saddr set") {
 		t.Errorf("a stopped fallback must keep its reply rewrites only:\n%s", l)
 	}
 	for _, want := range []bool{true, false} {
-		if had, err := c.DeleteFallback(); had != want || err != nil {
+		if had, err := c.Fallback().Delete(); had != want || err != nil {
 			t.Errorf("DeleteFallback = %v, %v; want %v, nil", had, err, want)
 		}
 	}
-	if had, err := c.StopFallback(); had || err != nil {
+	if had, err := c.Fallback().Stop(); had || err != nil {
 		t.Errorf("StopFallback without a table = %v, %v; want false, nil", had, err)
 	}
 }
@@ -223,7 +223,7 @@ func TestFallbackTraffic(t *testing.T) {
 	fallback := func(lease time.Duration) {
 		t.Helper()
 		f := BuildFallback(FallbackSpec{Targets: []netip.Addr{netip.MustParseAddr(kubeDNS)}, Covered: []netip.AddrPort{netip.AddrPortFrom(ll, 53)}, Lease: lease})
-		if err := c.ApplyFallback(f); err != nil {
+		if err := c.Fallback().Apply(f); err != nil {
 			t.Fatalf("ApplyFallback: %v", err)
 		}
 	}

@@ -115,32 +115,4 @@ func TestCountersAndForeignDrop(t *testing.T) {
 			t.Errorf("counter %s did not count the query: %v", k, counters)
 		}
 	}
-
-	if got, err := c.ForeignDrops(53, c.Table()); err != nil || got != nil {
-		t.Errorf("ForeignDrops with only our table = %v, %v", got, err)
-	}
-	testenv.NftApply(t, `
-table inet filter {
-	chain input { type filter hook input priority 0; policy drop; }
-	chain pass-through { type filter hook forward priority 0; policy drop; }
-}
-table ip other {
-	chain out { type filter hook output priority 10; policy drop; }
-	chain inbound { type filter hook input priority 0; policy accept; }
-}
-`)
-	testenv.Run(t, "iptables", "-P", "INPUT", "DROP")
-	drops, err := c.ForeignDrops(53, c.Table())
-	if err != nil {
-		t.Fatalf("ForeignDrops: %v", err)
-	}
-	var got []string
-	for _, d := range drops {
-		if d.Policy {
-			got = append(got, d.Chain)
-		}
-	}
-	if want := []string{"inet filter/input", "ip filter/INPUT", "ip other/out"}; strings.Join(got, ",") != strings.Join(want, ",") {
-		t.Errorf("ForeignDrops with a drop policy = %q, want %q", got, want)
-	}
 }

@@ -14,16 +14,6 @@ import (
 // names are few and ours (names.go); the table dump ([Conn.Instances]) stays, since tables are few on any
 // node and the instance tables' names are handed out in the order the kernel lists them.
 
-// instanceChains is every chain an instance table may hold ([Build], [Listening], [Registration]), the ones that say
-// "serving" first (see [servingChains]).
-var instanceChains = []string{
-	ChainRawPrerouting, ChainServing, ChainFilterInput, ChainFilterOutput, ChainRawOutput,
-}
-
-// servingChains are the chains whose presence says an instance serves: all but raw-output, which is there
-// once the listeners are bound ([Listening]).
-func servingChains() []string { return instanceChains[:len(instanceChains)-1] }
-
 // legacyChains say an instance table is an earlier version's (names.go).
 var legacyChains = []string{legacyChainMarkPrerouting, legacyChainMarkOutput}
 

@@ -19,7 +19,7 @@ func TestInstanceChainsCoverBuild(t *testing.T) {
 	for _, tc := range goldenCases {
 		for _, rs := range []*Ruleset{Build(tc.spec), Listening(tc.spec), Registration(tc.spec)} {
 			for _, ch := range rs.Chains {
-				if !slices.Contains(instanceChains, ch.Name) {
+				if !slices.Contains(instanceChains(), ch.Name) {
 					t.Errorf("%s: chain %s is not in instanceChains", tc.name, ch.Name)
 				}
 			}
@@ -128,7 +128,7 @@ func TestInstancesSayTheirWord(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := legacy.Apply(&Ruleset{Sets: setPair(SetLocal4, SetLocal6, spec.LocalIPs),
-		Chains: []Chain{{Name: legacyChainMarkOutput, Hook: HookOutput, Priority: priorityRaw}}}); err != nil {
+		Chains: []Chain[Rule]{{Name: legacyChainMarkOutput, Hook: HookOutput, Priority: priorityRaw}}}); err != nil {
 		t.Fatal(err)
 	}
 	ins, err := c.Instances()

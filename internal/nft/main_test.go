@@ -25,7 +25,7 @@ func freshConn(t *testing.T) *Conn {
 		if err := c.Teardown(); err != nil {
 			t.Errorf("Teardown: %v", err)
 		}
-		if _, err := c.DeleteFallback(); err != nil { // not owned: it would outlive the test
+		if _, err := c.Fallback().Delete(); err != nil { // not owned: it would outlive the test
 			t.Errorf("DeleteFallback: %v", err)
 		}
 		_ = c.Close()

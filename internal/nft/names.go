@@ -1,8 +1,11 @@
 package nft
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // Names of everything we create, in one place. Changing one is a migration: an old table keeps its old names
@@ -111,6 +114,12 @@ func isDrainTableName(name string) bool {
 	return ok && isInstanceTableName(n)
 }
 
+// IsOurTableName reports whether inet table name is one of ours by its name: an instance's, a leaving
+// instance's drain table, or the fallback's.
+func IsOurTableName(name string) bool {
+	return isInstanceTableName(name) || isDrainTableName(name) || name == FallbackTableName
+}
+
 // isInstanceTableName reports whether name is one an instance may own.
 func isInstanceTableName(name string) bool {
 	if name == TableName {
@@ -121,4 +130,23 @@ func isInstanceTableName(name string) bool {
 		return false
 	}
 	return true
+}
+
+// FamilyName is nft's keyword for a table family (NFPROTO_*, [nftables.TableFamily]), as nft prints it.
+func FamilyName(f uint8) string {
+	switch f {
+	case unix.NFPROTO_INET:
+		return "inet"
+	case unix.NFPROTO_IPV4:
+		return "ip"
+	case unix.NFPROTO_IPV6:
+		return "ip6"
+	case unix.NFPROTO_ARP:
+		return "arp"
+	case unix.NFPROTO_BRIDGE:
+		return "bridge"
+	case unix.NFPROTO_NETDEV:
+		return "netdev"
+	}
+	return fmt.Sprintf("family%d", f)
 }

@@ -16,17 +16,6 @@ type RuleCounter struct {
 	Bytes   uint64
 }
 
-var familyNames = map[nftables.TableFamily]string{
-	nftables.TableFamilyIPv4: "ip",
-	nftables.TableFamilyIPv6: "ip6",
-	nftables.TableFamilyINet: "inet",
-}
-
-// OurChains are the chains [Build] creates, for [Conn.TableCounters].
-func OurChains() []string {
-	return []string{ChainRawPrerouting, ChainRawOutput, ChainFilterInput, ChainFilterOutput}
-}
-
 // TableCounters reads the counters of the rules of the named chains of inet table, one rule dump per chain
 // filtered by the kernel on table and chain: a scrape never lists other tables or chains. A table or chain
 // that is absent has no counters.

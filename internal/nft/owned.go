@@ -5,18 +5,17 @@ import (
 	"math/bits"
 	"net/netip"
 	"slices"
-	"time"
 
 	"github.com/google/nftables"
-	"github.com/mdlayher/netlink"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/nft/nlsock"
 )
 
-// kernelOps is google/nftables over its lasting socket, plus the raw NEWTABLE it cannot send: v0.3.0's
+// kernelOps is our owning socket ([nlsock.Socket]) plus the raw NEWTABLE google/nftables cannot send: v0.3.0's
 // AddTable always sends NFTA_TABLE_FLAGS 0, and the kernel refuses to change the flags of an owned table
 // (EOPNOTSUPP), so the table is created here and never passed to AddTable again.
 type kernelOps struct {
-	*nftables.Conn
-	nl *netlink.Conn // the library's lasting socket, the one that owns our table
+	*nlsock.Socket
 }
 
 func (k *kernelOps) CreateOwnedTable(name string) error {
@@ -24,33 +23,7 @@ func (k *kernelOps) CreateOwnedTable(name string) error {
 	if err != nil {
 		return err
 	}
-	batch := []netlink.Message{batchBegin(), table, batchEnd()}
-	if _, err := k.nl.SendMessages(batch); err != nil {
-		return fmt.Errorf("send: %w", err)
-	}
-	if _, err := k.nl.Receive(); err != nil {
-		return err
-	}
-	return nil
-}
-
-func (k *kernelOps) Discard() {
-	if k.nl == nil {
-		return
-	}
-	k.nl.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
-	defer k.nl.SetReadDeadline(time.Time{})
-	for range 64 {
-		if _, err := k.nl.Receive(); err != nil && !isAck(err) {
-			return
-		}
-	}
-}
-
-// isAck tells a stale error acknowledgement (a netlink OpError) from the deadline ending the drain.
-func isAck(err error) bool {
-	var oe *netlink.OpError
-	return err != nil && asOpError(err, &oe) && !oe.Timeout()
+	return k.SendBatch(table)
 }
 
 // Instance is one running nodelocaldns instance as the kernel shows it: an owned table of an instance name.

@@ -9,7 +9,7 @@ import (
 
 // exprsKey is a normalised form of a rule's expressions for comparison with what the kernel returns: each
 // expression printed with the fields that identify it, leaving out what the kernel does not echo or fills in
-// itself (counter values, handles, positions). [Conn.FallbackInSync] compares the fallback table with it.
+// itself (counter values, handles, positions). [FallbackTable.InSync] compares the fallback table with it.
 func exprsKey(exprs []expr.Any) string {
 	parts := make([]string, 0, len(exprs))
 	for _, e := range exprs {

@@ -1,17 +1,19 @@
 package nft
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 	"time"
+
+	"github.com/google/nftables/expr"
 )
 
 // Ruleset is the desired content of table inet nodelocaldns: a plain value, built by [Build], printed by
 // [Ruleset.Text], programmed by [Conn.Apply]. Sets and chains are listed in the order nft lists them.
 type Ruleset struct {
 	Sets   []Set
-	Chains []Chain
+	Chains []Chain[Rule]
 }
 
 // Set is a named set of listen IPs of one family (Elements, sorted and unique), or with Concat of IPv4
@@ -26,12 +28,44 @@ type Set struct {
 	Timeout  time.Duration
 }
 
-// Chain is a base chain with policy accept, or a regular chain (no hook, no rules) when Hook is "".
-type Chain struct {
+// Chain is a base chain with policy accept, or a regular chain (no hook, no rules) when Hook is "", of our
+// table (R is [Rule]) or of the fallback's ([FallbackRule]): one type, one printer (text.go) and one encoder
+// (exprs.go) for both.
+type Chain[R tableRule] struct {
 	Name     string
+	Type     ChainType // "" is ChainTypeFilter
 	Hook     Hook
 	Priority int32
-	Rules    []Rule
+	Rules    []R
+	// Takes marks the fallback's chains whose rules send new queries to kube-dns: [FallbackTable.Stop]
+	// empties these first, while the others still give the replies of queries already sent their address back.
+	Takes bool
+}
+
+// tableRule is a rule as a chain holds it: its statements give its text and its bytecode, and a rule of our
+// table also carries its comment (userdata, nil for the fallback's).
+type tableRule interface {
+	fmt.Stringer
+	exprs() []expr.Any
+	userData() []byte
+}
+
+// ChainType is a base chain's type (nft keyword).
+type ChainType string
+
+// Chain types.
+const (
+	ChainTypeFilter ChainType = "filter"
+	ChainTypeRoute  ChainType = "route"
+	ChainTypeNAT    ChainType = "nat"
+)
+
+// chainType is c's type, filter unless it says otherwise.
+func (c Chain[R]) chainType() ChainType {
+	if c.Type == "" {
+		return ChainTypeFilter
+	}
+	return c.Type
 }
 
 // Hook is the netfilter hook a base chain is attached to.
@@ -141,7 +175,7 @@ const (
 func Build(s Spec) *Ruleset {
 	r := Registration(s)
 	if s.NoInterception {
-		r.Chains = []Chain{{Name: ChainServing}}
+		r.Chains = []Chain[Rule]{{Name: ChainServing}}
 		return r
 	}
 	queries := perFamily(rule(DirTo, s.DNSPort, VerdictNotrack, CommentSkipConntrack, purposeQueries, ProtoTCP, ProtoUDP))
@@ -153,7 +187,7 @@ func Build(s Spec) *Ruleset {
 			queries[i].Gate = map[Proto]Gate{ProtoTCP: GateTransparent, ProtoUDP: GateWildcard}[queries[i].Proto]
 		}
 	}
-	r.Chains = []Chain{
+	r.Chains = []Chain[Rule]{
 		{Name: ChainRawPrerouting, Hook: HookPrerouting, Priority: priorityRaw, Rules: queries},
 		rawOutput(s), // as in Listening
 		{Name: ChainFilterInput, Hook: HookInput, Priority: priorityFilter, Rules: perFamily(
@@ -236,7 +270,7 @@ func setPair(name4, name6 string, ips []netip.Addr) []Set {
 func Listening(s Spec) *Ruleset {
 	r := Registration(s)
 	if !s.NoInterception {
-		r.Chains = []Chain{rawOutput(s)}
+		r.Chains = []Chain[Rule]{rawOutput(s)}
 		stepAside(r, s)
 	}
 	return r
@@ -244,19 +278,18 @@ func Listening(s Spec) *Ruleset {
 
 // rawOutput notracks the replies from the local IPs and host-network clients' queries to them (Listening says
 // from when); node-cache numbers these 5-12: replies first, then host-network clients, then the liveness probe.
-func rawOutput(s Spec) Chain {
+func rawOutput(s Spec) Chain[Rule] {
+	// Host-network clients' queries cannot be gated on a listener: while some local IP has none, they
+	// match the bound sets ([Spec.Unbound]).
+	hostQueries := rule(DirTo, s.DNSPort, VerdictNotrack, CommentSkipConntrack, purposeHostQueries, ProtoTCP, ProtoUDP)
+	hostQueries.bound = len(s.Unbound) > 0
 	rules := perFamily(
 		rule(DirFrom, s.DNSPort, VerdictNotrack, CommentSkipConntrack, purposeReplies, ProtoTCP, ProtoUDP),
-		rule(DirTo, s.DNSPort, VerdictNotrack, CommentSkipConntrack, purposeHostQueries, ProtoTCP, ProtoUDP),
+		hostQueries,
 		rule(DirTo, s.HealthPort, VerdictNotrack, CommentSkipConntrack, purposeHealth, ProtoTCP),
 		rule(DirFrom, s.HealthPort, VerdictNotrack, CommentSkipConntrack, purposeHealthReply, ProtoTCP),
 	)
-	for i, rl := range rules {
-		if strings.HasSuffix(rl.Comment, purposeHostQueries) {
-			rules[i].Bound = len(s.Unbound) > 0
-		}
-	}
-	return Chain{Name: ChainRawOutput, Hook: HookOutput, Priority: priorityRaw, Rules: rules}
+	return Chain[Rule]{Name: ChainRawOutput, Hook: HookOutput, Priority: priorityRaw, Rules: rules}
 }
 
 // group is a set of rules that differ only in family and protocol.
@@ -266,6 +299,7 @@ type group struct {
 	verdict         Verdict
 	prefix, purpose string
 	protos          []Proto
+	bound           bool // match the bound sets ([Rule.Bound])
 }
 
 func rule(dir Dir, port uint16, v Verdict, prefix, purpose string, protos ...Proto) group {
@@ -279,8 +313,8 @@ func perFamily(groups ...group) []Rule {
 	for _, v6 := range []bool{false, true} {
 		for _, g := range groups {
 			for _, p := range g.protos {
-				r := Rule{IPv6: v6, Dir: g.dir, Proto: p, Port: g.port, Verdict: g.verdict}
-				r.Comment = g.prefix + ": " + r.familyName() + " " + string(p) + " " + g.purpose
+				r := Rule{IPv6: v6, Dir: g.dir, Proto: p, Port: g.port, Verdict: g.verdict, Bound: g.bound}
+				r.Comment = g.prefix + ": " + r.ipVersion() + " " + string(p) + " " + g.purpose
 				out = append(out, r)
 			}
 		}
@@ -288,7 +322,8 @@ func perFamily(groups ...group) []Rule {
 	return out
 }
 
-func (r Rule) familyName() string {
+// ipVersion is the family as node-cache's comments name it.
+func (r Rule) ipVersion() string {
 	if r.IPv6 {
 		return "ipv6"
 	}

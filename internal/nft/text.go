@@ -26,17 +26,22 @@ func (r *Ruleset) Text(table string) string {
 	for _, c := range r.Chains {
 		b.WriteString(sep)
 		sep = "\n"
-		fmt.Fprintf(&b, "\tchain %s {\n", c.Name)
-		if c.Hook != "" {
-			fmt.Fprintf(&b, "\t\ttype filter hook %s priority %s; policy accept;\n", c.Hook, priorityName(c.Hook, c.Priority))
-		}
-		for _, rule := range c.Rules {
-			fmt.Fprintf(&b, "\t\t%s\n", rule)
-		}
-		b.WriteString("\t}\n")
+		writeChain(&b, c)
 	}
 	b.WriteString("}\n")
 	return b.String()
+}
+
+// writeChain prints a chain of either table as nft lists it.
+func writeChain[R tableRule](b *strings.Builder, c Chain[R]) {
+	fmt.Fprintf(b, "\tchain %s {\n", c.Name)
+	if c.Hook != "" {
+		fmt.Fprintf(b, "\t\ttype %s hook %s priority %s; policy accept;\n", c.chainType(), c.Hook, priorityName(c.Hook, c.Priority))
+	}
+	for _, r := range c.Rules {
+		fmt.Fprintf(b, "\t\t%s\n", r)
+	}
+	b.WriteString("\t}\n")
 }
 
 func writeSet(b *strings.Builder, s Set) {
@@ -120,22 +125,7 @@ func nftDuration(d time.Duration) string {
 }
 
 // String prints the rule as nft lists it.
-func (r Rule) String() string {
-	l3, set := "ip", r.set()
-	if r.IPv6 {
-		l3 = "ip6"
-	}
-	addr, port := "daddr", "dport"
-	if r.Dir == DirFrom {
-		addr, port = "saddr", "sport"
-	}
-	gate := ""
-	if r.Gate != GateNone {
-		gate = " socket " + string(r.Gate) + " 0"
-	}
-	verdict := string(r.Verdict)
-	return fmt.Sprintf("%s %s @%s %s %s %d%s counter %s comment %q", l3, addr, set, r.Proto, port, r.Port, gate, verdict, r.Comment)
-}
+func (r Rule) String() string { return fmt.Sprintf("%s comment %q", stmtsText(r.stmts()), r.Comment) }
 
 // priorityName is how nft lists a priority of the inet family: by the standard name within 10 of it
 // ("raw - 1"), else as a number. srcnat is a name only on postrouting (nft's std_prio_table).

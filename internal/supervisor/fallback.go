@@ -23,16 +23,16 @@ import (
 // or nothing), and every instance derives the table from what all the live instances say (decideFallback), so
 // two instances never fight over it: each one's write is the other's no-op, whatever their flags.
 
-// fallbackTable is the fallback table in the kernel ([*nft.Conn]).
+// fallbackTable is the fallback table in the kernel ([nft.FallbackTable]).
 type fallbackTable interface {
-	ApplyFallback(*nft.Fallback) error
-	FallbackInSync(*nft.Fallback) (bool, error)
-	FallbackLease() (time.Duration, bool, error)
-	StopFallback() (bool, error)
-	DeleteFallback() (bool, error)
+	Apply(*nft.Fallback) error
+	InSync(*nft.Fallback) (bool, error)
+	Lease() (time.Duration, bool, error)
+	Stop() (bool, error)
+	Delete() (bool, error)
 }
 
-var _ fallbackTable = (*nft.Conn)(nil)
+var _ fallbackTable = nft.FallbackTable{}
 
 // kubeDNSEnv is where kube-system pods find the kube-dns Service's ClusterIP (Kubernetes' service links).
 const kubeDNSEnv = "KUBE_DNS_SERVICE_HOST"
@@ -248,9 +248,9 @@ func (f *fallback) ensure(ins []nft.Instance) (string, error) {
 				zap.Stringers("pairs", want.Skipped), zap.Stringers("kube-dns", d.spec.Targets))
 		}
 	}
-	ok, err := f.table.FallbackInSync(want)
+	ok, err := f.table.InSync(want)
 	if err == nil && !ok {
-		err = f.table.ApplyFallback(want)
+		err = f.table.Apply(want)
 	} else if err == nil {
 		err = f.renew(want)
 	}
@@ -269,11 +269,11 @@ func (f *fallback) ensure(ins []nft.Instance) (string, error) {
 // content does not name the lease): the one with the longer lease renews more often, the other finds enough
 // left. A renewal is no repair; it is logged at debug level only.
 func (f *fallback) renew(want *nft.Fallback) error {
-	left, any, err := f.table.FallbackLease()
+	left, any, err := f.table.Lease()
 	if err != nil || !any || left >= f.lease/2 {
 		return err
 	}
-	if err := f.table.ApplyFallback(want); err != nil {
+	if err := f.table.Apply(want); err != nil {
 		return err
 	}
 	f.log.Debug("renewed the link-local fallback's lease", zap.Duration("left", left), zap.Duration("lease", f.lease))
@@ -284,10 +284,10 @@ func (f *fallback) renew(want *nft.Fallback) error {
 // query is redirected, then those in flight get drain to be answered (IPVS's replies still need their address
 // back), then the table goes. It reports whether there was one.
 func removeFallback(t fallbackTable, drain time.Duration) (bool, error) {
-	had, err := t.StopFallback()
+	had, err := t.Stop()
 	if err != nil || !had {
 		return had, err
 	}
 	time.Sleep(drain)
-	return t.DeleteFallback()
+	return t.Delete()
 }

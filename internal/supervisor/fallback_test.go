@@ -22,29 +22,29 @@ import (
 type fakeFallbackTable struct {
 	listing string
 	writes  int
-	stopped bool          // StopFallback ran since the table was last written
+	stopped bool          // Stop ran since the table was last written
 	left    time.Duration // what is left of the lease (the test lets time pass by lowering it)
 	// deletedLive counts deletions of a table still redirecting: the queries it redirected last lose their
 	// replies' rewrite (removeFallback must stop it first).
 	deletedLive int
 }
 
-func (k *fakeFallbackTable) ApplyFallback(f *nft.Fallback) error {
+func (k *fakeFallbackTable) Apply(f *nft.Fallback) error {
 	k.listing, k.stopped, k.left = f.String(), false, f.Sets[0].Timeout
 	k.writes++
 	return nil
 }
 
-func (k *fakeFallbackTable) FallbackInSync(f *nft.Fallback) (bool, error) {
+func (k *fakeFallbackTable) InSync(f *nft.Fallback) (bool, error) {
 	return k.listing == f.String(), nil
 }
 
-func (k *fakeFallbackTable) FallbackLease() (time.Duration, bool, error) {
+func (k *fakeFallbackTable) Lease() (time.Duration, bool, error) {
 	return k.left, k.listing != "" && strings.Contains(k.listing, "elements"), nil
 }
 
-// StopFallback empties the rewrite chains: the fake keeps a stopped table's listing, marked.
-func (k *fakeFallbackTable) StopFallback() (bool, error) {
+// Stop empties the rewrite chains: the fake keeps a stopped table's listing, marked.
+func (k *fakeFallbackTable) Stop() (bool, error) {
 	if k.listing == "" {
 		return false, nil
 	}
@@ -52,7 +52,7 @@ func (k *fakeFallbackTable) StopFallback() (bool, error) {
 	return true, nil
 }
 
-func (k *fakeFallbackTable) DeleteFallback() (bool, error) {
+func (k *fakeFallbackTable) Delete() (bool, error) {
 	had := k.listing != ""
 	if had && !k.stopped {
 		k.deletedLive++

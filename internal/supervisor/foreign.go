@@ -10,18 +10,19 @@ import (
 
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
+	"github.com/nodelocaldns/nodelocaldns/internal/nft/foreign"
 )
 
 // Foreign tables: what outside our tables changes what happens to the DNS traffic we intercept (nft/foreign*.go).
 //
 //   - node-cache's own rules, left behind by a node-cache killed without teardown: their ungated notrack keeps
-//     kube-proxy's DNAT from running whenever we do not serve. We remove exactly those (nft/nodecache.go), the
+//     kube-proxy's DNAT from running whenever we do not serve. We remove exactly those (nft/foreign/nodecache.go), the
 //     only writes we ever make outside our tables, and log each.
 //   - any other notrack of our addresses' queries before conntrack: reported (log once, metric), and
 //     nodelocaldns_fail_open{path="prerouting"} says 0 while one exists.
 //   - drops: an nftables accept ends only its own base chain, so a drop policy or a drop or reject rule in
 //     another table on the same hook wins over ours; iptables-legacy's rules are not in nftables at all. Each
-//     is reported once; and where one certainly covers a local IP (nft.Covering), the instance steps aside for
+//     is reported once; and where one certainly covers a local IP (foreign.Covering), the instance steps aside for
 //     it (unless -foreign-drop-step-aside=false): its queries go to kube-dns, which they reach through forward.
 //
 // All of it runs on the passes that look at other tables (start-up, nftables events, the foreign tick), never
@@ -46,14 +47,14 @@ func lookAtForeignTables(reasons []string) bool {
 	return false
 }
 
-// foreignTables reads other tables and removes node-cache's leftovers, and names our own table ([*nft.Conn]).
+// foreignTables reads other tables and removes node-cache's leftovers ([foreign.Tables]: a short-lived socket
+// of its own for each call).
 type foreignTables interface {
-	ForeignScan(ours ...string) ([]nft.ForeignChain, error)
+	Scan(ours ...string) ([]foreign.Chain, error)
 	RemoveNodeCacheRules(nft.Spec) ([]string, error)
-	Table() string
 }
 
-var _ foreignTables = (*nft.Conn)(nil)
+var _ foreignTables = foreign.Tables{}
 
 // foreignFindings is what one look at the other tables found that the node acts on.
 type foreignFindings struct {
@@ -62,20 +63,21 @@ type foreignFindings struct {
 }
 
 // foreignReport keeps the foreign report: a warning the first time each finding is seen (and again only
-// after it went away and came back), and the gauges. Only one goroutine at a time calls check (start-up, then
+// after it went away and came back), and the gauges. Only one goroutine at a time calls scan (start-up, then
 // the reconcile runner).
 type foreignReport struct {
 	log       *zap.Logger
 	m         *metrics.Metrics
 	tables    foreignTables
+	ours      func() string // our table's name, left out of the scan
 	spec      nft.Spec
 	stepAside bool                  // -foreign-drop-step-aside
 	warned    map[string]bool       // findings already warned about, by key
 	aside     map[netip.Addr]string // local IPs stepped aside for, and the drop that covers each
 }
 
-func newForeignReport(log *zap.Logger, m *metrics.Metrics, tables foreignTables, spec nft.Spec, stepAside bool) *foreignReport {
-	return &foreignReport{log: log, m: m, tables: tables, spec: spec, stepAside: stepAside && !spec.NoInterception,
+func newForeignReport(log *zap.Logger, m *metrics.Metrics, tables foreignTables, ours func() string, spec nft.Spec, stepAside bool) *foreignReport {
+	return &foreignReport{log: log, m: m, tables: tables, ours: ours, spec: spec, stepAside: stepAside && !spec.NoInterception,
 		warned: map[string]bool{}, aside: map[netip.Addr]string{}}
 }
 
@@ -97,21 +99,20 @@ func (f *foreignReport) removeNodeCache() {
 	f.m.Foreign.NodeCacheRulesRemoved.Add(float64(len(removed)))
 }
 
-// check removes node-cache's leftovers, refreshes the report, and returns what the node must act on; ok is
-// false when the other tables could not be read (the caller keeps what it does).
-func (f *foreignReport) check() (found foreignFindings, ok bool) {
+// scan reads the other tables, refreshes the report, and returns what the node must act on; ok is false when
+// they could not be read (the caller keeps what it does).
+func (f *foreignReport) scan() (found foreignFindings, ok bool) {
 	if f.tables == nil {
 		return found, false
 	}
-	f.removeNodeCache()
-	chains, err := f.tables.ForeignScan(f.tables.Table())
+	chains, err := f.tables.Scan(f.ours())
 	if err != nil {
 		setupError(f.m, metrics.ErrNftables)
 		f.warnOnce("error scan "+err.Error(), "could not read other tables; the foreign report and step-aside keep their last state", zap.Error(err))
 		return found, false
 	}
 	current := map[string]bool{}
-	notracks := nft.ForeignNotracks(chains, f.spec.LocalIPs, f.spec.DNSPort)
+	notracks := foreign.Notracks(chains, f.spec.LocalIPs, f.spec.DNSPort)
 	f.reportDrops(chains, notracks, current)
 	found.notrack = f.reportNotracks(notracks, current)
 	found.aside = f.decideAside(chains, current)
@@ -130,9 +131,9 @@ func (f *foreignReport) check() (found foreignFindings, ok bool) {
 
 // reportDrops says each drop policy and each chain's drop rules once, with iptables-legacy tables, and sets the
 // gauges (notracks' included).
-func (f *foreignReport) reportDrops(chains []nft.ForeignChain, notracks []nft.ForeignNotrack, current map[string]bool) {
+func (f *foreignReport) reportDrops(chains []foreign.Chain, notracks []foreign.Notrack, current map[string]bool) {
 	rules := map[string]int{}
-	for _, d := range nft.Drops(chains, f.spec.DNSPort) {
+	for _, d := range foreign.Drops(chains, f.spec.DNSPort) {
 		if d.Policy {
 			key := "policy " + d.Chain
 			current[key] = true
@@ -148,7 +149,7 @@ func (f *foreignReport) reportDrops(chains []nft.ForeignChain, notracks []nft.Fo
 				zap.String("chain", d.Chain), zap.String("hook", d.Hook), zap.Strings("rules", d.Rules))
 		}
 	}
-	legacy := nft.LegacyTables()
+	legacy := foreign.LegacyTables()
 	for _, t := range legacy {
 		key := "legacy " + t
 		current[key] = true
@@ -163,7 +164,7 @@ func (f *foreignReport) reportDrops(chains []nft.ForeignChain, notracks []nft.Fo
 }
 
 // reportNotracks says each foreign notrack of our addresses' queries once, and whether there is any.
-func (f *foreignReport) reportNotracks(notracks []nft.ForeignNotrack, current map[string]bool) bool {
+func (f *foreignReport) reportNotracks(notracks []foreign.Notrack, current map[string]bool) bool {
 	for _, n := range notracks {
 		key := "notrack " + n.String()
 		current[key] = true
@@ -175,8 +176,8 @@ func (f *foreignReport) reportNotracks(notracks []nft.ForeignNotrack, current ma
 
 // decideAside computes the local IPs a foreign drop covers, says each change once, and returns those to step
 // aside for (none when stepping aside is off).
-func (f *foreignReport) decideAside(chains []nft.ForeignChain, current map[string]bool) []netip.Addr {
-	covered := nft.Covering(chains, f.spec.LocalIPs, f.spec.DNSPort)
+func (f *foreignReport) decideAside(chains []foreign.Chain, current map[string]bool) []netip.Addr {
+	covered := foreign.Covering(chains, f.spec.LocalIPs, f.spec.DNSPort)
 	if !f.stepAside {
 		for ip, by := range covered {
 			key := "covered " + ip.String() + " " + by

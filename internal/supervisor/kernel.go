@@ -8,6 +8,7 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/link"
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
+	"github.com/nodelocaldns/nodelocaldns/internal/nft/foreign"
 )
 
 // kernel owns the agent's two netlink handles for their whole life: our nftables socket (which owns our table:
@@ -68,20 +69,21 @@ func (k *kernel) linkManager() linkManager {
 	return k.links
 }
 
-// foreignTables is the nftables socket as the foreign report sees it: nil when there is none.
-func (k *kernel) foreignTables() foreignTables {
+// foreignTables is the reading of other tables, on sockets of its own, and our table's name, which it leaves
+// out: nil when the agent manages no nftables.
+func (k *kernel) foreignTables() (foreignTables, func() string) {
 	if k.conn == nil {
-		return nil
+		return nil, nil
 	}
-	return k.conn
+	return foreign.Tables{}, k.conn.Table
 }
 
-// fallbackTable is the nftables socket as the fallback keeper sees it: nil when there is none.
+// fallbackTable is the fallback table's writer, on our owning socket: nil when there is none.
 func (k *kernel) fallbackTable() fallbackTable {
 	if k.conn == nil {
 		return nil
 	}
-	return k.conn
+	return k.conn.Fallback()
 }
 
 // ruleCounters reads our table's rule counters for a scrape.

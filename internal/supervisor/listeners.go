@@ -10,7 +10,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
-	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 )
 
 // checkListeners finds local IPs that no DNS listener is bound to, at start-up and after every reload. The
@@ -81,27 +80,10 @@ func (n *node) setUnbound(ips []netip.Addr) bool {
 	return true
 }
 
-// specNow is the spec with the latest unbound addresses.
-func (n *node) specNow() nft.Spec {
-	n.specMu.Lock()
-	defer n.specMu.Unlock()
-	s := n.spec
-	s.Unbound = slices.Clone(s.Unbound)
-	return s
-}
-
-// rebind re-applies our table for the latest unbound addresses, in the state the instance is in: a table that
-// marks host-network queries (listening or serving) keeps doing so, for the bound addresses only. Before it
-// listens, there is nothing to change yet (listen and serve read the spec when they apply).
+// rebind programs our table again for the latest unbound addresses, at the stage it is at: a table that
+// marks host-network queries (listening or serving) keeps doing so, for the bound addresses only.
 func (n *node) rebind() error {
-	if n.reg == nil || n.current() != stateServing {
-		return nil
-	}
-	n.specMu.Lock()
-	defer n.specMu.Unlock()
-	spec := n.spec // Ungated as serve found the kernel
-	spec.StepAside = n.aside
-	if err := n.reg.Apply(nft.Build(spec)); err != nil {
+	if err := n.program(tableAsIs); err != nil {
 		return fmt.Errorf("keep host-network rules to the bound addresses: %w", err)
 	}
 	return nil

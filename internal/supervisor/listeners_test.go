@@ -76,3 +76,36 @@ func setElements(rs *nft.Ruleset, name string) []netip.Addr {
 	}
 	return nil
 }
+
+// A listener found unbound once CoreDNS listens but before we serve (start-up's checkListeners) keeps the
+// listening table's host-network rules off it at once: host-network queries to it go to kube-dns, not to an
+// address nobody answers, from then on rather than from serve.
+func TestRebindWhileListening(t *testing.T) {
+	k := newFakeKernel()
+	a, reg := newInstance(t, k, "169.254.20.10", "10.96.0.10")
+	startListening(t, a)
+	a.setUnbound(addrs("10.96.0.10"))
+	if err := a.rebind(); err != nil {
+		t.Fatal(err)
+	}
+	if got := setElements(reg.last, nft.SetBound4); !slices.Equal(got, addrs("169.254.20.10")) {
+		t.Errorf("bound4 = %v while listening, want the link-local address only", got)
+	}
+	if len(reg.last.Chains) != 1 || reg.last.Chains[0].Name != nft.ChainRawOutput {
+		t.Errorf("rebind while listening programmed %d chains, want raw-output alone", len(reg.last.Chains))
+	}
+}
+
+// A rebind after leave does not bring our table back: leave's drain table took its place.
+func TestRebindAfterLeaveProgramsNothing(t *testing.T) {
+	k := newFakeKernel()
+	a, reg := newInstance(t, k, "169.254.20.10", "10.96.0.10")
+	start(t, a)
+	if _, err := a.leave(true, 0); err != nil {
+		t.Fatal(err)
+	}
+	a.setUnbound(addrs("10.96.0.10"))
+	if err := a.rebind(); err != nil || len(k.tables) != 0 || reg.name != "" {
+		t.Errorf("rebind after leave: %v; tables %v, want none", err, k.tables)
+	}
+}

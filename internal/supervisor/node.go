@@ -61,8 +61,16 @@ type node struct {
 	reg    registry    // nil: the agent touches no kernel state at all
 	links  linkManager // nil: -setupinterface=false
 	ifname string
-	specMu sync.Mutex // guards spec.Unbound, which reloads change (listeners.go), and aside; held while programming either
-	spec   nft.Spec
+	// specMu guards what our table is made of (spec, aside, stage) and is held while programming it: the
+	// start-up steps, a foreign pass (foreign.go) and a reload's rebind (listeners.go) each program the latest
+	// of all three, one after the other.
+	specMu sync.Mutex
+	spec   nft.Spec // Unbound changes on reloads, Ungated once serve found the kernel without nft_socket
+	// aside are the local IPs we step aside for (foreign.go): the reconcile runner sets them, and every
+	// programming reads them, the reload goroutine's rebind included.
+	aside   []netip.Addr
+	stage   tableStage   // what our table holds now (see desired)
+	applied *nft.Ruleset // and the table last applied at that stage
 	// quiesce, when set, is how the last instance out lets queries already steered to it be answered before
 	// the interface goes: it must also make sure nothing of ours listens on the addresses afterwards (the
 	// link-local fallback sends queries to kube-dns only while no socket is bound to them). nil: wait drain.
@@ -74,9 +82,6 @@ type node struct {
 	// notrack is set while a foreign notrack may take our addresses' queries from kube-proxy (foreign.go):
 	// then nothing fails open, gated or not.
 	notrack atomic.Bool
-	// aside are the local IPs we step aside for (foreign.go), as our table has them once we serve; only the
-	// goroutine that calls serve and then the reconcile runner touch it, one after the other.
-	aside []netip.Addr
 	// seen is the last look at the instance tables (a pass, a start-up step, a leave): /ready answers from it,
 	// never from the kernel, so a probe costs nothing whatever the node holds. Other instances' tables
 	// changing trigger a pass (their notifications), which refreshes it.
@@ -97,11 +102,11 @@ func (n *node) register() error {
 	if err := n.to(stateRegistering); err != nil {
 		return err
 	}
+	if err := n.program(tableRegistered); err != nil {
+		return fmt.Errorf("register: %w", err)
+	}
 	if n.reg == nil {
 		return nil
-	}
-	if err := n.reg.Apply(nft.Registration(n.spec)); err != nil {
-		return fmt.Errorf("register: %w", err)
 	}
 	n.log.Info("registered", zap.String("table", "inet "+n.reg.Table()))
 	return nil
@@ -114,10 +119,7 @@ func (n *node) listen() error {
 	if s := n.current(); s != stateRegistering {
 		return fmt.Errorf("instance %s cannot start listening: %w", s, errTransition)
 	}
-	if n.reg == nil {
-		return nil
-	}
-	if err := n.reg.Apply(nft.Listening(n.specNow())); err != nil {
+	if err := n.program(tableListening); err != nil {
 		return fmt.Errorf("take host-network queries: %w", err)
 	}
 	return nil
@@ -198,24 +200,22 @@ func (n *node) serve() error {
 	if n.reg == nil {
 		return n.to(stateServing)
 	}
-	spec := n.specNow()
-	spec.StepAside = n.aside
-	err := n.reg.Apply(nft.Build(spec))
-	gated := err == nil && !spec.NoInterception
-	if err != nil && !spec.NoInterception && (nft.IsNotSupported(err) || nft.IsNotExist(err)) {
+	intercepts := !n.spec.NoInterception // never changes
+	err := n.program(tableServing)
+	gated := err == nil && intercepts
+	if err != nil && intercepts && (nft.IsNotSupported(err) || nft.IsNotExist(err)) {
 		n.log.Warn("the kernel refused the socket expression (nft_socket); intercepting the addresses our listeners are bound to: "+
 			"while this process runs without a listener it does not know of (one failed inside it), pods' queries to it are lost "+
 			"instead of going to kube-dns", zap.Error(err))
-		spec.Ungated = true
-		err = n.reg.Apply(nft.Build(spec))
+		n.specMu.Lock()
+		n.spec.Ungated = true // kept whenever the table is programmed again (stepping aside, rebind)
+		n.specMu.Unlock()
+		err = n.program(tableServing)
 	}
 	if err != nil {
 		return fmt.Errorf("program table: %w", err)
 	}
 	n.gated.Store(gated)
-	n.specMu.Lock()
-	n.spec.Ungated = spec.Ungated // kept when the table is programmed again (stepAside, rebind)
-	n.specMu.Unlock()
 	n.reportFailOpen()
 	return n.to(stateServing)
 }
@@ -227,24 +227,20 @@ func (n *node) reportFailOpen() {
 }
 
 // foreignFound takes what a look at the other tables found: a foreign notrack (fail_open says so) and the
-// local IPs to step aside for. While we serve, a change of those is programmed at once, in one transaction;
-// before, serve programs them.
+// local IPs to step aside for. A change of those is programmed at once, at the stage our table is at (a table
+// without chains yet, or without interception, does not change).
 func (n *node) foreignFound(f foreignFindings) error {
 	if n.notrack.Swap(f.notrack) != f.notrack && n.current() == stateServing {
 		n.reportFailOpen()
 	}
-	n.specMu.Lock() // with rebind (listeners.go): each programs the latest of both
-	defer n.specMu.Unlock()
-	if slices.Equal(n.aside, f.aside) {
-		return nil
-	}
+	n.specMu.Lock()
+	same := slices.Equal(n.aside, f.aside)
 	n.aside = f.aside
-	if n.current() != stateServing || n.reg == nil || n.spec.NoInterception {
+	n.specMu.Unlock()
+	if same {
 		return nil
 	}
-	spec := n.spec
-	spec.StepAside = f.aside
-	if err := n.reg.Apply(nft.Build(spec)); err != nil {
+	if err := n.program(tableAsIs); err != nil {
 		return fmt.Errorf("program table stepping aside for %v: %w", f.aside, err)
 	}
 	return nil
@@ -304,7 +300,7 @@ func (n *node) leave(keepLink bool, drain time.Duration) (othersRemain bool, err
 	var errs []error
 	// The drain table keeps our answers to the queries we hold out of conntrack (nft/drain.go) until shutdown
 	// has written them (endDrain).
-	if err := n.reg.Leave(nft.Draining(n.spec)); err != nil {
+	if err := n.reg.Leave(n.drain()); err != nil {
 		// Our socket closing at exit removes it anyway.
 		errs = append(errs, fmt.Errorf("our table stays until the process exits: %w", err))
 	}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/zap/zaptest"
 	"golang.org/x/sys/unix"
@@ -179,6 +180,15 @@ func newInstance(t *testing.T, k *fakeKernel, ips ...string) (*node, *fakeReg) {
 // start runs an instance's start-up as the supervisor does: register, interface, (CoreDNS), listen, serve.
 func start(t *testing.T, n *node) {
 	t.Helper()
+	startListening(t, n)
+	if err := n.serve(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startListening runs start-up up to the listeners being bound: register, interface, listen.
+func startListening(t *testing.T, n *node) {
+	t.Helper()
 	if err := n.register(); err != nil {
 		t.Fatal(err)
 	}
@@ -186,9 +196,6 @@ func start(t *testing.T, n *node) {
 		t.Fatal(err)
 	}
 	if err := n.listen(); err != nil {
-		t.Fatal(err)
-	}
-	if err := n.serve(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -338,6 +345,38 @@ func TestStepAside(t *testing.T) {
 	}
 	if got := k.tables[reg.name]; got.aside != nil || got.applies != applies+1 || got.gated {
 		t.Errorf("taken back: %+v; want no aside set, one more apply, still ungated (the kernel has no nft_socket)", got)
+	}
+}
+
+// TestStepAsideDuringServe: findings that arrive while serve programs the table are programmed too, on top
+// of serve's: serve and the foreign pass read what the table is made of under one lock.
+func TestStepAsideDuringServe(t *testing.T) {
+	k := newFakeKernel()
+	a, reg := newInstance(t, k, "169.254.20.10", "10.96.0.10")
+	startListening(t, a)
+	cluster := addrs("10.96.0.10")
+	done := make(chan error, 1)
+	reg.step = func(request string) {
+		if request != "apply" {
+			return
+		}
+		go func() { done <- a.foreignFound(foreignFindings{aside: cluster}) }()
+		// Let it finish when it can: it waits for serve's programming when that holds the lock.
+		select {
+		case err := <-done:
+			done <- err
+		case <-time.After(200 * time.Millisecond):
+		}
+		reg.step = nil
+	}
+	if err := a.serve(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := k.tables[reg.name]; !slices.Equal(got.aside, cluster) {
+		t.Errorf("served: aside %v; want %v, found while serve programmed", got.aside, cluster)
 	}
 }
 

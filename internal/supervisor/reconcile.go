@@ -15,6 +15,7 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/link"
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
+	"github.com/nodelocaldns/nodelocaldns/internal/nft/nftwatch"
 )
 
 // Pass results, as counted in nodelocaldns_reconcile_passes_total.
@@ -54,7 +55,8 @@ func (r *reconciler) pass(_ context.Context, reasons []string) (changed bool, er
 	var errs []error
 	repaired, errs = r.ensure(repaired, errs)
 	if lookAtForeignTables(reasons) {
-		if found, ok := r.foreign.check(); ok {
+		r.foreign.removeNodeCache() // a node-cache still running puts its rules back
+		if found, ok := r.foreign.scan(); ok {
 			if err := r.node.foreignFound(found); err != nil {
 				setupError(r.m, metrics.ErrNftables)
 				errs = append(errs, err)
@@ -131,14 +133,16 @@ func (r *reconciler) startWatchers(ctx context.Context, wg *sync.WaitGroup, k *k
 	// instances registering or leaving, foreign drop policies) and of any change to the fallback table.
 	if k.conn != nil {
 		wg.Go(func() {
-			err := nft.Watch(ctx, r.log, func(reason string) { r.runner.trigger("nft:" + reason) },
-				nft.IgnoreConn(k.conn), nft.WatchTables(k.conn.Table(), nft.FallbackTableName))
+			err := nftwatch.Watch(ctx, r.log, func(reason string) { r.runner.trigger("nft:" + reason) },
+				nftwatch.IgnoreConn(k.conn), nftwatch.Tables(k.conn.Table(), nft.FallbackTableName))
 			if err != nil && ctx.Err() == nil {
 				r.log.Error("nftables watch stopped; relying on the periodic pass", zap.Error(err))
 			}
 		})
 	}
 	if k.conn != nil {
+		// A drop rule added to an existing foreign base chain is filtered out with every other foreign rule
+		// event (nft/nftwatch/watchbpf.go), so the foreign report is also refreshed on this slow tick.
 		wg.Go(func() { r.recheckForeign(ctx) })
 	}
 	if k.links != nil {

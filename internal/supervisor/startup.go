@@ -50,7 +50,8 @@ func (s *Supervisor) openKernel() error {
 	}
 	s.kernel = k
 	s.node = &node{log: s.log, m: s.m, reg: k.registry(), links: k.linkManager(), ifname: s.opts.InterfaceName, spec: s.spec}
-	foreign := newForeignReport(s.log, s.m, k.foreignTables(), s.spec, s.opts.StepAside)
+	tables, ours := k.foreignTables()
+	foreign := newForeignReport(s.log, s.m, tables, ours, s.spec, s.opts.StepAside)
 	fb := newFallback(s.log, s.m, k.fallbackTable(), s.opts, s.spec.Fallbacks, s.fallbackWhy)
 	s.reconcile = newReconciler(s.log, s.m, s.opts.InterfaceName, s.opts.SyncInterval, s.node, fb, foreign)
 	s.node.quiesce = s.lastOut
@@ -143,7 +144,8 @@ func (s *Supervisor) startCoreDNS(cf []byte) error {
 func (s *Supervisor) intercept(ctx context.Context) error {
 	t := time.Now()
 	// A foreign drop that covers an address is stepped aside for from the first programming on.
-	if found, ok := s.reconcile.foreign.check(); ok {
+	s.reconcile.foreign.removeNodeCache()
+	if found, ok := s.reconcile.foreign.scan(); ok {
 		_ = s.node.foreignFound(found) // not serving yet: only remembered
 	}
 	if err := s.node.serve(); err != nil {

@@ -32,7 +32,7 @@ func Teardown(o *options.Options, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
-	return teardown(&node{log: log, m: m, reg: c, links: lm, ifname: o.InterfaceName, spec: nft.Spec{LocalIPs: o.LocalIPs}}, c)
+	return teardown(&node{log: log, m: m, reg: c, links: lm, ifname: o.InterfaceName, spec: nft.Spec{LocalIPs: o.LocalIPs}}, c.Fallback())
 }
 
 // teardown leaves the node for a process that never joined it, then deletes the fallback table if nobody is

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
+	nftforeign "github.com/nodelocaldns/nodelocaldns/internal/nft/foreign"
 	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 	"github.com/nodelocaldns/nodelocaldns/test/harness"
 )
@@ -72,11 +73,6 @@ func firewalls() []firewall {
 func TestWhatAPodSeesUnderAForeignDrop(t *testing.T) {
 	testenv.RequireRoot(t)
 	pod := harness.NewNode(t).Pod
-	conn, err := nft.Open()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
 
 	var report []string
 	for _, fw := range firewalls() {
@@ -88,7 +84,7 @@ func TestWhatAPodSeesUnderAForeignDrop(t *testing.T) {
 					fw.remove(t)
 				}
 			}()
-			checkDetected(t, conn, fw)
+			checkDetected(t, fw)
 			withoutAgent := ask(t, pod, harness.ClusterIP)
 			if withoutAgent != fw.withoutAgent {
 				t.Errorf("without the agent, clusterIP: the pod sees %q, want %q", withoutAgent, fw.withoutAgent)
@@ -103,7 +99,7 @@ func TestWhatAPodSeesUnderAForeignDrop(t *testing.T) {
 			if gotLocal != fw.withAgent {
 				t.Errorf("with the agent, localIP: the pod sees %q, want %q", gotLocal, fw.withAgent)
 			}
-			checkDetected(t, conn, fw)
+			checkDetected(t, fw)
 			if fw.policy { // the agent's own report: one warning per drop-policy chain
 				a.WaitLog(5*time.Second, "the foreign drop policy warning", func(l harness.LogLine) bool {
 					return l.Level == "warn" && l.Raw["chain"] == fw.chain && strings.Contains(l.Msg, "drops by policy")
@@ -154,20 +150,20 @@ func countLogs(a *harness.Agent, msg string) int {
 }
 
 // checkDetected asks the foreign-drop check, as the agent would, and compares with what fw put in place.
-func checkDetected(t *testing.T, conn *nft.Conn, fw firewall) {
+func checkDetected(t *testing.T, fw firewall) {
 	t.Helper()
-	drops, err := conn.ForeignDrops(53, nft.TableName)
+	drops, err := nftforeign.ScanDrops(53, nft.TableName)
 	if err != nil {
 		t.Fatal(err)
 	}
-	i := slices.IndexFunc(drops, func(d nft.ForeignDrop) bool { return d.Chain == fw.chain })
+	i := slices.IndexFunc(drops, func(d nftforeign.Drop) bool { return d.Chain == fw.chain })
 	switch {
 	case fw.chain == "" && len(drops) > 0:
-		t.Errorf("ForeignDrops = %+v, want none", drops)
+		t.Errorf("ScanDrops = %+v, want none", drops)
 	case fw.chain != "" && i < 0:
-		t.Errorf("ForeignDrops = %+v, want %s", drops, fw.chain)
+		t.Errorf("ScanDrops = %+v, want %s", drops, fw.chain)
 	case fw.chain != "" && (drops[i].Policy != fw.policy || len(drops[i].Rules) != fw.rules):
-		t.Errorf("ForeignDrops[%s] = %+v, want policy drop %v and %d rules", fw.chain, drops[i], fw.policy, fw.rules)
+		t.Errorf("ScanDrops[%s] = %+v, want policy drop %v and %d rules", fw.chain, drops[i], fw.policy, fw.rules)
 	}
 }
 

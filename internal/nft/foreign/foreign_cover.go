@@ -1,4 +1,4 @@
-package nft
+package foreign
 
 import (
 	"fmt"
@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/nftables"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 )
 
 // What a foreign base chain does to our traffic, decided from its rules (foreign_probe.go), for two reports:
@@ -33,7 +35,7 @@ import (
 // key fails on an untracked packet), `iifname "lo"` and `oifname "lo"` (never a pod's), and iptables-nft's
 // comment and conntrack-state matches. Anything else is "maybe".
 //
-// ForeignNotracks: rules of tables we do not own that take our addresses' queries away from conntrack, so
+// Notracks: rules of tables we do not own that take our addresses' queries away from conntrack, so
 // kube-proxy never DNATs them and nothing fails open while we do not serve: a notrack (nft's statement, or
 // iptables-nft's -j NOTRACK) in a base chain on prerouting or output before conntrack (priority below -200)
 // whose rule may match a query to one of our addresses on the DNS port. Other instances' tables (gated) and
@@ -56,9 +58,9 @@ func coversFamily(fam nftables.TableFamily, ip netip.Addr) bool {
 }
 
 // drops walks ch for p and says whether it certainly drops it, and by what.
-func (ch ForeignChain) drops(p probe) (string, bool) {
+func (ch Chain) drops(p probe) (string, bool) {
 	for _, r := range ch.Rules {
-		m, v := p.match(r.Exprs)
+		m, v, _ := p.match(r.Exprs)
 		if m == no || v == verdictNone {
 			continue
 		}
@@ -76,7 +78,7 @@ func (ch ForeignChain) drops(p probe) (string, bool) {
 	return ch.policyDrops()
 }
 
-func (ch ForeignChain) policyDrops() (string, bool) {
+func (ch Chain) policyDrops() (string, bool) {
 	if ch.PolicyDrop {
 		return ch.Chain + " policy drop", true
 	}
@@ -84,13 +86,13 @@ func (ch ForeignChain) policyDrops() (string, bool) {
 }
 
 // Covering returns, for each of ips that a foreign drop covers (see above) on port, the first chain and rule
-// that does. chains is what [Conn.ForeignScan] read.
-func Covering(chains []ForeignChain, ips []netip.Addr, port uint16) map[netip.Addr]string {
+// that does. chains is what [Scan] read.
+func Covering(chains []Chain, ips []netip.Addr, port uint16) map[netip.Addr]string {
 	out := map[netip.Addr]string{}
 	for _, ip := range ips {
 		for _, ch := range chains {
-			reply := ch.Hook == HookOutput
-			if (ch.Hook != HookInput && !reply) || !coversFamily(ch.Family, ip) || ch.ours() {
+			reply := ch.Hook == nft.HookOutput
+			if (ch.Hook != nft.HookInput && !reply) || !coversFamily(ch.Family, ip) || ch.ours() {
 				continue
 			}
 			if ch.Type != nftables.ChainTypeFilter && !(reply && ch.Type == nftables.ChainTypeRoute) {
@@ -110,22 +112,22 @@ func Covering(chains []ForeignChain, ips []netip.Addr, port uint16) map[netip.Ad
 	return out
 }
 
-// ForeignNotrack is one rule of a table we do not own that may notrack queries to our addresses.
-type ForeignNotrack struct {
+// Notrack is one rule of a table we do not own that may notrack queries to our addresses.
+type Notrack struct {
 	Chain  string
 	Handle uint64
 }
 
-func (n ForeignNotrack) String() string { return fmt.Sprintf("%s handle %d", n.Chain, n.Handle) }
+func (n Notrack) String() string { return fmt.Sprintf("%s handle %d", n.Chain, n.Handle) }
 
-// ForeignNotracks lists the notrack rules of chains (see above) that may match a query to ips on port.
-func ForeignNotracks(chains []ForeignChain, ips []netip.Addr, port uint16) []ForeignNotrack {
-	var out []ForeignNotrack
+// Notracks lists the notrack rules of chains (see above) that may match a query to ips on port.
+func Notracks(chains []Chain, ips []netip.Addr, port uint16) []Notrack {
+	var out []Notrack
 	for _, ch := range chains {
 		if ch.ours() {
 			continue
 		}
-		if (ch.Hook != HookPrerouting && ch.Hook != HookOutput) || ch.Priority >= conntrackPriority {
+		if (ch.Hook != nft.HookPrerouting && ch.Hook != nft.HookOutput) || ch.Priority >= conntrackPriority {
 			continue
 		}
 		for _, r := range ch.Rules {
@@ -136,10 +138,10 @@ func ForeignNotracks(chains []ForeignChain, ips []netip.Addr, port uint16) []For
 				if !coversFamily(ch.Family, ip) {
 					continue
 				}
-				udp, _ := probe{addr: ip, proto: unix.IPPROTO_UDP, port: port}.match(r.Exprs)
-				tcp, _ := probe{addr: ip, proto: unix.IPPROTO_TCP, port: port}.match(r.Exprs)
+				udp, _, _ := probe{addr: ip, proto: unix.IPPROTO_UDP, port: port}.match(r.Exprs)
+				tcp, _, _ := probe{addr: ip, proto: unix.IPPROTO_TCP, port: port}.match(r.Exprs)
 				if udp != no || tcp != no {
-					out = append(out, ForeignNotrack{Chain: ch.Chain, Handle: r.Handle})
+					out = append(out, Notrack{Chain: ch.Chain, Handle: r.Handle})
 					break
 				}
 			}
@@ -150,7 +152,6 @@ func ForeignNotracks(chains []ForeignChain, ips []netip.Addr, port uint16) []For
 
 // ours says whether the chain's table is one of ours by name: an inet instance table, a leaving instance's
 // drain table or the fallback's.
-func (ch ForeignChain) ours() bool {
-	return ch.Family == nftables.TableFamilyINet && (isInstanceTableName(ch.Table) || isDrainTableName(ch.Table) ||
-		ch.Table == FallbackTableName)
+func (ch Chain) ours() bool {
+	return ch.Family == nftables.TableFamilyINet && nft.IsOurTableName(ch.Table)
 }

@@ -1,4 +1,4 @@
-package nft
+package nftwatch
 
 import (
 	"fmt"
@@ -9,6 +9,8 @@ import (
 	"github.com/mdlayher/netlink"
 	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 )
 
 // rawSubscriber joins NFNLGRP_NFTABLES on a socket of its own, with our socket filter when filtered.
@@ -161,7 +163,7 @@ func TestDatagramWalkDoesNotAllocate(t *testing.T) {
 	if m, _, _ := nextMessage(d); m.typ != unix.NFT_MSG_NEWRULE {
 		t.Fatalf("first datagram starts with message type %d, want a rule", m.typ)
 	}
-	w := &watcher{state: watchState{ours: []string{TableName}, chains: map[chainKey]chainHook{}}}
+	w := &watcher{state: watchState{ours: []string{nft.TableName}, chains: map[chainKey]chainHook{}}}
 	if a := testing.AllocsPerRun(100, func() { w.datagram(d) }); a != 0 {
 		t.Errorf("walking a datagram of foreign rules allocates %v times", a)
 	}

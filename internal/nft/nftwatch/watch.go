@@ -1,4 +1,4 @@
-package nft
+package nftwatch
 
 import (
 	"cmp"
@@ -14,13 +14,15 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/nlwatch"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 )
 
-// WatchOption configures [Watch].
-type WatchOption func(*watchOptions)
+// Option configures [Watch].
+type Option func(*watchOptions)
 
 type watchOptions struct {
-	own        []*Conn
+	own        []Writer
 	tables     []string
 	readBuffer int
 	subscribed func()
@@ -29,20 +31,20 @@ type watchOptions struct {
 // IgnoreConn makes Watch ignore transactions committed through c. The kernel stamps each notification with
 // the netlink port of the socket that caused it; this works whatever pid namespace we run in, where the
 // writer pid the kernel reports (a global thread id) would not match ours.
-func IgnoreConn(c *Conn) WatchOption { return func(o *watchOptions) { o.own = append(o.own, c) } }
+func IgnoreConn(c Writer) Option { return func(o *watchOptions) { o.own = append(o.own, c) } }
 
 // WithReadBuffer sets the socket's receive buffer. Larger makes an overrun rarer; tests make it tiny.
-func WithReadBuffer(bytes int) WatchOption { return func(o *watchOptions) { o.readBuffer = bytes } }
+func WithReadBuffer(bytes int) Option { return func(o *watchOptions) { o.readBuffer = bytes } }
 
-// WatchTables names our tables (inet family), whose every change is a trigger. The default is [TableName];
+// Tables names our tables (inet family), whose every change is a trigger. The default is [nft.TableName];
 // an instance that owns `nodelocaldns-<n>` names it here.
-func WatchTables(names ...string) WatchOption {
+func Tables(names ...string) Option {
 	return func(o *watchOptions) { o.tables = append([]string(nil), names...) }
 }
 
 // OnSubscribed is called each time Watch has joined the notification group (at start and after each
 // resubscription), before it reads: every transaction committed after it returns will be seen.
-func OnSubscribed(f func()) WatchOption { return func(o *watchOptions) { o.subscribed = f } }
+func OnSubscribed(f func()) Option { return func(o *watchOptions) { o.subscribed = f } }
 
 // Watch subscribes to nftables notifications and calls trigger for every transaction that may affect our
 // table or what we report about others: any change inside our tables, the deletion of any table (`nft flush
@@ -61,8 +63,8 @@ func OnSubscribed(f func()) WatchOption { return func(o *watchOptions) { o.subsc
 // It reads the netlink datagrams itself into one reused buffer rather than through google/nftables' Monitor
 // (whose filters are broken in v0.3.0 and which parses every foreign rule) or mdlayher's Receive (which peeks,
 // then allocates a buffer and a message per notification).
-func Watch(ctx context.Context, log *zap.Logger, trigger func(reason string), opts ...WatchOption) error {
-	o := watchOptions{tables: []string{TableName}, readBuffer: 4 << 20}
+func Watch(ctx context.Context, log *zap.Logger, trigger func(reason string), opts ...Option) error {
+	o := watchOptions{tables: []string{nft.TableName}, readBuffer: 4 << 20}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -82,7 +84,7 @@ func Watch(ctx context.Context, log *zap.Logger, trigger func(reason string), op
 type watcher struct {
 	log        *zap.Logger
 	trigger    func(string)
-	own        []*Conn
+	own        []Writer
 	globalPIDs bool // pidsAreGlobal, read once
 	buf        []byte
 	state      watchState
@@ -155,10 +157,10 @@ func attachFilter(nl *netlink.Conn, tables []string) (int, error) {
 }
 
 // listBaseChains dumps the chains once (no rules) and keeps the base chains of tables other than ours. The dump
-// runs on a socket of its own, with the same deadline as every request on ours (requestTimeout).
+// runs on a socket of its own, with the same deadline as every request on ours (nft.RequestTimeout).
 func listBaseChains(ours []string) (map[chainKey]chainHook, error) {
 	c, err := nftables.New(nftables.WithSockOptions(func(nc *netlink.Conn) error {
-		return nc.SetDeadline(time.Now().Add(requestTimeout))
+		return nc.SetDeadline(time.Now().Add(nft.RequestTimeout))
 	}))
 	if err != nil {
 		return nil, fmt.Errorf("open nftables reader: %w", err)

@@ -1,4 +1,4 @@
-package nft
+package nlsock
 
 import (
 	"encoding/binary"
@@ -16,8 +16,8 @@ import (
 // `ct original ...`: the fallback's reply rules, and any other table's (which the foreign-drop scan reads).
 // Here ct is decoded by hand, and every other expression by the library's own unmarshalling, one at a time,
 // with the library's choice of which expression kinds it knows (the others are left out, as it leaves them).
-// The request is one dump filtered by the kernel on table and chain, on our lasting socket.
-func (k *kernelOps) GetRules(t *nftables.Table, c *nftables.Chain) ([]*nftables.Rule, error) {
+// The request is one dump filtered by the kernel on table and chain, on s.
+func (s *Socket) GetRules(t *nftables.Table, c *nftables.Chain) ([]*nftables.Rule, error) {
 	attrs, err := netlink.MarshalAttributes([]netlink.Attribute{
 		{Type: unix.NFTA_RULE_TABLE, Data: []byte(t.Name + "\x00")},
 		{Type: unix.NFTA_RULE_CHAIN, Data: []byte(c.Name + "\x00")},
@@ -25,9 +25,9 @@ func (k *kernelOps) GetRules(t *nftables.Table, c *nftables.Chain) ([]*nftables.
 	if err != nil {
 		return nil, err
 	}
-	msgs, err := k.nl.Execute(netlink.Message{
+	msgs, err := s.nl.Execute(netlink.Message{
 		Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETRULE), Flags: netlink.Request | netlink.Dump},
-		Data:   append(nfgenmsg(uint8(t.Family), 0), attrs...),
+		Data:   append(Nfgenmsg(uint8(t.Family), 0), attrs...),
 	})
 	if err != nil {
 		return nil, err

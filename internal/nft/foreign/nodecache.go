@@ -1,4 +1,4 @@
-package nft
+package foreign
 
 import (
 	"encoding/binary"
@@ -9,12 +9,14 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 )
 
 // node-cache's leftovers. node-cache (kubernetes-sigs/node-local-dns, `initIptables`) writes 12 iptables rules per
 // listen IP and removes them only on SIGTERM: after an OOM kill or a SIGKILL they stay, and the nodes that
 // migrate to us are exactly those. Its ungated `-j NOTRACK` for the ClusterIP in the raw table then keeps
-// kube-proxy's DNAT from running whenever we do not serve, which undoes our fail-open. [Conn.RemoveNodeCacheRules]
+// kube-proxy's DNAT from running whenever we do not serve, which undoes our fail-open. [RemoveNodeCacheRules]
 // does node-cache's own teardown for it, and nothing more: a rule is removed only when it is, expression for
 // expression, one of the rules initIptables writes for one of our listen IPs and ports, with its comment.
 //
@@ -32,21 +34,21 @@ import (
 // staleRule is one rule of node-cache's, decoded (parity_test.go has the same twelve, written from its source).
 type staleRule struct {
 	table, chain string
-	proto        Proto
-	dir          Dir
+	proto        nft.Proto
+	dir          nft.Dir
 	ip           netip.Addr
 	port         uint16
-	verdict      Verdict // VerdictNotrack or VerdictAccept
+	verdict      nft.Verdict // nft.VerdictNotrack or nft.VerdictAccept
 	comment      string
 }
 
 func (r staleRule) String() string {
 	addr, port := "-d", "--dport"
-	if r.dir == DirFrom {
+	if r.dir == nft.DirFrom {
 		addr, port = "-s", "--sport"
 	}
 	target := "NOTRACK"
-	if r.verdict == VerdictAccept {
+	if r.verdict == nft.VerdictAccept {
 		target = "ACCEPT"
 	}
 	return fmt.Sprintf("-t %s -A %s -p %s %s %s %s %d -m comment --comment %q -j %s",
@@ -56,20 +58,20 @@ func (r staleRule) String() string {
 // staleRules is every rule initIptables writes for ips on dnsPort and healthPort.
 func staleRules(ips []netip.Addr, dnsPort, healthPort uint16) []staleRule {
 	var out []staleRule
-	add := func(table, chain string, dir Dir, port uint16, v Verdict, comment string, ip netip.Addr, protos ...Proto) {
+	add := func(table, chain string, dir nft.Dir, port uint16, v nft.Verdict, comment string, ip netip.Addr, protos ...nft.Proto) {
 		for _, p := range protos {
 			out = append(out, staleRule{table, chain, p, dir, ip, port, v, comment})
 		}
 	}
-	both := []Proto{ProtoTCP, ProtoUDP}
+	both := []nft.Proto{nft.ProtoTCP, nft.ProtoUDP}
 	for _, ip := range ips {
-		add("raw", "PREROUTING", DirTo, dnsPort, VerdictNotrack, CommentSkipConntrack, ip, both...)
-		add("filter", "INPUT", DirTo, dnsPort, VerdictAccept, CommentAllowDNS, ip, both...)
-		add("raw", "OUTPUT", DirFrom, dnsPort, VerdictNotrack, CommentSkipConntrack, ip, both...)
-		add("filter", "OUTPUT", DirFrom, dnsPort, VerdictAccept, CommentAllowDNS, ip, both...)
-		add("raw", "OUTPUT", DirTo, dnsPort, VerdictNotrack, CommentSkipConntrack, ip, both...)
-		add("raw", "OUTPUT", DirTo, healthPort, VerdictNotrack, CommentSkipConntrack, ip, ProtoTCP)
-		add("raw", "OUTPUT", DirFrom, healthPort, VerdictNotrack, CommentSkipConntrack, ip, ProtoTCP)
+		add("raw", "PREROUTING", nft.DirTo, dnsPort, nft.VerdictNotrack, nft.CommentSkipConntrack, ip, both...)
+		add("filter", "INPUT", nft.DirTo, dnsPort, nft.VerdictAccept, nft.CommentAllowDNS, ip, both...)
+		add("raw", "OUTPUT", nft.DirFrom, dnsPort, nft.VerdictNotrack, nft.CommentSkipConntrack, ip, both...)
+		add("filter", "OUTPUT", nft.DirFrom, dnsPort, nft.VerdictAccept, nft.CommentAllowDNS, ip, both...)
+		add("raw", "OUTPUT", nft.DirTo, dnsPort, nft.VerdictNotrack, nft.CommentSkipConntrack, ip, both...)
+		add("raw", "OUTPUT", nft.DirTo, healthPort, nft.VerdictNotrack, nft.CommentSkipConntrack, ip, nft.ProtoTCP)
+		add("raw", "OUTPUT", nft.DirFrom, healthPort, nft.VerdictNotrack, nft.CommentSkipConntrack, ip, nft.ProtoTCP)
 	}
 	return out
 }
@@ -84,10 +86,8 @@ var staleChains = []struct{ table, chain string }{
 // (another match, a mask, an interface, a second address) and it is not node-cache's.
 func decodeStaleRule(table, chain string, v6 bool, r *nftables.Rule) (staleRule, bool) {
 	out := staleRule{table: table, chain: chain, comment: ruleComment(r.UserData)}
-	addrLen, dst, src := uint32(4), uint32(ip4DaddrOffset), uint32(ip4SaddrOffset)
-	if v6 {
-		addrLen, dst, src = 16, ip6DaddrOffset, ip6SaddrOffset
-	}
+	dst, addrLen := nft.AddrOffset(nft.DirTo, v6)
+	src, _ := nft.AddrOffset(nft.DirFrom, v6)
 	seen := map[string]bool{}
 	once := func(what string) bool { ok := !seen[what]; seen[what] = true; return ok }
 	ex := r.Exprs
@@ -114,11 +114,11 @@ func decodeStaleRule(table, chain string, v6 bool, r *nftables.Rule) (staleRule,
 			case e.Base == expr.PayloadBaseNetworkHeader && e.Len == addrLen && (e.Offset == dst || e.Offset == src) && once("addr"):
 				ip, _ := netip.AddrFromSlice(cmp.Data)
 				out.ip = ip
-				out.dir = map[bool]Dir{true: DirTo, false: DirFrom}[e.Offset == dst]
+				out.dir = map[bool]nft.Dir{true: nft.DirTo, false: nft.DirFrom}[e.Offset == dst]
 				seen[string(out.dir)] = true
-			case e.Base == expr.PayloadBaseTransportHeader && e.Len == 2 && (e.Offset == dportOffset || e.Offset == sportOffset) && len(cmp.Data) == 2 && once("port"):
+			case e.Base == expr.PayloadBaseTransportHeader && e.Len == 2 && (e.Offset == nft.PortOffset(nft.DirTo) || e.Offset == nft.PortOffset(nft.DirFrom)) && len(cmp.Data) == 2 && once("port"):
 				out.port = binary.BigEndian.Uint16(cmp.Data)
-				seen["port "+map[bool]string{true: string(DirTo), false: string(DirFrom)}[e.Offset == dportOffset]] = true
+				seen["port "+map[bool]string{true: string(nft.DirTo), false: string(nft.DirFrom)}[e.Offset == nft.PortOffset(nft.DirTo)]] = true
 			default:
 				return out, false
 			}
@@ -134,12 +134,12 @@ func decodeStaleRule(table, chain string, v6 bool, r *nftables.Rule) (staleRule,
 			if !isNotrack(e) || !once("verdict") {
 				return out, false
 			}
-			out.verdict = VerdictNotrack
+			out.verdict = nft.VerdictNotrack
 		case *expr.Verdict:
 			if e.Kind != expr.VerdictAccept || !once("verdict") {
 				return out, false
 			}
-			out.verdict = VerdictAccept
+			out.verdict = nft.VerdictAccept
 		default:
 			return out, false
 		}
@@ -149,23 +149,32 @@ func decodeStaleRule(table, chain string, v6 bool, r *nftables.Rule) (staleRule,
 	return out, ok
 }
 
-func protoName(p byte) Proto {
+func protoName(p byte) nft.Proto {
 	switch p {
 	case unix.IPPROTO_TCP:
-		return ProtoTCP
+		return nft.ProtoTCP
 	case unix.IPPROTO_UDP:
-		return ProtoUDP
+		return nft.ProtoUDP
 	}
-	return Proto(fmt.Sprintf("proto-%d", p))
+	return nft.Proto(fmt.Sprintf("proto-%d", p))
 }
 
 // RemoveNodeCacheRules deletes, in one batch, every rule node-cache's initIptables writes for s's listen IPs,
 // DNS port and health port from iptables-nft's raw and filter tables (ip for IPv4 addresses, ip6 for IPv6), and
 // returns them as iptables-save would name them. It reads only those four chains per family, and touches
 // nothing else: a rule differing in any expression stays. A missing table or chain is no error.
-func (c *Conn) RemoveNodeCacheRules(s Spec) ([]string, error) {
-	c.lock()
-	defer c.mu.Unlock()
+//
+// Like [Scan], it runs on a short-lived socket of its own.
+func RemoveNodeCacheRules(s nft.Spec) ([]string, error) {
+	var removed []string
+	err := withSocket(func(sock socket) (err error) {
+		removed, err = removeNodeCacheRules(sock, s)
+		return err
+	})
+	return removed, err
+}
+
+func removeNodeCacheRules(sock socket, s nft.Spec) ([]string, error) {
 	want := staleRules(s.LocalIPs, s.DNSPort, s.HealthPort)
 	var removed []string
 	for _, fam := range []nftables.TableFamily{nftables.TableFamilyIPv4, nftables.TableFamilyIPv6} {
@@ -175,19 +184,19 @@ func (c *Conn) RemoveNodeCacheRules(s Spec) ([]string, error) {
 		}
 		for _, tc := range staleChains {
 			t := &nftables.Table{Name: tc.table, Family: fam}
-			rules, err := c.ops.GetRules(t, &nftables.Chain{Name: tc.chain, Table: t})
-			if IsNotExist(err) {
+			rules, err := sock.GetRules(t, &nftables.Chain{Name: tc.chain, Table: t})
+			if nft.IsNotExist(err) {
 				continue
 			}
 			if err != nil {
-				return nil, fmt.Errorf("list rules of %s %s/%s: %w", familyNames[fam], tc.table, tc.chain, err)
+				return nil, fmt.Errorf("list rules of %s %s/%s: %w", nft.FamilyName(uint8(fam)), tc.table, tc.chain, err)
 			}
 			for _, r := range rules {
 				got, ok := decodeStaleRule(tc.table, tc.chain, v6, r)
 				if !ok || !slices.ContainsFunc(want, func(w staleRule) bool { return w == got }) {
 					continue
 				}
-				if err := c.ops.DelRule(&nftables.Rule{Table: t, Chain: &nftables.Chain{Name: tc.chain, Table: t}, Handle: r.Handle}); err != nil {
+				if err := sock.DelRule(&nftables.Rule{Table: t, Chain: &nftables.Chain{Name: tc.chain, Table: t}, Handle: r.Handle}); err != nil {
 					return nil, fmt.Errorf("queue deletion of %s: %w", got, err)
 				}
 				cmd := "iptables " + got.String()
@@ -201,8 +210,8 @@ func (c *Conn) RemoveNodeCacheRules(s Spec) ([]string, error) {
 	if len(removed) == 0 {
 		return nil, nil
 	}
-	if err := c.ops.Flush(); err != nil {
-		c.ops.Discard()
+	if err := sock.Flush(); err != nil {
+		sock.Discard()
 		return nil, fmt.Errorf("delete node-cache's rules: %w", err)
 	}
 	return removed, nil

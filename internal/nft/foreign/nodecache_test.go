@@ -1,4 +1,4 @@
-package nft
+package foreign
 
 import (
 	"slices"
@@ -6,14 +6,16 @@ import (
 	"testing"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 )
 
 // TestRemoveNodeCacheRules writes node-cache's rules with the real iptables-nft and ip6tables-nft, as its
 // initIptables does (-I, in its order), beside rules that differ in one thing each, and checks that exactly
 // node-cache's go, in both families, and that a second call finds nothing.
 func TestRemoveNodeCacheRules(t *testing.T) {
-	c := freshConn(t)
-	spec := Spec{LocalIPs: ips("169.254.20.10", "fd00::a"), DNSPort: 53, HealthPort: 8080}
+	freshConn(t)
+	spec := nft.Spec{LocalIPs: ips("169.254.20.10", "fd00::a"), DNSPort: 53, HealthPort: 8080}
 	insert := func(cmd, table, chain, proto, addrFlag, ip, portFlag, port, target, comment string, extra ...string) {
 		args := append([]string{"-t", table, "-I", chain, "-p", proto, addrFlag, ip, portFlag, port}, extra...)
 		testenv.Run(t, cmd, append(args, "-j", target, "-m", "comment", "--comment", comment)...)
@@ -21,28 +23,28 @@ func TestRemoveNodeCacheRules(t *testing.T) {
 	written := 0
 	for _, f := range []struct{ cmd, ip string }{{"iptables", "169.254.20.10"}, {"ip6tables", "fd00::a"}} {
 		for _, p := range []string{"tcp", "udp"} {
-			insert(f.cmd, "raw", "PREROUTING", p, "-d", f.ip, "--dport", "53", "NOTRACK", CommentSkipConntrack)
-			insert(f.cmd, "filter", "INPUT", p, "-d", f.ip, "--dport", "53", "ACCEPT", CommentAllowDNS)
-			insert(f.cmd, "raw", "OUTPUT", p, "-s", f.ip, "--sport", "53", "NOTRACK", CommentSkipConntrack)
-			insert(f.cmd, "filter", "OUTPUT", p, "-s", f.ip, "--sport", "53", "ACCEPT", CommentAllowDNS)
-			insert(f.cmd, "raw", "OUTPUT", p, "-d", f.ip, "--dport", "53", "NOTRACK", CommentSkipConntrack)
+			insert(f.cmd, "raw", "PREROUTING", p, "-d", f.ip, "--dport", "53", "NOTRACK", nft.CommentSkipConntrack)
+			insert(f.cmd, "filter", "INPUT", p, "-d", f.ip, "--dport", "53", "ACCEPT", nft.CommentAllowDNS)
+			insert(f.cmd, "raw", "OUTPUT", p, "-s", f.ip, "--sport", "53", "NOTRACK", nft.CommentSkipConntrack)
+			insert(f.cmd, "filter", "OUTPUT", p, "-s", f.ip, "--sport", "53", "ACCEPT", nft.CommentAllowDNS)
+			insert(f.cmd, "raw", "OUTPUT", p, "-d", f.ip, "--dport", "53", "NOTRACK", nft.CommentSkipConntrack)
 		}
-		insert(f.cmd, "raw", "OUTPUT", "tcp", "-d", f.ip, "--dport", "8080", "NOTRACK", CommentSkipConntrack)
-		insert(f.cmd, "raw", "OUTPUT", "tcp", "-s", f.ip, "--sport", "8080", "NOTRACK", CommentSkipConntrack)
+		insert(f.cmd, "raw", "OUTPUT", "tcp", "-d", f.ip, "--dport", "8080", "NOTRACK", nft.CommentSkipConntrack)
+		insert(f.cmd, "raw", "OUTPUT", "tcp", "-s", f.ip, "--sport", "8080", "NOTRACK", nft.CommentSkipConntrack)
 		written += 12
 	}
 	// Lookalikes: another comment, another port, another address, an interface, a reversed port side, a
 	// health-port rule for udp (node-cache writes tcp only), and the right rule in the wrong chain.
 	insert("iptables", "raw", "PREROUTING", "udp", "-d", "169.254.20.10", "--dport", "53", "NOTRACK", "mine")
-	insert("iptables", "raw", "PREROUTING", "udp", "-d", "169.254.20.10", "--dport", "5353", "NOTRACK", CommentSkipConntrack)
-	insert("iptables", "raw", "PREROUTING", "udp", "-d", "169.254.20.11", "--dport", "53", "NOTRACK", CommentSkipConntrack)
-	insert("iptables", "raw", "PREROUTING", "udp", "-d", "169.254.20.10", "--dport", "53", "NOTRACK", CommentSkipConntrack, "-i", "eth0")
-	insert("iptables", "raw", "PREROUTING", "udp", "-d", "169.254.20.10", "--sport", "53", "NOTRACK", CommentSkipConntrack)
-	insert("iptables", "raw", "OUTPUT", "udp", "-d", "169.254.20.10", "--dport", "8080", "NOTRACK", CommentSkipConntrack)
-	insert("ip6tables", "filter", "FORWARD", "udp", "-d", "fd00::a", "--dport", "53", "ACCEPT", CommentAllowDNS)
+	insert("iptables", "raw", "PREROUTING", "udp", "-d", "169.254.20.10", "--dport", "5353", "NOTRACK", nft.CommentSkipConntrack)
+	insert("iptables", "raw", "PREROUTING", "udp", "-d", "169.254.20.11", "--dport", "53", "NOTRACK", nft.CommentSkipConntrack)
+	insert("iptables", "raw", "PREROUTING", "udp", "-d", "169.254.20.10", "--dport", "53", "NOTRACK", nft.CommentSkipConntrack, "-i", "eth0")
+	insert("iptables", "raw", "PREROUTING", "udp", "-d", "169.254.20.10", "--sport", "53", "NOTRACK", nft.CommentSkipConntrack)
+	insert("iptables", "raw", "OUTPUT", "udp", "-d", "169.254.20.10", "--dport", "8080", "NOTRACK", nft.CommentSkipConntrack)
+	insert("ip6tables", "filter", "FORWARD", "udp", "-d", "fd00::a", "--dport", "53", "ACCEPT", nft.CommentAllowDNS)
 	lookalikes := 7
 
-	removed, err := c.RemoveNodeCacheRules(spec)
+	removed, err := RemoveNodeCacheRules(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,15 +59,15 @@ func TestRemoveNodeCacheRules(t *testing.T) {
 	if !slices.Contains(removed, `ip6tables -t filter -A INPUT -p udp -d fd00::a --dport 53 -m comment --comment "NodeLocal DNS Cache: allow DNS traffic" -j ACCEPT`) {
 		t.Errorf("removed lacks the IPv6 filter INPUT udp rule:\n%s", strings.Join(removed, "\n"))
 	}
-	if again, err := c.RemoveNodeCacheRules(spec); err != nil || len(again) != 0 {
+	if again, err := RemoveNodeCacheRules(spec); err != nil || len(again) != 0 {
 		t.Errorf("a second pass removed %q, %v; want nothing", again, err)
 	}
 }
 
 // TestRemoveNodeCacheRulesWithoutTables: no iptables-nft table at all is no error.
 func TestRemoveNodeCacheRulesWithoutTables(t *testing.T) {
-	c := freshConn(t)
-	if got, err := c.RemoveNodeCacheRules(Spec{LocalIPs: ips("169.254.20.10", "fd00::a"), DNSPort: 53, HealthPort: 8080}); err != nil || got != nil {
+	freshConn(t)
+	if got, err := RemoveNodeCacheRules(nft.Spec{LocalIPs: ips("169.254.20.10", "fd00::a"), DNSPort: 53, HealthPort: 8080}); err != nil || got != nil {
 		t.Errorf("RemoveNodeCacheRules = %q, %v; want nothing, no error", got, err)
 	}
 }

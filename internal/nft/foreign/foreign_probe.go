@@ -1,4 +1,4 @@
-package nft
+package foreign
 
 import (
 	"bytes"
@@ -8,6 +8,8 @@ import (
 	"github.com/google/nftables/expr"
 	"github.com/google/nftables/xt"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 )
 
 // A probe is one packet of ours, as a foreign base chain sees it, and match says what one rule does with it.
@@ -19,11 +21,16 @@ import (
 // probe is a pod's query to one of our addresses (addr is the destination, port the destination port), or,
 // with reply set, our reply to it (addr the source, port the source port). Its packets are untracked (our
 // notrack), and they come from or go to a pod's interface, never loopback.
+//
+// With anyAddr, it is any DNS packet of addr's family to or from port: the address and the interface are not
+// known (the foreign-drop report, [Chain.Drop], which is about every client, host-network ones on
+// loopback included).
 type probe struct {
-	addr  netip.Addr
-	proto byte // unix.IPPROTO_UDP or unix.IPPROTO_TCP
-	port  uint16
-	reply bool
+	addr    netip.Addr
+	proto   byte // unix.IPPROTO_UDP or unix.IPPROTO_TCP
+	port    uint16
+	reply   bool
+	anyAddr bool
 }
 
 // tri is a three-valued match.
@@ -37,7 +44,8 @@ const (
 
 func and(a, b tri) tri { return min(a, b) }
 
-// verdictKind is how a rule ends for the packets it matches.
+// verdictKind is how a rule ends for the packets it matches; match also says which statement ends it
+// ("drop", "reject", "xt REJECT"), for the report.
 type verdictKind int8
 
 const (
@@ -49,11 +57,13 @@ const (
 )
 
 // value is what a register holds for the probe: known bytes, or unknown; notLo marks an interface name or
-// index known to be other than loopback's.
+// index known to be other than loopback's; peer marks the client's port of an anyAddr probe, an ephemeral
+// port known only to differ from every port but (maybe) data, the DNS port.
 type value struct {
 	known bool
 	data  []byte
 	notLo bool
+	peer  bool
 }
 
 // nonTerminalTargets are xt targets that let the packet go on to the next rule.
@@ -64,9 +74,9 @@ var nonTerminalTargets = map[string]bool{
 
 // match evaluates a rule's expressions for p, in order, the way the kernel does: a failed comparison ends
 // the rule without effect.
-func (p probe) match(exprs []expr.Any) (tri, verdictKind) {
+func (p probe) match(exprs []expr.Any) (m tri, v verdictKind, word string) {
 	regs := map[uint32]value{}
-	m, v := yes, verdictNone
+	m, v = yes, verdictNone
 	for _, e := range exprs {
 		switch e := e.(type) {
 		case *expr.Meta:
@@ -84,7 +94,7 @@ func (p probe) match(exprs []expr.Any) (tri, verdictKind) {
 				continue
 			}
 			if e.Key != expr.CtKeySTATE {
-				return no, verdictNone // an untracked packet has no connection: the expression breaks
+				return no, verdictNone, "" // an untracked packet has no connection: the expression breaks
 			}
 			regs[e.Register] = value{known: true, data: binary.NativeEndian.AppendUint32(nil, ctStateUntracked)}
 		case *expr.Bitwise:
@@ -98,13 +108,13 @@ func (p probe) match(exprs []expr.Any) (tri, verdictKind) {
 			m = and(m, p.xtMatch(e))
 		case *expr.Counter, *expr.Log, *expr.Objref, *expr.Notrack:
 		case *expr.Verdict:
-			v = verdictOf(e.Kind)
+			v, word = verdictOf(e.Kind), "drop" // read only when v is verdictDrop
 		case *expr.Reject:
-			v = verdictDrop
+			v, word = verdictDrop, "reject"
 		case *expr.Target:
 			switch {
 			case e.Name == "REJECT" || e.Name == "DROP":
-				v = verdictDrop
+				v, word = verdictDrop, "xt "+e.Name
 			case e.Name == "ACCEPT":
 				v = verdictAccept
 			case !nonTerminalTargets[e.Name]:
@@ -112,21 +122,28 @@ func (p probe) match(exprs []expr.Any) (tri, verdictKind) {
 			}
 		case *expr.Immediate:
 			if e.Register == 0 {
-				return maybe, verdictUnknown // a verdict we do not decode
+				return maybe, verdictUnknown, "" // a verdict we do not decode
 			}
 			regs[e.Register] = value{known: true, data: e.Data}
 		default:
 			m = and(m, maybe) // lookups, limits, quotas, anything else: cannot say
 		}
 		if m == no {
-			return no, verdictNone
+			return no, verdictNone, ""
 		}
 	}
-	return m, v
+	return m, v, word
 }
 
 // ctStateUntracked is NF_CT_STATE_UNTRACKED_BIT, what `ct state` loads for an untracked packet.
 const ctStateUntracked = 1 << 6
+
+func otherDir(d nft.Dir) nft.Dir {
+	if d == nft.DirTo {
+		return nft.DirFrom
+	}
+	return nft.DirTo
+}
 
 func verdictOf(k expr.VerdictKind) verdictKind {
 	switch k {
@@ -156,31 +173,30 @@ func (p probe) meta(key expr.MetaKey) value {
 		}
 		return value{known: true, data: []byte{p.proto}}
 	case expr.MetaKeyIIFNAME, expr.MetaKeyOIFNAME, expr.MetaKeyIIF, expr.MetaKeyOIF:
-		return value{notLo: true}
+		return value{notLo: !p.anyAddr}
 	}
 	return value{}
 }
 
 func (p probe) payload(base expr.PayloadBase, off, n uint32) value {
-	addrOff, v4 := uint32(ip4DaddrOffset), p.addr.Is4()
-	if !v4 {
-		addrOff = ip6DaddrOffset
-	}
-	portOff := uint32(dportOffset)
+	dir, v4 := nft.DirTo, p.addr.Is4()
 	if p.reply {
-		addrOff, portOff = ip4SaddrOffset, sportOffset
-		if !v4 {
-			addrOff = ip6SaddrOffset
-		}
+		dir = nft.DirFrom
 	}
+	addrOff, addrLen := nft.AddrOffset(dir, !v4)
+	portOff := nft.PortOffset(dir)
 	switch {
-	case base == expr.PayloadBaseNetworkHeader && off >= addrOff && off+n <= addrOff+uint32(p.addr.BitLen()/8):
+	case base == expr.PayloadBaseNetworkHeader && p.anyAddr && off < addrOff+addrLen && addrOff < off+n:
+		return value{}
+	case base == expr.PayloadBaseNetworkHeader && off >= addrOff && off+n <= addrOff+addrLen:
 		// nft loads only the bytes a byte-aligned prefix needs (`ip daddr 169.254.0.0/16`: 2 bytes at 16).
 		return value{known: true, data: p.addr.AsSlice()[off-addrOff : off-addrOff+n]}
 	case base == expr.PayloadBaseNetworkHeader && n == 1 && ((v4 && off == 9) || (!v4 && off == 6)):
 		return value{known: true, data: []byte{p.proto}} // ip protocol, ip6 nexthdr
 	case base == expr.PayloadBaseTransportHeader && off == portOff && n == 2:
 		return value{known: true, data: binary.BigEndian.AppendUint16(nil, p.port)}
+	case base == expr.PayloadBaseTransportHeader && p.anyAddr && off == nft.PortOffset(otherDir(dir)) && n == 2:
+		return value{peer: true, data: binary.BigEndian.AppendUint16(nil, p.port)}
 	}
 	return value{}
 }
@@ -234,6 +250,14 @@ func isLo(data []byte) bool {
 }
 
 func compare(v value, op expr.CmpOp, data []byte) tri {
+	if v.peer && !bytes.Equal(v.data, data) {
+		switch op {
+		case expr.CmpOpEq:
+			return no
+		case expr.CmpOpNeq:
+			return yes
+		}
+	}
 	if !v.known {
 		if v.notLo && isLo(data) {
 			switch op {

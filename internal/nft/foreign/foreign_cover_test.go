@@ -1,4 +1,4 @@
-package nft
+package foreign
 
 import (
 	"maps"
@@ -75,7 +75,7 @@ var coverFalse = []coverCase{
 }
 
 func TestCovering(t *testing.T) {
-	c := freshConn(t)
+	freshConn(t)
 	run := func(t *testing.T, tc coverCase) {
 		testenv.Run(t, "nft", "flush", "ruleset")
 		if tc.nft != "" {
@@ -91,7 +91,7 @@ func TestCovering(t *testing.T) {
 		if port == 0 {
 			port = 53
 		}
-		chains, err := c.ForeignScan("nodelocaldns-3")
+		chains, err := Scan("nodelocaldns-3")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -115,7 +115,7 @@ func TestCovering(t *testing.T) {
 	}
 }
 
-func describe(chains []ForeignChain, port uint16) string {
+func describe(chains []Chain, port uint16) string {
 	var b strings.Builder
 	for _, ch := range chains {
 		d, _ := ch.Drop(port)
@@ -127,7 +127,7 @@ func describe(chains []ForeignChain, port uint16) string {
 // TestForeignNotracks: someone else's notrack of our queries before conntrack is found; after conntrack, for
 // another address or port, or in an instance table (gated, ours), it is not.
 func TestForeignNotracks(t *testing.T) {
-	c := freshConn(t)
+	freshConn(t)
 	testenv.NftApply(t, `table inet nodelocaldns-4 {
 	chain raw-prerouting { type filter hook prerouting priority raw; ip daddr 10.96.0.10 udp dport 53 notrack; }
 }
@@ -138,16 +138,16 @@ table ip someone {
 }
 `)
 	testenv.Run(t, "iptables", "-t", "raw", "-A", "PREROUTING", "-d", "169.254.20.10", "-p", "tcp", "--dport", "53", "-j", "NOTRACK")
-	chains, err := c.ForeignScan()
+	chains, err := Scan()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var got []string
-	for _, n := range ForeignNotracks(chains, coverIPs, 53) {
+	for _, n := range Notracks(chains, coverIPs, 53) {
 		got = append(got, n.Chain)
 	}
 	want := []string{"ip raw/PREROUTING", "ip someone/early", "ip someone/out"}
 	if !slices.Equal(got, want) {
-		t.Errorf("ForeignNotracks = %v, want %v", got, want)
+		t.Errorf("Notracks = %v, want %v", got, want)
 	}
 }

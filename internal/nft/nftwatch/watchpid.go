@@ -1,4 +1,4 @@
-package nft
+package nftwatch
 
 import (
 	"fmt"
@@ -21,7 +21,11 @@ func pidsAreGlobal() bool {
 // isOwn reports whether a transaction was committed by this process: through one of the ignored connections,
 // or, where pids are global (see pidsAreGlobal), by one of our threads. Elsewhere only the netlink port says
 // it, which is why every connection that writes is given to Watch with IgnoreConn.
-func isOwn(portID, pid uint32, own []*Conn, globalPIDs bool) bool {
+// Writer is a socket of ours that writes to nftables ([nft.Conn]): the kernel stamps its port on the
+// notifications its transactions cause.
+type Writer interface{ PortID() uint32 }
+
+func isOwn(portID, pid uint32, own []Writer, globalPIDs bool) bool {
 	for _, c := range own {
 		if p := c.PortID(); p != 0 && p == portID {
 			return true

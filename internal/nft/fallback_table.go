@@ -10,11 +10,21 @@ import (
 	"go.uber.org/zap"
 )
 
-// ApplyFallback makes table inet [FallbackTableName] hold exactly f, in one transaction whatever is there:
+// FallbackTable writes the link-local fallback's table, inet [FallbackTableName], and nothing else. It writes
+// through c's owning socket, under its lock, for one reason: the notifications' reader recognises our own
+// writes by that socket's port (nftwatch.IgnoreConn; in a container the pid cannot say it), so renewing the
+// lease on every pass triggers no pass. The table itself is not owned: it outlives the socket, by design.
+type FallbackTable struct{ c *Conn }
+
+// Fallback is c's writer of the fallback table.
+func (c *Conn) Fallback() FallbackTable { return FallbackTable{c} }
+
+// Apply makes table inet [FallbackTableName] hold exactly f, in one transaction whatever is there:
 // add the table (a no-op when it exists), delete it, add it again with f's set, chains and rules. Packets see
 // the old table or the new one, never none, and every covered pair starts a new lease. The table is not
 // owned: it stays when c's socket closes.
-func (c *Conn) ApplyFallback(f *Fallback) error {
+func (ft FallbackTable) Apply(f *Fallback) error {
+	c := ft.c
 	c.lock()
 	defer c.mu.Unlock()
 	start := time.Now()
@@ -35,11 +45,7 @@ func (c *Conn) ApplyFallback(f *Fallback) error {
 	}
 	rules := 0
 	for _, fc := range f.Chains {
-		ch := c.ops.AddChain(fallbackChain(t, fc))
-		for _, r := range fc.Rules {
-			c.ops.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: r.exprs()})
-			rules++
-		}
+		rules += addChain(c.ops, t, fc)
 	}
 	if err := c.ops.Flush(); err != nil {
 		c.ops.Discard()
@@ -50,12 +56,13 @@ func (c *Conn) ApplyFallback(f *Fallback) error {
 	return nil
 }
 
-// FallbackInSync reports whether the kernel's table inet [FallbackTableName] holds exactly f: the same pairs
+// InSync reports whether the kernel's table inet [FallbackTableName] holds exactly f: the same pairs
 // (whatever their timeouts and what is left of them: instances of other -fallback-lease values must not fight,
-// and [Conn.FallbackLease] says when to renew), the same chains (type, hook, priority) and, chain by chain, the
+// and [FallbackTable.Lease] says when to renew), the same chains (type, hook, priority) and, chain by chain, the
 // same rules expression by expression (counter values and handles aside).
 // It asks for that set and those chains only, whatever else the node holds.
-func (c *Conn) FallbackInSync(f *Fallback) (bool, error) {
+func (ft FallbackTable) InSync(f *Fallback) (bool, error) {
+	c := ft.c
 	c.lock()
 	defer c.mu.Unlock()
 	t := tableNamed(FallbackTableName)
@@ -76,7 +83,7 @@ func (c *Conn) FallbackInSync(f *Fallback) (bool, error) {
 		if err != nil {
 			return false, fmt.Errorf("get chain %s %s: %w", FallbackTableName, fc.Name, err)
 		}
-		if !sameBaseChain(have, fallbackChain(t, fc)) {
+		if !sameBaseChain(have, nftChain(t, fc)) {
 			return false, nil
 		}
 		rules, err := c.ops.GetRules(t, have)
@@ -126,9 +133,10 @@ func (c *Conn) setHolds(t *nftables.Table, want Set, present bool) (bool, error)
 	return slices.Equal(sortedPairs(have), want.Pairs), nil
 }
 
-// FallbackLease reports the least time left on the lease of table inet [FallbackTableName]'s covered pairs
+// Lease reports the least time left on the lease of table inet [FallbackTableName]'s covered pairs
 // (the first to expire), and whether it has any.
-func (c *Conn) FallbackLease() (time.Duration, bool, error) {
+func (ft FallbackTable) Lease() (time.Duration, bool, error) {
+	c := ft.c
 	c.lock()
 	defer c.mu.Unlock()
 	var least time.Duration
@@ -152,14 +160,15 @@ func (c *Conn) FallbackLease() (time.Duration, bool, error) {
 	return least, found, nil
 }
 
-// StopFallback empties the fallback's rewrite chains (pod-prerouting, host-output) in one transaction: no new
+// Stop empties the fallback's chains that take new queries (pod-prerouting, host-output) in one transaction: no new
 // query is redirected, while the replies of those already redirected are still given their address back. Call
-// it, let the queries in flight be answered, then [Conn.DeleteFallback]. It reports whether there was a table.
-func (c *Conn) StopFallback() (bool, error) {
+// it, let the queries in flight be answered, then [FallbackTable.Delete]. It reports whether there was a table.
+func (ft FallbackTable) Stop() (bool, error) {
+	c := ft.c
 	c.lock()
 	defer c.mu.Unlock()
 	t := tableNamed(FallbackTableName)
-	for _, name := range []string{ChainPodPrerouting, ChainHostOutput} {
+	for _, name := range takingChains() {
 		c.ops.FlushChain(&nftables.Chain{Name: name, Table: t})
 	}
 	err := c.ops.Flush()
@@ -174,9 +183,10 @@ func (c *Conn) StopFallback() (bool, error) {
 	return true, nil
 }
 
-// DeleteFallback deletes table inet [FallbackTableName]; an absent table is not an error. It reports whether
+// Delete deletes table inet [FallbackTableName]; an absent table is not an error. It reports whether
 // there was one.
-func (c *Conn) DeleteFallback() (bool, error) {
+func (ft FallbackTable) Delete() (bool, error) {
+	c := ft.c
 	c.lock()
 	defer c.mu.Unlock()
 	c.ops.DelTable(tableNamed(FallbackTableName))
@@ -190,12 +200,6 @@ func (c *Conn) DeleteFallback() (bool, error) {
 	}
 	c.log.Info("deleted nftables fallback table", zap.String("table", "inet "+FallbackTableName))
 	return true, nil
-}
-
-func fallbackChain(t *nftables.Table, fc FallbackChain) *nftables.Chain {
-	ch := nftChain(t, Chain{Name: fc.Name, Hook: fc.Hook, Priority: fc.Priority})
-	ch.Type = nftables.ChainType(fc.Type)
-	return ch
 }
 
 func sameBaseChain(a, b *nftables.Chain) bool {

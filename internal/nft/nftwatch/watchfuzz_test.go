@@ -1,4 +1,4 @@
-package nft
+package nftwatch
 
 import (
 	"encoding/binary"
@@ -6,6 +6,8 @@ import (
 
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 )
 
 // The notification socket's filter against the Go walk of the same datagram, the differential the filter's
@@ -21,7 +23,7 @@ import (
 //
 //	go test ./internal/nft -run '^$' -fuzz FuzzWatchFilter -fuzztime 1m
 func FuzzWatchFilter(f *testing.F) {
-	ours := []string{InstanceTableName(0), InstanceTableName(1)}
+	ours := []string{nft.InstanceTableName(0), nft.InstanceTableName(1)}
 	prog, err := foreignRuleFilter(ours, bpfMaxInsns)
 	if err != nil {
 		f.Fatal(err)
@@ -192,7 +194,7 @@ func appendMessage(b []byte, typ, family uint8, attrs []byte) []byte {
 //
 //	go test ./internal/nft -run '^$' -fuzz FuzzWatchParse -fuzztime 1m
 func FuzzWatchParse(f *testing.F) {
-	ours := []string{InstanceTableName(0)}
+	ours := []string{nft.InstanceTableName(0)}
 	for _, spec := range [][]byte{{0, 0, 0, 0}, {6, 0, 2, 3, 'f', 'o', 'o', 0, 1, 1, 4, 0, 0, 0, 1}, {9, 0, 0, 0}} {
 		dg, _, _, _ := buildDatagram(spec, ours)
 		f.Add(dg)

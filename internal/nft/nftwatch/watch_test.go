@@ -1,4 +1,4 @@
-package nft
+package nftwatch
 
 import (
 	"context"
@@ -14,10 +14,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/nlwatch"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 )
 
 // startWatch runs Watch until the test ends and returns the channel of trigger reasons.
-func startWatch(t *testing.T, trigger func(string), opts ...WatchOption) {
+func startWatch(t *testing.T, trigger func(string), opts ...Option) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -70,17 +72,17 @@ func next(t *testing.T, ch <-chan string) string {
 func TestWatchIgnoresOwnWritesAndSeesOthers(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		opts func(*Conn) []WatchOption
+		opts func(*nft.Conn) []Option
 	}{
-		{"by connection", func(c *Conn) []WatchOption { return []WatchOption{IgnoreConn(c)} }},
-		{"by pid", func(*Conn) []WatchOption { return nil }},
+		{"by connection", func(c *nft.Conn) []Option { return []Option{IgnoreConn(c)} }},
+		{"by pid", func(*nft.Conn) []Option { return nil }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := freshConn(t)
 			testenv.Run(t, "nft", "add", "table", "ip", "sentinel")
 			trigger, ch := collect()
 			startWatch(t, trigger, tc.opts(c)...)
-			rs := Build(goldenCases[2].spec)
+			rs := nft.Build(dualStack)
 			for range 3 {
 				if err := c.Apply(rs); err != nil {
 					t.Fatalf("Apply: %v", err)
@@ -100,7 +102,7 @@ func TestWatchIgnoresOwnWritesAndSeesOthers(t *testing.T) {
 			testenv.Run(t, "nft", "add", "table", "ip", "unrelated")
 			testenv.Run(t, "nft", "add", "chain", "ip", "unrelated", "c")
 			// Our table is owned: another process's rule is refused, so nothing changes and nothing triggers.
-			if out, err := exec.Command("nft", "add", "rule", "inet", TableName, ChainFilterInput, "tcp", "dport", "22", "accept").CombinedOutput(); err == nil {
+			if out, err := exec.Command("nft", "add", "rule", "inet", nft.TableName, nft.ChainFilterInput, "tcp", "dport", "22", "accept").CombinedOutput(); err == nil {
 				t.Fatalf("a foreign rule in our owned table was accepted: %s", out)
 			}
 			// nft flush ruleset skips our owned table and deletes the unrelated one: that deletion triggers.
@@ -108,7 +110,7 @@ func TestWatchIgnoresOwnWritesAndSeesOthers(t *testing.T) {
 			if r := next(t, ch); !strings.Contains(r, "delete table ip unrelated") {
 				t.Errorf("trigger after nft flush ruleset = %q, want the unrelated table's deletion (unrelated additions are no trigger)", r)
 			}
-			if _, err := exec.Command("nft", "list", "table", "inet", TableName).Output(); err != nil {
+			if _, err := exec.Command("nft", "list", "table", "inet", nft.TableName).Output(); err != nil {
 				t.Errorf("our owned table is gone after nft flush ruleset: %v", err)
 			}
 			testenv.Run(t, "nft", "add", "table", "inet", "filter")
@@ -125,7 +127,7 @@ func TestWatchIgnoresOwnWritesAndSeesOthers(t *testing.T) {
 func TestGenerationCarriesWriterPort(t *testing.T) {
 	c := freshConn(t)
 	nl := rawSubscriber(t, false)
-	if err := c.Apply(Build(goldenCases[0].spec)); err != nil {
+	if err := c.Apply(nft.Build(dualStack)); err != nil {
 		t.Fatal(err)
 	}
 	if c.PortID() == 0 {
@@ -182,7 +184,7 @@ func waitReason(t *testing.T, reasons <-chan string, want, msg string) {
 
 // TestWatchBaseChainsOnlyWhenChanged: a foreign table rewritten the way kube-proxy and iptables-nft-restore
 // do it (flush, re-declare the base chain unchanged, re-add every rule) is no trigger; a base chain whose
-// policy changes, or that goes, is. With WatchTables, only the named tables are ours.
+// policy changes, or that goes, is. With Tables, only the named tables are ours.
 func TestWatchBaseChainsOnlyWhenChanged(t *testing.T) {
 	freshConn(t)
 	ours := "nodelocaldns-3"
@@ -190,11 +192,11 @@ func TestWatchBaseChainsOnlyWhenChanged(t *testing.T) {
 		"add chain ip big input { type filter hook input priority -5; policy accept; }\nadd chain ip big c\n" +
 		rulesText("ip", "big", "c", 2000, "")
 	testenv.NftApply(t, rewrite)
-	testenv.NftApply(t, fmt.Sprintf("add table inet %[1]s\nadd chain inet %[1]s c\nadd table inet %[2]s\nadd chain inet %[2]s c\nadd table ip sentinel\n", ours, TableName))
+	testenv.NftApply(t, fmt.Sprintf("add table inet %[1]s\nadd chain inet %[1]s c\nadd table inet %[2]s\nadd chain inet %[2]s c\nadd table ip sentinel\n", ours, nft.TableName))
 	trigger, ch := collect()
-	startWatch(t, trigger, WatchTables(ours))
+	startWatch(t, trigger, Tables(ours))
 	testenv.NftApply(t, rewrite)
-	testenv.Run(t, "nft", "add", "rule", "inet", TableName, "c", "udp", "dport", "53", "drop") // not ours any more
+	testenv.Run(t, "nft", "add", "rule", "inet", nft.TableName, "c", "udp", "dport", "53", "drop") // not ours any more
 	testenv.Run(t, "nft", "delete", "table", "ip", "sentinel")
 	if r := next(t, ch); !strings.Contains(r, "delete table ip sentinel") {
 		t.Fatalf("first trigger = %q, want the sentinel's deletion (an unchanged rewrite and another table's rule are no trigger)", r)

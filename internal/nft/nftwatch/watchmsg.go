@@ -1,4 +1,4 @@
-package nft
+package nftwatch
 
 import (
 	"encoding/binary"
@@ -6,6 +6,8 @@ import (
 	"slices"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 )
 
 // Reading notifications without decoding them. A datagram of NFNLGRP_NFTABLES holds several messages (the
@@ -160,7 +162,7 @@ func (s *watchState) notice(m message) string {
 	}
 	tv, hasTable := attr(m.attrs, attrTable)
 	table := cstring(tv)
-	where := func() string { return familyName(m.family) + " " + string(table) }
+	where := func() string { return nft.FamilyName(m.family) + " " + string(table) }
 	switch {
 	case s.isOurs(m.family, table):
 		return name + " in " + where()
@@ -208,22 +210,4 @@ func policyName(h chainHook) string {
 		return "accept"
 	}
 	return fmt.Sprint(h.policy)
-}
-
-func familyName(f uint8) string {
-	switch f {
-	case unix.NFPROTO_INET:
-		return "inet"
-	case unix.NFPROTO_IPV4:
-		return "ip"
-	case unix.NFPROTO_IPV6:
-		return "ip6"
-	case unix.NFPROTO_ARP:
-		return "arp"
-	case unix.NFPROTO_BRIDGE:
-		return "bridge"
-	case unix.NFPROTO_NETDEV:
-		return "netdev"
-	}
-	return fmt.Sprintf("family%d", f)
 }

@@ -1,12 +1,15 @@
-package nft
+package foreign
 
 import (
+	"net/netip"
 	"os/exec"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/nft"
+	"github.com/nodelocaldns/nodelocaldns/internal/nft/nfttest"
 	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
@@ -16,7 +19,7 @@ var handleNum = regexp.MustCompile(`handle \d+: `)
 // admin or kube-proxy would, and reads them back.
 func TestForeignDrops(t *testing.T) {
 	c := freshConn(t)
-	if err := c.Apply(Build(goldenCases[0].spec)); err != nil {
+	if err := c.Apply(nft.Build(ipv4)); err != nil {
 		t.Fatal(err)
 	}
 	testenv.NftApply(t, `
@@ -45,7 +48,7 @@ table ip post {
 `)
 	testenv.Run(t, "iptables", "-A", "INPUT", "-p", "udp", "--dport", "53", "-j", "REJECT")
 	testenv.Run(t, "iptables", "-A", "OUTPUT", "-p", "tcp", "--dport", "80", "-j", "DROP")
-	got, err := c.ForeignDrops(53, TableName, "nodelocaldns-2")
+	got, err := ScanDrops(53, nft.TableName, "nodelocaldns-2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,37 +67,51 @@ table ip post {
 		alt := slices.Clone(want)
 		alt[1] = "ip filter/INPUT input policy-drop=no [reject]"
 		if !slices.Equal(lines, alt) {
-			t.Errorf("ForeignDrops =\n%s\nwant\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+			t.Errorf("ScanDrops =\n%s\nwant\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
 		}
 	}
 	// Without naming nodelocaldns-2 as ours, it is someone else's drop.
-	got, err = c.ForeignDrops(53, TableName)
+	got, err = ScanDrops(53, nft.TableName)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.ContainsFunc(got, func(d ForeignDrop) bool {
+	if !slices.ContainsFunc(got, func(d Drop) bool {
 		return d.Chain == "inet nodelocaldns-2/input" && d.Policy && len(d.Rules) == 1
 	}) {
-		t.Errorf("ForeignDrops(%q) = %+v, want inet nodelocaldns-2/input with its policy and rule", TableName, got)
+		t.Errorf("ScanDrops(%q) = %+v, want inet nodelocaldns-2/input with its policy and rule", nft.TableName, got)
 	}
 }
 
-func TestTableCountersReadsOnlyTheNamedTable(t *testing.T) {
+// TestScanDropsPolicies: with only our table there is nothing to report; drop policies of nft's and
+// iptables-nft's base chains on the DNS path are reported, a forward chain's is not.
+func TestScanDropsPolicies(t *testing.T) {
 	c := freshConn(t)
-	if err := c.Apply(Build(goldenCases[0].spec)); err != nil {
-		t.Fatal(err)
+	if got, err := ScanDrops(53, c.Table()); err != nil || got != nil {
+		t.Errorf("ScanDrops with only our table = %v, %v", got, err)
 	}
-	testenv.NftApply(t, "add table inet nodelocaldns-5\nadd chain inet nodelocaldns-5 filter-input\n"+
-		"add rule inet nodelocaldns-5 filter-input counter accept comment \"other instance\"\n")
-	got, err := c.TableCounters("nodelocaldns-5", OurChains()...)
-	if err != nil || len(got) != 1 || got[0].Comment != "other instance" || got[0].Chain != ChainFilterInput {
-		t.Errorf("TableCounters(nodelocaldns-5) = %+v, %v; want its one counter", got, err)
+	testenv.NftApply(t, `
+table inet filter {
+	chain input { type filter hook input priority 0; policy drop; }
+	chain pass-through { type filter hook forward priority 0; policy drop; }
+}
+table ip other {
+	chain out { type filter hook output priority 10; policy drop; }
+	chain inbound { type filter hook input priority 0; policy accept; }
+}
+`)
+	testenv.Run(t, "iptables", "-P", "INPUT", "DROP")
+	drops, err := ScanDrops(53, c.Table())
+	if err != nil {
+		t.Fatalf("ScanDrops: %v", err)
 	}
-	if got, err := c.TableCounters("absent", OurChains()...); err != nil || len(got) != 0 {
-		t.Errorf("TableCounters(absent) = %+v, %v; want none, no error", got, err)
+	var got []string
+	for _, d := range drops {
+		if d.Policy {
+			got = append(got, d.Chain)
+		}
 	}
-	if got, err := c.TableCounters(c.Table(), OurChains()...); err != nil || len(got) != 24 {
-		t.Errorf("TableCounters(ours) = %d counters, %v; want 24", len(got), err)
+	if want := []string{"inet filter/input", "ip filter/INPUT", "ip other/out"}; strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("ScanDrops with a drop policy = %q, want %q", got, want)
 	}
 }
 
@@ -116,4 +133,17 @@ func TestLegacyTables(t *testing.T) {
 func runQuiet(name string, args ...string) (string, error) {
 	out, err := exec.Command(name, args...).CombinedOutput()
 	return string(out), err
+}
+
+func freshConn(t *testing.T) *nft.Conn { return nfttest.FreshConn(t) }
+
+// ipv4 is an instance table's spec with one local IPv4 address.
+var ipv4 = nft.Spec{LocalIPs: ips("169.254.20.10"), DNSPort: 53, HealthPort: 8080}
+
+func ips(ss ...string) []netip.Addr {
+	var out []netip.Addr
+	for _, s := range ss {
+		out = append(out, netip.MustParseAddr(s))
+	}
+	return out
 }

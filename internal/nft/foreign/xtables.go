@@ -1,4 +1,4 @@
-package nft
+package foreign
 
 import (
 	"encoding/binary"

@@ -1,4 +1,4 @@
-package nft
+package nftwatch
 
 import (
 	"encoding/binary"
