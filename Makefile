@@ -20,13 +20,13 @@ deps:
 # Everything, as root: unit and golden tests, kernel tests in throwaway network namespaces, the real binary end to
 # end, and the kernel matrix in a VM where QEMU can be installed. Tests that need root skip with a message otherwise.
 # Tests that measure something (the lifecycle matrix's failed-query counts) write a report under out/reports; it is
-# printed after the run, pass or fail. scripts/testsummary shows the output of failed and skipped tests and one line
-# per package. Under CI=true the kernel VM is required (kernel/kernel.mk).
+# printed after the run, pass or fail. cmd/testsummary shows the output of failed and skipped tests and one line
+# per package. Under CI=true the kernel VM is required (test/kernel/kernel.mk).
 REPORTS := $(CURDIR)/out/reports
 test: deps
 	$(GO) vet ./...
 	rm -rf $(REPORTS) && mkdir -p $(REPORTS)
-	$(GO) build -o out/testsummary ./scripts/testsummary
+	$(GO) build -o out/testsummary ./cmd/testsummary
 	@status=0; NODELOCALDNS_TEST_REPORTS=$(REPORTS) $(GO) test -json -count=1 -timeout 20m ./... 2>&1 | out/testsummary || status=1; \
 	for f in $(REPORTS)/*.txt; do [ -f "$$f" ] && { echo; echo "== $$(basename $$f .txt)"; cat "$$f"; }; done; \
 	exit $$status
@@ -42,7 +42,7 @@ test: deps
 RACE_UNIT := ./cmd/... ./internal/... ./deploy/... ./scripts/... ./test/harness/
 RACE_E2E  := TestStartServeReloadSurgeStop|TestReloadGivingTheAddressBackLosesNoMiss|TestBaseCorefileUpdate|TestReloadWithSignal|TestNoFailureDuringReloads|TestHealthFailsWhileDNSDoesNotAnswer
 test-race:
-	$(GO) build -o out/testsummary ./scripts/testsummary
+	$(GO) build -o out/testsummary ./cmd/testsummary
 	@status=0; \
 	CGO_ENABLED=1 $(GO) test -race -json -count=1 -timeout 10m $(RACE_UNIT) 2>&1 | out/testsummary || status=1; \
 	CGO_ENABLED=1 NODELOCALDNS_TEST_RACE=1 $(GO) test -race -json -count=1 -timeout 10m -run '^($(RACE_E2E))$$' \
@@ -115,6 +115,6 @@ clean:
 
 include deploy/deploy.mk
 # test-kernel and test-kernel-if-possible: the kernel tests inside a VM booting Debian's stock kernel.
-include kernel/kernel.mk
+include test/kernel/kernel.mk
 # test-cluster: the manifests on a real single-node Kubernetes in a network namespace (both kube-proxy modes).
 include test/cluster/cluster.mk

@@ -1,4 +1,4 @@
-# Sourced by the steps `make test` runs where the machine allows (kernel/run.sh: the kernel VM;
+# Sourced by the steps `make test` runs where the machine allows (test/kernel/run.sh: the kernel VM;
 # scripts/test-arm64.sh: the emulated arm64 run): the --if-possible flag, which CI=true overrides (CI must not be
 # green without the step), and how such a step logs, times itself and gives up.
 #   optional_step NAME WHAT "$@"   NAME prefixes every line ("kernel: ..."); WHAT is what CI requires

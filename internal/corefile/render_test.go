@@ -12,15 +12,15 @@ import (
 	"testing"
 )
 
-var update = flag.Bool("update", false, "rewrite the golden files under testdata/corefile")
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/render")
 
-// Golden cases live in testdata/corefile/<case>/ (repository root):
+// Golden cases live in testdata/render/<case>/, beside this package:
 //
-//	params.json      Params, plus "base": a file in testdata/corefile/bases/ unless the case has its own
+//	params.json      Params, plus "base": a file in testdata/render/bases/ unless the case has its own
 //	Corefile.base    (optional) the base template
 //	kube-dns/        (optional) the kube-dns ConfigMap volume: stubDomains, upstreamNameservers, ...
 //	Corefile | error the expected rendering, or the expected error text (exactly one of the two)
-const goldenDir = "../../testdata/corefile"
+const goldenDir = "testdata/render"
 
 type caseParams struct {
 	Base               string   `json:"base"`

@@ -10,10 +10,10 @@ import (
 	"testing"
 )
 
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/link")
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
-// goldenDir is the repository's testdata/link, relative to this package.
-const goldenDir = "../../testdata/link"
+// goldenDir holds the golden plans, beside this package.
+const goldenDir = "testdata"
 
 // TestDiffGolden renders the plan for each observed state in one golden file, so a change in what Ensure would
 // do (or how it says it) shows up as a reviewed diff. Conventions: 169.254.20.10 is the link-local listen IP,

@@ -10,7 +10,7 @@ import (
 	"go.uber.org/zap/zaptest"
 )
 
-// vmEnv is set by the kernel-matrix VM's init (kernel/init.sh): tests gated on it expect a stock distro kernel
+// vmEnv is set by the kernel-matrix VM's init (test/kernel/init.sh): tests gated on it expect a stock distro kernel
 // with the production dummy kind, and must never run on the host.
 const vmEnv = "NODELOCALDNS_VM"
 

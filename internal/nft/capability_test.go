@@ -17,7 +17,7 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/nft/nlsock"
 )
 
-// heldBack is the capabilities a boot of the kernel VM leaves out with its modules (kernel/run.sh,
+// heldBack is the capabilities a boot of the kernel VM leaves out with its modules (test/kernel/run.sh,
 // KERNEL_HOLD_BACK); none outside the VM, where the kernel is this machine's.
 func heldBack() map[string]bool {
 	out := map[string]bool{}

@@ -10,9 +10,9 @@ import (
 )
 
 // Conventions: 169.254.20.10 is the link-local listen IP, 10.96.0.10 the kube-dns ClusterIP, fd00::/8 and
-// 2001:db8::/32 stand in for IPv6 listen IPs. Golden files live in testdata/nft at the module root.
+// 2001:db8::/32 stand in for IPv6 listen IPs. Golden files live in testdata/ beside this file.
 
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/nft")
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
 // goldenCases is shared with the kernel tests, which load the same files and compare the kernel's listing.
 var goldenCases = []struct {
@@ -48,7 +48,7 @@ func ips(ss ...string) []netip.Addr {
 	return out
 }
 
-func goldenPath(name string) string { return filepath.Join("..", "..", "testdata", "nft", name+".nft") }
+func goldenPath(name string) string { return filepath.Join("testdata", name+".nft") }
 
 func readGolden(t *testing.T, name string) string {
 	t.Helper()

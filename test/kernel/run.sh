@@ -3,12 +3,12 @@
 # ifb are modules) in QEMU and run the kernel tests of internal/link and internal/nft (nft/foreign and nft/nftwatch
 # too) inside it, so the production `dummy` path is tested although the development kernel lacks it.
 #
-# Usage: kernel/run.sh [--if-possible]
+# Usage: test/kernel/run.sh [--if-possible]
 #   --if-possible   exit 0 with a message saying why when QEMU or the kernel cannot be installed (for `make test`);
 #                   ignored under CI=true, where the VM is required: CI must not be green without booting it
 # Environment: KERNEL_TEST_RUN  -test.run pattern for the VM's test binaries (default: all tests)
 #              KERNEL_VM_TIMEOUT seconds before QEMU is killed (default 900)
-#              KERNEL_HOLD_BACK modules of kernel/modules.txt to leave out, as a distribution kernel built without
+#              KERNEL_HOLD_BACK modules of test/kernel/modules.txt to leave out, as a distribution kernel built without
 #                               them (nothing loads a module on demand in the VM): `nft_socket` stands for Azure
 #                               Linux 3 x86_64, Flatcar and Talos before 1.14; `nft_ct` for a kernel without
 #                               conntrack's expressions. Its own initramfs and log.
@@ -20,7 +20,7 @@
 # that the kernel's boot check of the IO-APIC timer fails and it panics ("IO-APIC + timer doesn't work").
 set -euo pipefail
 
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 repo=$PWD
 cache=$repo/.cache/kernel
 marker="NODELOCALDNS-KERNEL-RESULT"
@@ -151,7 +151,7 @@ build_initramfs() {
 	local mod line path
 	local -A seen=()
 	: >"$root/modules.order"
-	for mod in $(grep -v '^#' kernel/modules.txt); do
+	for mod in $(grep -v '^#' test/kernel/modules.txt); do
 		[[ " ${KERNEL_HOLD_BACK:-} " == *" $mod "* ]] && continue
 		modprobe -d "$kdir/root" -S "$ver" --show-depends "$mod" >"$cache/deps.tmp" ||
 			{ log "error: module $mod not in $ver"; exit 1; }
@@ -167,24 +167,24 @@ build_initramfs() {
 	rm -f "$cache/deps.tmp"
 	sed -i 's/ $//' "$root/modules.order"
 
-	# Static test binaries (no libc in the VM for them), run from their package directory so relative
-	# testdata paths (../../testdata/...) resolve.
+	# Static test binaries (no libc in the VM for them), run from their package directory with its testdata/
+	# beside them, so the goldens resolve.
 	local dir
 	: >"$root/tests/list"
 	for dir in internal/link internal/nft internal/nft/foreign internal/nft/nftwatch internal/preflight; do
 		CGO_ENABLED=0 go test -c -o "$root/tests/${dir##*/}.test" "./$dir"
 		mkdir -p "$root/src/$dir"
 		echo "$dir ${dir##*/}.test" >>"$root/tests/list"
+		if [[ -d $dir/testdata ]]; then cp -r "$dir/testdata" "$root/src/$dir/testdata"; fi
 	done
-	cp -r testdata "$root/src/testdata"
 	# The real binary and its lifecycle smoke test.
 	CGO_ENABLED=0 go build -o "$root/usr/bin/nodelocaldns" ./cmd/nodelocaldns
-	install -m 0755 kernel/lifecycle.sh "$root/tests/lifecycle.sh"
-	install -m 0755 kernel/matrix.sh "$root/tests/matrix.sh"
-	install -m 0644 kernel/vmlib.sh "$root/tests/vmlib.sh"
+	install -m 0755 test/kernel/lifecycle.sh "$root/tests/lifecycle.sh"
+	install -m 0755 test/kernel/matrix.sh "$root/tests/matrix.sh"
+	install -m 0644 test/kernel/vmlib.sh "$root/tests/vmlib.sh"
 	echo "${KERNEL_TEST_RUN:+-test.run=$KERNEL_TEST_RUN}" >"$root/tests/args"
 	echo "${KERNEL_HOLD_BACK:-}" >"$root/tests/held-back"
-	install -m 0755 kernel/init.sh "$root/init"
+	install -m 0755 test/kernel/init.sh "$root/init"
 
 	# Uncompressed: decompressing in emulation costs more than reading the bigger image.
 	(cd "$root" && find . -print0 | cpio --null -o -H newc --quiet) >"$initramfs"

@@ -6,11 +6,11 @@
 #   make test-kernel-if-possible              as test-kernel, but skips (exit 0, saying why) when QEMU or the
 #                                             kernel package cannot be installed: for `make test`. Under
 #                                             CI=true it is test-kernel: CI is never green without the VM.
-# The VM also runs the real binary's lifecycle smoke test (kernel/lifecycle.sh). Its full serial log goes to
+# The VM also runs the real binary's lifecycle smoke test (test/kernel/lifecycle.sh). Its full serial log goes to
 # .cache/kernel/vm.log; the terminal gets a summary.
 # A second boot holds nft_socket back (KERNEL_HOLD_BACK), as Azure Linux 3 x86_64, Flatcar and Talos before 1.14
 # ship their kernels: the lifecycle smoke test, the fallback's tests and the ungated table's there
-# (.cache/kernel/vm-without-nft_socket.log). Both boots run the lifecycle matrix (kernel/matrix.sh). A third,
+# (.cache/kernel/vm-without-nft_socket.log). Both boots run the lifecycle matrix (test/kernel/matrix.sh). A third,
 # short boot (about 30 s) holds nft_ct back (.cache/kernel/vm-without-nft_ct.log).
 .PHONY: test-kernel test-kernel-if-possible
 
@@ -20,11 +20,11 @@ KERNEL_DEGRADED_RUN ?= ^(TestKernelWithoutNftSocket|TestProbeCapabilities|TestPr
 KERNEL_NOCT_RUN ?= ^(TestProbeCapabilities|TestHost)$$
 
 test-kernel:
-	KERNEL_TEST_RUN='$(KERNEL_TEST_RUN)' bash kernel/run.sh
-	KERNEL_TEST_RUN='$(KERNEL_DEGRADED_RUN)' KERNEL_HOLD_BACK=nft_socket bash kernel/run.sh
-	KERNEL_TEST_RUN='$(KERNEL_NOCT_RUN)' KERNEL_HOLD_BACK=nft_ct bash kernel/run.sh
+	KERNEL_TEST_RUN='$(KERNEL_TEST_RUN)' bash test/kernel/run.sh
+	KERNEL_TEST_RUN='$(KERNEL_DEGRADED_RUN)' KERNEL_HOLD_BACK=nft_socket bash test/kernel/run.sh
+	KERNEL_TEST_RUN='$(KERNEL_NOCT_RUN)' KERNEL_HOLD_BACK=nft_ct bash test/kernel/run.sh
 
 test-kernel-if-possible:
-	KERNEL_TEST_RUN='$(KERNEL_TEST_RUN)' bash kernel/run.sh --if-possible
-	KERNEL_TEST_RUN='$(KERNEL_DEGRADED_RUN)' KERNEL_HOLD_BACK=nft_socket bash kernel/run.sh --if-possible
-	KERNEL_TEST_RUN='$(KERNEL_NOCT_RUN)' KERNEL_HOLD_BACK=nft_ct bash kernel/run.sh --if-possible
+	KERNEL_TEST_RUN='$(KERNEL_TEST_RUN)' bash test/kernel/run.sh --if-possible
+	KERNEL_TEST_RUN='$(KERNEL_DEGRADED_RUN)' KERNEL_HOLD_BACK=nft_socket bash test/kernel/run.sh --if-possible
+	KERNEL_TEST_RUN='$(KERNEL_NOCT_RUN)' KERNEL_HOLD_BACK=nft_ct bash test/kernel/run.sh --if-possible
