@@ -1,10 +1,8 @@
 package metrics
 
 import (
-	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -18,21 +16,7 @@ import (
 // scrape serves reg on a free loopback port and returns the text exposition.
 func scrape(t *testing.T, reg *prometheus.Registry) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- Serve(ctx, addr, reg) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	}()
+	addr := serve(t, reg)
 	var resp *http.Response
 	testenv.EventuallyNil(t, 5*time.Second, "GET /metrics", func() (err error) {
 		resp, err = http.Get("http://" + addr + "/metrics")

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
 // An idle scrape connection is closed within idleTimeout (issue 21: one was still served after 12 s).
@@ -82,7 +84,11 @@ func TestScrapeWhileAPodHoldsConnections(t *testing.T) {
 
 // serveEmpty serves an empty registry on a free loopback port until the test ends, and returns the address
 // once it listens.
-func serveEmpty(t *testing.T) string {
+func serveEmpty(t *testing.T) string { return serve(t, prometheus.NewRegistry()) }
+
+// serve serves reg on a free loopback port until the test ends (Serve must then return nil), and returns the
+// address once it listens.
+func serve(t *testing.T, reg *prometheus.Registry) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -91,15 +97,20 @@ func serveEmpty(t *testing.T) string {
 	addr := ln.Addr().String()
 	ln.Close()
 	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	go Serve(ctx, addr, prometheus.NewRegistry())
-	for range 100 {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			return addr
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, addr, reg) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("nothing listens on %s", addr)
-	return ""
+	})
+	testenv.EventuallyNil(t, 5*time.Second, "listen on "+addr, func() error {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	})
+	return addr
 }
