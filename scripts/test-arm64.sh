@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The arm64 build under user-mode emulation (issue 29): qemu-aarch64, from Debian's qemu-user (scripts/deps.sh
+# The arm64 build under user-mode emulation: qemu-aarch64, from Debian's qemu-user (scripts/deps.sh
 # arm64), runs the unit tests of ARM64_PKGS built with GOARCH=arm64, then the image's real arm64 binary once:
 # -version, and -print-rules with the standard manifest's flags, whose ruleset must be the host binary's, byte for
 # byte. `go test -exec` names the emulator, so nothing is registered with the host's binfmt_misc.

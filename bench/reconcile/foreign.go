@@ -17,7 +17,7 @@ import (
 	"github.com/vishvananda/netlink"
 )
 
-// The foreign-churn table (issue 14): what a transaction on a table that is not ours costs the agent, beside
+// The foreign-churn table: what a transaction on a table that is not ours costs the agent, beside
 // what it costs the writer, and how fast the agent still repairs its interface while such transactions run
 // back to back. The foreign table is kube-proxy-like: a base chain on prerouting that jumps to a chain of
 // size rules; a rewrite re-declares both chains and replaces every rule in one `nft -f` transaction, as

@@ -1,4 +1,4 @@
-// Command reconcile measures how fast the running agent repairs each tamper of issue 4's matrix (test/e2e/
+// Command reconcile measures how fast the running agent repairs each tamper of the tamper matrix (test/e2e/
 // reconcile): it starts the real binary with -syncinterval 1h in a throwaway network namespace, breaks the
 // table or the interface through netlink (so the damage time is known to within microseconds), and times
 // until a second netlink reader, woken by the kernel's notifications, sees the table equal to its verified
@@ -26,7 +26,7 @@ import (
 
 // Benchmark knobs.
 const (
-	target        = 20 * time.Millisecond // issue 4: p99 under this for every tamper
+	target        = 20 * time.Millisecond // the target: p99 under this for every tamper
 	repairLimit   = 5 * time.Second       // a trial slower than this counts as not repaired
 	quiet         = 50 * time.Millisecond // the agent is idle once its pass count stood still this long
 	nodeCacheTick = 60 * time.Second      // node-cache's default -syncinterval

@@ -15,7 +15,7 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/nft/foreign"
 )
 
-// The per-call table (issue 21, section 2): what one look at the instance tables (what /ready read per request
+// The per-call table: what one look at the instance tables (what /ready read per request
 // before it answered from memory, and what every pass reads), one Apply and one foreign-drop check cost next to
 // N chains of a foreign table, against the real kernel. "before" is the old way, kept here as the baseline and
 // run in the same process, call for call alternating with "after" (nft.Conn): the old Instances dumped every

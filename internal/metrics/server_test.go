@@ -13,7 +13,7 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
-// An idle scrape connection is closed within idleTimeout (issue 21: one was still served after 12 s).
+// An idle scrape connection is closed within idleTimeout (one was once still served after 12 s).
 func TestServeClosesIdleConnections(t *testing.T) {
 	addr := serveEmpty(t)
 	c, err := net.Dial("tcp", addr)

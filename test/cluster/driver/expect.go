@@ -16,7 +16,7 @@ func failOpenExpected() bool {
 }
 
 // Names the suite looks for on the node. Tables are matched by prefix: an agent instance may own `nodelocaldns`
-// or `nodelocaldns-<n>` (issue 13); the interface is `nodelocaldns` (dummy, or ifb where the kernel lacks dummy).
+// or `nodelocaldns-<n>` (two instances on one node); the interface is `nodelocaldns` (dummy, or ifb where the kernel lacks dummy).
 const (
 	ourTablePrefix = "nodelocaldns"
 	ourLinkPrefix  = "nodelocaldns"

@@ -1,5 +1,5 @@
 // Package foreign proves with traffic what a pod's DNS query meets when another table drops on the path of
-// DNS traffic (issue 14): a host firewall's `iptables -P INPUT DROP` (iptables-nft) and an inet table that
+// DNS traffic: a host firewall's `iptables -P INPUT DROP` (iptables-nft) and an inet table that
 // rejects udp dport 53 on input, each without and with the agent, and that the foreign-drop check names each.
 //
 // Without the agent a pod's query to the kube-dns ClusterIP is DNATed by kube-proxy and forwarded to kube-dns:

@@ -13,7 +13,7 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/test/harness"
 )
 
-// The cases of issue 13 that need more than a start and a signal.
+// The cases of two instances on one node that need more than a start and a signal.
 
 // loopFailsStartUp: a Corefile that forwards to the agent's own address. CoreDNS's loop plugin would exit the
 // process with our rules in place; ours reports it, and start-up fails through the orderly shutdown: nothing is

@@ -1,4 +1,4 @@
-// Package lifecycle holds the end-to-end lifecycle matrix of issue 6: the real agent in a "node" namespace, a
+// Package lifecycle holds the end-to-end lifecycle matrix: the real agent in a "node" namespace, a
 // "pod" namespace sending a steady DNS load over a veth to the link-local IP and to the kube-dns ClusterIP, and a
 // "kube-dns" namespace serving the ClusterIP through a kube-proxy-like nftables DNAT. Across start, SIGTERM,
 // restart, SIGKILL and restart, a surge rollout (two overlapping instances) and -skipteardown, it counts failed

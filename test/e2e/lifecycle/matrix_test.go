@@ -63,7 +63,7 @@ func (m *matrix) phase(name string, e expectation) {
 	m.expect = append(m.expect, e)
 }
 
-// TestLifecycleMatrix is issue 6's matrix, with issue 13's rows: failed queries per case under a steady load,
+// TestLifecycleMatrix is the lifecycle matrix, with the rows of two instances on one node: failed queries per case under a steady load,
 // one instance table per instance, nothing left after a graceful stop, and the ClusterIP failing open to
 // kube-dns whenever no instance listens (SIGKILL, a crash loop, -skipteardown).
 func TestLifecycleMatrix(t *testing.T) {

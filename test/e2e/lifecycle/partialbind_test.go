@@ -12,7 +12,7 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/test/harness"
 )
 
-// A reload whose `bind` drops the ClusterIP (issue 21, section 3) hands the ClusterIP to kube-dns, for pods and
+// A reload whose `bind` drops the ClusterIP hands the ClusterIP to kube-dns, for pods and
 // for host-network clients, over UDP and TCP, and nodelocaldns_unbound_local_ip says so; a reload that binds it
 // again takes it back. Before, the host-network rules kept covering it: the node's own queries were refused.
 func TestReloadDroppingABindHandsTheAddressToKubeDNS(t *testing.T) {

@@ -16,7 +16,7 @@ import (
 )
 
 const (
-	// floodRate is ten times the rate that failed 2 of 20 probes of the node's /health in issue 30 (about 50
+	// floodRate is ten times the rate that failed 2 of 20 probes of the node's /health when it was first measured (about 50
 	// idle connections a second from one pod).
 	floodRate = 500
 	floodFor  = 6 * time.Second

@@ -16,7 +16,7 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
-// The big node (issue 21, section 2): next to 25,000 foreign chains (kube-proxy's nftables mode with ~6k
+// The big node: next to 25,000 foreign chains (kube-proxy's nftables mode with ~6k
 // Services) and 128 keep-alive clients (each from an address of its own) looping on /ready, as any pod on the
 // node can, the agent still repairs
 // its interface within a second, /health stays 200 and no liveness failure is counted. Before /ready answered

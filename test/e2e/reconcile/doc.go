@@ -1,4 +1,4 @@
-// Package reconcile is issue 4's tamper matrix: the ways an admin, a firewall reload or a network manager can
+// Package reconcile is the tamper matrix: the ways an admin, a firewall reload or a network manager can
 // break what the agent keeps in the kernel, an observer that tells from the outside when the kernel is whole
 // again, and the agent set-up both the end-to-end test (this package's tests) and the repair benchmark
 // (bench/reconcile) share.

@@ -44,7 +44,7 @@ type Tamper struct {
 	Netlink func() error
 }
 
-// Tampers is the matrix of issue 4, in its order.
+// Tampers is the tamper matrix, in its order (docs/failure-model.md's table).
 func Tampers() []Tamper {
 	return []Tamper{
 		{Name: "delete table", Owned: true,

@@ -23,7 +23,7 @@ const (
 	quiet       = 300 * time.Millisecond
 )
 
-// TestTamperMatrix tampers with the agent's table and interface in each way of issue 4, with the admin's tools
+// TestTamperMatrix tampers with the agent's table and interface in each way of the tamper matrix, with the admin's tools
 // and through netlink. The table is owned by the agent's socket, so the kernel refuses each tamper of it
 // (checkRefused). Each tamper of the interface must be repaired within repairBound by an event (the periodic pass is an
 // hour away), that the result is exactly what -print-rules prints and what the flags ask of the link, that
