@@ -87,6 +87,10 @@ func run(in io.Reader, out io.Writer) int {
 				if top {
 					p.fail++
 					fmt.Fprintf(out, "%s %s\n%s", e.Package, e.Test, strings.Join(lines, ""))
+				} else {
+					// A failed subtest's output goes with its parent's, which fails too and prints it.
+					parent := e.Test[:strings.LastIndex(e.Test, "/")]
+					p.running[parent] = append(p.running[parent], lines...)
 				}
 			case "skip":
 				if top {

@@ -224,12 +224,29 @@ func (s *Server) Stop() error {
 		s.fast.Close() // after the plugins' shutdown, before the servers stop, as CoreDNS's own callbacks run
 	}
 	errs = append(errs, s.inst.Stop())
-	s.inst.Wait()
+	s.waitServers()
 	s.conns.Stop()
 	s.inst = nil
 	s.syncHealth(nil)
 	s.closeHealthSocket()
 	return errors.Join(errs...)
+}
+
+// serversStopWait bounds the wait for CoreDNS's servers to return once stopped. A stopped server returns at
+// once, except one whose Serve had not begun when Stop ran (a start that failed just after caddy.Start, as on a
+// squatted health port): CoreDNS's Server.Stop skips a server it has not yet made, which then serves, and
+// caddy's Instance.Wait blocks, for ever.
+const serversStopWait = 2 * time.Second
+
+// waitServers waits for CoreDNS's servers to return, within serversStopWait.
+func (s *Server) waitServers() {
+	done := make(chan struct{})
+	go func() { s.inst.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(serversStopWait):
+		s.log.Warn("coredns servers still running after stop; leaving them", zap.Duration("waited", serversStopWait))
+	}
 }
 
 // Corefile returns the configuration that is serving.
