@@ -16,6 +16,7 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft/nftwatch"
+	"github.com/nodelocaldns/nodelocaldns/internal/runner"
 )
 
 // Pass results, as counted in nodelocaldns_reconcile_passes_total.
@@ -26,7 +27,7 @@ const (
 )
 
 // reconciler keeps the interface carrying what the live instances need, and the foreign-drop report fresh:
-// one pass per batch of triggers (runner.go), each recomputing everything.
+// one pass per batch of triggers (internal/runner), each recomputing everything.
 type reconciler struct {
 	log      *zap.Logger
 	m        *metrics.Metrics
@@ -34,14 +35,14 @@ type reconciler struct {
 	node     *node
 	fallback *fallback
 	foreign  *foreignReport
-	runner   *runner
+	runner   *runner.Runner
 	// lastPass is the result of the last pass; /ready reads it.
 	lastPass atomicErr
 }
 
 func newReconciler(log *zap.Logger, m *metrics.Metrics, ifname string, syncInterval time.Duration, n *node, fb *fallback, foreign *foreignReport) *reconciler {
 	r := &reconciler{log: log, m: m, ifname: ifname, node: n, fallback: fb, foreign: foreign}
-	r.runner = newRunner(runnerConfig{minInterval: minPassInterval, maxInterval: syncInterval, damp: newDamping(log, m)}, r.pass)
+	r.runner = runner.New(runner.Config{MinInterval: minPassInterval, MaxInterval: syncInterval, Damp: newDamping(log, m)}, r.pass)
 	return r
 }
 
@@ -125,7 +126,7 @@ func (a *atomicErr) load() error {
 // one full pass, never a missed repair.
 func (r *reconciler) start(ctx context.Context, wg *sync.WaitGroup, k *kernel) {
 	r.startWatchers(ctx, wg, k)
-	wg.Go(func() { r.runner.run(ctx) })
+	wg.Go(func() { r.runner.Run(ctx) })
 }
 
 func (r *reconciler) startWatchers(ctx context.Context, wg *sync.WaitGroup, k *kernel) {
@@ -133,7 +134,7 @@ func (r *reconciler) startWatchers(ctx context.Context, wg *sync.WaitGroup, k *k
 	// instances registering or leaving, foreign drop policies) and of any change to the fallback table.
 	if k.conn != nil {
 		wg.Go(func() {
-			err := nftwatch.Watch(ctx, r.log, func(reason string) { r.runner.trigger("nft:" + reason) },
+			err := nftwatch.Watch(ctx, r.log, func(reason string) { r.runner.Trigger("nft:" + reason) },
 				nftwatch.IgnoreConn(k.conn), nftwatch.Tables(k.conn.Table(), nft.FallbackTableName))
 			if err != nil && ctx.Err() == nil {
 				r.log.Error("nftables watch stopped; relying on the periodic pass", zap.Error(err))
@@ -147,7 +148,7 @@ func (r *reconciler) startWatchers(ctx context.Context, wg *sync.WaitGroup, k *k
 	}
 	if k.links != nil {
 		wg.Go(func() {
-			err := link.Watch(ctx, r.log, r.ifname, func(reason string) { r.runner.trigger("link:" + reason) })
+			err := link.Watch(ctx, r.log, r.ifname, func(reason string) { r.runner.Trigger("link:" + reason) })
 			if err != nil && ctx.Err() == nil {
 				r.log.Error("link watch stopped; relying on the periodic pass", zap.Error(err))
 			}
@@ -159,13 +160,13 @@ func (r *reconciler) startWatchers(ctx context.Context, wg *sync.WaitGroup, k *k
 // added to an existing foreign base chain is filtered out with every other foreign rule event
 // (nft/watchbpf.go), so the foreign report is also refreshed on this slow tick, whatever -syncinterval says.
 func (r *reconciler) recheckForeign(ctx context.Context) {
-	tick := r.runner.clock.Tick(foreignRecheck) // collected once this returns (Go 1.23's time.Tick)
+	tick := r.runner.Clock().Tick(foreignRecheck) // collected once this returns (Go 1.23's time.Tick)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick:
-			r.runner.trigger(reasonForeign)
+			r.runner.Trigger(reasonForeign)
 		}
 	}
 }

@@ -16,7 +16,7 @@
 //
 // One job per file: supervisor.go wires the parts and startup.go holds Run's phases in order; node.go is the
 // instance state machine over kernel.go's handles; render.go makes the Corefile, reload.go reloads it;
-// reconcile.go repairs the interface and the link-local fallback (fallback.go) on runner.go's
+// reconcile.go repairs the interface and the link-local fallback (fallback.go) on internal/runner's
 // bounded-frequency runner, damped by damping.go; foreign.go
 // looks at other tables (drops reported and stepped aside for, node-cache's leftovers removed); health.go answers /health and /ready; listeners.go checks CoreDNS bound our
 // addresses; shutdown.go stops everything by its deadline; teardown.go is `-teardown`; background.go runs the
