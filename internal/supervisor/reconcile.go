@@ -56,12 +56,9 @@ func (r *reconciler) pass(_ context.Context, reasons []string) (changed bool, er
 	var errs []error
 	repaired, errs = r.ensure(repaired, errs)
 	if lookAtForeignTables(reasons) {
-		r.foreign.removeNodeCache() // a node-cache still running puts its rules back
-		if found, ok := r.foreign.scan(); ok {
-			if err := r.node.foreignFound(found); err != nil {
-				setupError(r.m, metrics.ErrNftables)
-				errs = append(errs, err)
-			}
+		if err := r.lookAtForeign(); err != nil {
+			setupError(r.m, metrics.ErrNftables)
+			errs = append(errs, err)
 		}
 	}
 	err = errors.Join(errs...)
@@ -80,6 +77,25 @@ func (r *reconciler) pass(_ context.Context, reasons []string) (changed bool, er
 	return len(repaired) > 0, err
 }
 
+// removeNodeCache deletes node-cache's leftover rules, which blackhole pods' ClusterIP queries whenever we do
+// not serve.
+func (r *reconciler) removeNodeCache() { r.foreign.removeNodeCache() }
+
+// lookAtForeign removes node-cache's rules again (a node-cache still running puts them back) and scans the
+// foreign tables, handing the node what it found: the drops it steps aside for. The error is the node's.
+func (r *reconciler) lookAtForeign() error {
+	r.removeNodeCache()
+	if found, ok := r.foreign.scan(); ok {
+		return r.node.foreignFound(found)
+	}
+	return nil
+}
+
+// ensureFallback puts the link-local fallback table in place for ins' addresses; change says what it changed.
+func (r *reconciler) ensureFallback(ins []nft.Instance) (change string, err error) {
+	return r.fallback.ensure(ins)
+}
+
 // ensure does the pass's repairs: the interface, then the fallback table, both for the union of the live
 // instances' addresses (one look at the instance tables for both).
 func (r *reconciler) ensure(repaired []string, errs []error) ([]string, []error) {
@@ -96,7 +112,7 @@ func (r *reconciler) ensure(repaired []string, errs []error) ([]string, []error)
 		r.repair("interface", len(changes))
 		repaired = append(repaired, changes...)
 	}
-	change, err := r.fallback.ensure(ins)
+	change, err := r.ensureFallback(ins)
 	if err != nil {
 		setupError(r.m, metrics.ErrNftables)
 		errs = append(errs, err)

@@ -68,13 +68,13 @@ func (s *Supervisor) register() error {
 		return err
 	}
 	// node-cache's leftovers blackhole pods' ClusterIP queries whenever we do not serve: gone before we start.
-	s.reconcile.foreign.removeNodeCache()
+	s.reconcile.removeNodeCache()
 	ips, ins, err := s.node.addresses()
 	if err != nil {
 		setupError(s.m, metrics.ErrNftables)
 		return fmt.Errorf("list instance tables: %w", err)
 	}
-	if change, err := s.reconcile.fallback.ensure(ins); err != nil {
+	if change, err := s.reconcile.ensureFallback(ins); err != nil {
 		// Not fatal: DNS is served without it; each pass tries again.
 		setupError(s.m, metrics.ErrNftables)
 		s.log.Warn("link-local fallback not in place", zap.Error(err))
@@ -144,10 +144,7 @@ func (s *Supervisor) startCoreDNS(cf []byte) error {
 func (s *Supervisor) intercept(ctx context.Context) error {
 	t := time.Now()
 	// A foreign drop that covers an address is stepped aside for from the first programming on.
-	s.reconcile.foreign.removeNodeCache()
-	if found, ok := s.reconcile.foreign.scan(); ok {
-		_ = s.node.foreignFound(found) // not serving yet: only remembered
-	}
+	_ = s.reconcile.lookAtForeign() // not serving yet: only remembered
 	if err := s.node.serve(); err != nil {
 		setupError(s.m, metrics.ErrNftables)
 		return err
