@@ -27,7 +27,7 @@ func (s *Supervisor) stepDone(name string, since time.Time) {
 // before the read, so no change is lost; the caller closes it.
 func (s *Supervisor) renderCorefile() (*configwatch.Watcher, []byte, error) {
 	t := time.Now()
-	watcher, err := configwatch.New(configwatch.Config{Log: s.log, Dirs: s.config.watchDirs(), Keys: s.config.watchKeys(), Polling: s.m.ConfigPolling})
+	watcher, err := configwatch.New(configwatch.Config{Log: s.log.Named("configwatch"), Dirs: s.config.watchDirs(), Keys: s.config.watchKeys(), Polling: s.m.ConfigPolling})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -49,11 +49,11 @@ func (s *Supervisor) openKernel() error {
 		return err
 	}
 	s.kernel = k
-	s.node = &node{log: s.log, m: s.m, reg: k.registry(), links: k.linkManager(), ifname: s.opts.InterfaceName, spec: s.spec}
+	s.node = &node{log: s.log.Named("node"), m: s.m, reg: k.registry(), links: k.linkManager(), ifname: s.opts.InterfaceName, spec: s.spec}
 	tables, ours := k.foreignTables()
-	foreign := newForeignReport(s.log, s.m, tables, ours, s.spec, s.opts.StepAside)
-	fb := newFallback(s.log, s.m, k.fallbackTable(), s.opts, s.spec.Fallbacks, s.fallbackWhy)
-	s.reconcile = newReconciler(s.log, s.m, s.opts.InterfaceName, s.opts.SyncInterval, s.node, fb, foreign)
+	foreign := newForeignReport(s.log.Named("foreign"), s.m, tables, ours, s.spec, s.opts.StepAside)
+	fb := newFallback(s.log.Named("fallback"), s.m, k.fallbackTable(), s.opts, s.spec.Fallbacks, s.fallbackWhy)
+	s.reconcile = newReconciler(s.log.Named("reconcile"), s.m, s.opts.InterfaceName, s.opts.SyncInterval, s.node, fb, foreign)
 	s.node.quiesce = s.lastOut
 	return nil
 }
@@ -103,7 +103,7 @@ func (s *Supervisor) startCoreDNS(cf []byte) error {
 	s.dns = dns
 	// Start runs the health listener and the loop probes on CoreDNS's goroutines, and they call back: they
 	// are handed the objects they read, all built here, before Start, and never replaced.
-	s.reload = newReloader(s.log, s.m, s.config, dns)
+	s.reload = newReloader(s.log.Named("reload"), s.m, s.config, dns)
 	s.reload.reloaded = func() { // a reload's `bind` may add or drop a local IP (listeners.go)
 		if err := s.checkListeners(); err != nil {
 			s.log.Error("re-check listeners after reload", zap.Error(err))

@@ -123,7 +123,7 @@ func New(cfg Config) (*Supervisor, error) {
 		}
 	}
 	env := corefile.ServiceHostEnv(o.UpstreamSvc)
-	s.config = &renderer{log: cfg.Log, m: cfg.Metrics, base: o.BaseCorefile, out: o.Corefile, kubeDNSDir: kubeDNSDir,
+	s.config = &renderer{log: cfg.Log.Named("render"), m: cfg.Metrics, base: o.BaseCorefile, out: o.Corefile, kubeDNSDir: kubeDNSDir,
 		params: corefile.Params{
 			LocalIPs: o.LocalIPs, DNSPort: o.DNSPort, ClusterDNS: cfg.Getenv(env), ClusterDNSEnv: env,
 			PrometheusEndpoint: o.PrometheusListenAddress, Directives: dnsserver.Directives(),
