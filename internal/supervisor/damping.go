@@ -6,10 +6,11 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
+	"github.com/nodelocaldns/nodelocaldns/internal/runner"
 )
 
 // Damping: the fifth repair in a row, each within a second of the last, waits 50 ms, the next 100 ms, up to
-// 5 s. One repair, or repairs far apart, are never delayed (runner.go carries out the waits).
+// 5 s. One repair, or repairs far apart, are never delayed (internal/runner carries out the waits).
 const (
 	dampAfter  = 5
 	dampWindow = time.Second
@@ -19,10 +20,10 @@ const (
 
 // damping makes the reconcile runner back off from a writer that keeps undoing its repairs, and says so once
 // per fight.
-func newDamping(log *zap.Logger, m *metrics.Metrics) damping {
-	return damping{
-		after: dampAfter, window: dampWindow, min: dampMin, max: dampMax,
-		onDamp: func(wait time.Duration, streak int) {
+func newDamping(log *zap.Logger, m *metrics.Metrics) runner.Damping {
+	return runner.Damping{
+		After: dampAfter, Window: dampWindow, Min: dampMin, Max: dampMax,
+		OnDamp: func(wait time.Duration, streak int) {
 			switch {
 			case wait == 0:
 				log.Info("repairs no longer undone; reconciling at full speed again", zap.Int("repairs_in_a_row", streak))

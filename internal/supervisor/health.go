@@ -11,6 +11,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
+	"github.com/nodelocaldns/nodelocaldns/internal/runner"
 	"github.com/nodelocaldns/nodelocaldns/internal/sockholder"
 )
 
@@ -33,8 +34,8 @@ type health struct {
 	m         *metrics.Metrics
 	node      *node
 	lastPass  *atomicErr // the reconcile runner's last result
-	reconcile *runner
-	reload    *runner
+	reconcile *runner.Runner
+	reload    *runner.Runner
 	probeAddr string // host:port of our first DNS listener
 	probe     flight // the probe in flight, shared by concurrent /health requests
 }
@@ -53,9 +54,9 @@ type health struct {
 func (h *health) liveness(ctx context.Context) error {
 	for _, r := range []struct {
 		name string
-		r    *runner
+		r    *runner.Runner
 	}{{"reconcile", h.reconcile}, {"reload", h.reload}} {
-		if d, ok := r.r.busy(); ok && d > passHung {
+		if d, ok := r.r.Busy(); ok && d > passHung {
 			h.unhealthy(r.name)
 			return fmt.Errorf("%s pass running for %v", r.name, d.Round(time.Second))
 		}

@@ -14,20 +14,38 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
+	"github.com/nodelocaldns/nodelocaldns/internal/runner"
 )
 
-// /health fails while a reconcile or reload pass runs longer than passHung, whatever DNS does.
+// /health fails while a reconcile or reload pass runs longer than passHung, whatever DNS does: a real runner
+// whose pass blocks, on a fake clock stepped past passHung.
 func TestLivenessFailsOnAHungPass(t *testing.T) {
-	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
 	for _, name := range []string{"reconcile", "reload"} {
 		t.Run(name, func(t *testing.T) {
-			idle := func() *runner { return newRunner(runnerConfig{maxInterval: time.Hour, clock: clk}, nil) }
+			clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+			idle := func() *runner.Runner { return runner.New(runner.Config{MaxInterval: time.Hour, Clock: clk}, nil) }
+			started, release := make(chan struct{}), make(chan struct{})
+			hung := runner.New(runner.Config{MaxInterval: time.Hour, Clock: clk}, func(context.Context, []string) (bool, error) {
+				close(started)
+				<-release
+				return false, nil
+			})
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { hung.Run(ctx); close(done) }()
+			t.Cleanup(func() { close(release); cancel(); <-done })
 			h := &health{m: testMetrics(t), reconcile: idle(), reload: idle()}
-			r := h.reconcile
 			if name == "reload" {
-				r = h.reload
+				h.reload = hung
+			} else {
+				h.reconcile = hung
 			}
-			r.busySince.Store(clk.Now().Add(-passHung - time.Second).UnixNano())
+			hung.Trigger("test")
+			<-started
+			if err := h.liveness(context.Background()); err != nil && strings.Contains(err.Error(), "pass running for") {
+				t.Fatalf("liveness() = %v at once, want no hung pass yet", err)
+			}
+			clk.Step(passHung + time.Second)
 			err := h.liveness(context.Background())
 			if err == nil || !strings.Contains(err.Error(), name+" pass running for") {
 				t.Fatalf("liveness() = %v, want a hung %s pass", err, name)
@@ -66,7 +84,7 @@ func TestLivenessToldOverloadFromHang(t *testing.T) {
 	go srv.ActivateAndServe()
 	defer srv.Shutdown()
 
-	idle := func() *runner { return newRunner(runnerConfig{maxInterval: time.Hour}, nil) }
+	idle := func() *runner.Runner { return runner.New(runner.Config{MaxInterval: time.Hour}, nil) }
 	reg := prometheus.NewRegistry()
 	m, err := metrics.New(reg, nil)
 	if err != nil {

@@ -68,23 +68,3 @@ func unboundIPs(addrs []string, local []netip.Addr, port uint16) []netip.Addr {
 	}
 	return out
 }
-
-// setUnbound records the local IPs without a listener; it reports whether they changed.
-func (n *node) setUnbound(ips []netip.Addr) bool {
-	n.specMu.Lock()
-	defer n.specMu.Unlock()
-	if slices.Equal(n.spec.Unbound, ips) {
-		return false
-	}
-	n.spec.Unbound = ips
-	return true
-}
-
-// rebind programs our table again for the latest unbound addresses, at the stage it is at: a table that
-// marks host-network queries (listening or serving) keeps doing so, for the bound addresses only.
-func (n *node) rebind() error {
-	if err := n.program(tableAsIs); err != nil {
-		return fmt.Errorf("keep host-network rules to the bound addresses: %w", err)
-	}
-	return nil
-}

@@ -62,7 +62,7 @@ type node struct {
 	links  linkManager // nil: -setupinterface=false
 	ifname string
 	// specMu guards what our table is made of (spec, aside, stage) and is held while programming it: the
-	// start-up steps, a foreign pass (foreign.go) and a reload's rebind (listeners.go) each program the latest
+	// start-up steps, a foreign pass (foreign.go) and a reload's rebind (after listeners.go's check) each program the latest
 	// of all three, one after the other.
 	specMu sync.Mutex
 	spec   nft.Spec // Unbound changes on reloads, Ungated once serve found the kernel without nft_socket

@@ -1,7 +1,10 @@
 package supervisor
 
 import (
+	"fmt"
+	"net/netip"
 	"reflect"
+	"slices"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 )
@@ -67,4 +70,24 @@ func (n *node) drain() *nft.Ruleset {
 	defer n.specMu.Unlock()
 	n.stage = tableGone
 	return nft.Draining(n.spec)
+}
+
+// setUnbound records the local IPs without a listener; it reports whether they changed.
+func (n *node) setUnbound(ips []netip.Addr) bool {
+	n.specMu.Lock()
+	defer n.specMu.Unlock()
+	if slices.Equal(n.spec.Unbound, ips) {
+		return false
+	}
+	n.spec.Unbound = ips
+	return true
+}
+
+// rebind programs our table again for the latest unbound addresses, at the stage it is at: a table that
+// marks host-network queries (listening or serving) keeps doing so, for the bound addresses only.
+func (n *node) rebind() error {
+	if err := n.program(tableAsIs); err != nil {
+		return fmt.Errorf("keep host-network rules to the bound addresses: %w", err)
+	}
+	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft/nftwatch"
+	"github.com/nodelocaldns/nodelocaldns/internal/runner"
 )
 
 // Pass results, as counted in nodelocaldns_reconcile_passes_total.
@@ -26,7 +27,7 @@ const (
 )
 
 // reconciler keeps the interface carrying what the live instances need, and the foreign-drop report fresh:
-// one pass per batch of triggers (runner.go), each recomputing everything.
+// one pass per batch of triggers (internal/runner), each recomputing everything.
 type reconciler struct {
 	log      *zap.Logger
 	m        *metrics.Metrics
@@ -34,14 +35,14 @@ type reconciler struct {
 	node     *node
 	fallback *fallback
 	foreign  *foreignReport
-	runner   *runner
+	runner   *runner.Runner
 	// lastPass is the result of the last pass; /ready reads it.
 	lastPass atomicErr
 }
 
 func newReconciler(log *zap.Logger, m *metrics.Metrics, ifname string, syncInterval time.Duration, n *node, fb *fallback, foreign *foreignReport) *reconciler {
 	r := &reconciler{log: log, m: m, ifname: ifname, node: n, fallback: fb, foreign: foreign}
-	r.runner = newRunner(runnerConfig{minInterval: minPassInterval, maxInterval: syncInterval, damp: newDamping(log, m)}, r.pass)
+	r.runner = runner.New(runner.Config{MinInterval: minPassInterval, MaxInterval: syncInterval, Damp: newDamping(log, m)}, r.pass)
 	return r
 }
 
@@ -55,12 +56,9 @@ func (r *reconciler) pass(_ context.Context, reasons []string) (changed bool, er
 	var errs []error
 	repaired, errs = r.ensure(repaired, errs)
 	if lookAtForeignTables(reasons) {
-		r.foreign.removeNodeCache() // a node-cache still running puts its rules back
-		if found, ok := r.foreign.scan(); ok {
-			if err := r.node.foreignFound(found); err != nil {
-				setupError(r.m, metrics.ErrNftables)
-				errs = append(errs, err)
-			}
+		if err := r.lookAtForeign(); err != nil {
+			setupError(r.m, metrics.ErrNftables)
+			errs = append(errs, err)
 		}
 	}
 	err = errors.Join(errs...)
@@ -79,6 +77,25 @@ func (r *reconciler) pass(_ context.Context, reasons []string) (changed bool, er
 	return len(repaired) > 0, err
 }
 
+// removeNodeCache deletes node-cache's leftover rules, which blackhole pods' ClusterIP queries whenever we do
+// not serve.
+func (r *reconciler) removeNodeCache() { r.foreign.removeNodeCache() }
+
+// lookAtForeign removes node-cache's rules again (a node-cache still running puts them back) and scans the
+// foreign tables, handing the node what it found: the drops it steps aside for. The error is the node's.
+func (r *reconciler) lookAtForeign() error {
+	r.removeNodeCache()
+	if found, ok := r.foreign.scan(); ok {
+		return r.node.foreignFound(found)
+	}
+	return nil
+}
+
+// ensureFallback puts the link-local fallback table in place for ins' addresses; change says what it changed.
+func (r *reconciler) ensureFallback(ins []nft.Instance) (change string, err error) {
+	return r.fallback.ensure(ins)
+}
+
 // ensure does the pass's repairs: the interface, then the fallback table, both for the union of the live
 // instances' addresses (one look at the instance tables for both).
 func (r *reconciler) ensure(repaired []string, errs []error) ([]string, []error) {
@@ -95,7 +112,7 @@ func (r *reconciler) ensure(repaired []string, errs []error) ([]string, []error)
 		r.repair("interface", len(changes))
 		repaired = append(repaired, changes...)
 	}
-	change, err := r.fallback.ensure(ins)
+	change, err := r.ensureFallback(ins)
 	if err != nil {
 		setupError(r.m, metrics.ErrNftables)
 		errs = append(errs, err)
@@ -125,7 +142,7 @@ func (a *atomicErr) load() error {
 // one full pass, never a missed repair.
 func (r *reconciler) start(ctx context.Context, wg *sync.WaitGroup, k *kernel) {
 	r.startWatchers(ctx, wg, k)
-	wg.Go(func() { r.runner.run(ctx) })
+	wg.Go(func() { r.runner.Run(ctx) })
 }
 
 func (r *reconciler) startWatchers(ctx context.Context, wg *sync.WaitGroup, k *kernel) {
@@ -133,7 +150,7 @@ func (r *reconciler) startWatchers(ctx context.Context, wg *sync.WaitGroup, k *k
 	// instances registering or leaving, foreign drop policies) and of any change to the fallback table.
 	if k.conn != nil {
 		wg.Go(func() {
-			err := nftwatch.Watch(ctx, r.log, func(reason string) { r.runner.trigger("nft:" + reason) },
+			err := nftwatch.Watch(ctx, r.log.Named("nftwatch"), func(reason string) { r.runner.Trigger("nft:" + reason) },
 				nftwatch.IgnoreConn(k.conn), nftwatch.Tables(k.conn.Table(), nft.FallbackTableName))
 			if err != nil && ctx.Err() == nil {
 				r.log.Error("nftables watch stopped; relying on the periodic pass", zap.Error(err))
@@ -147,7 +164,7 @@ func (r *reconciler) startWatchers(ctx context.Context, wg *sync.WaitGroup, k *k
 	}
 	if k.links != nil {
 		wg.Go(func() {
-			err := link.Watch(ctx, r.log, r.ifname, func(reason string) { r.runner.trigger("link:" + reason) })
+			err := link.Watch(ctx, r.log.Named("link"), r.ifname, func(reason string) { r.runner.Trigger("link:" + reason) })
 			if err != nil && ctx.Err() == nil {
 				r.log.Error("link watch stopped; relying on the periodic pass", zap.Error(err))
 			}
@@ -159,13 +176,13 @@ func (r *reconciler) startWatchers(ctx context.Context, wg *sync.WaitGroup, k *k
 // added to an existing foreign base chain is filtered out with every other foreign rule event
 // (nft/watchbpf.go), so the foreign report is also refreshed on this slow tick, whatever -syncinterval says.
 func (r *reconciler) recheckForeign(ctx context.Context) {
-	tick := r.runner.clock.Tick(foreignRecheck) // collected once this returns (Go 1.23's time.Tick)
+	tick := r.runner.Clock().Tick(foreignRecheck) // collected once this returns (Go 1.23's time.Tick)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick:
-			r.runner.trigger(reasonForeign)
+			r.runner.Trigger(reasonForeign)
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/configwatch"
 	"github.com/nodelocaldns/nodelocaldns/internal/dnsserver"
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
+	"github.com/nodelocaldns/nodelocaldns/internal/runner"
 )
 
 // coreDNS is the embedded CoreDNS as the reloader sees it ([*dnsserver.Server]).
@@ -35,7 +36,7 @@ type reloader struct {
 	m      *metrics.Metrics
 	config *renderer
 	dns    coreDNS
-	runner *runner
+	runner *runner.Runner
 	// reloaded, when set, is called after each reload that changed the configuration (listeners.go).
 	reloaded func()
 
@@ -50,14 +51,14 @@ type reloader struct {
 
 func newReloader(log *zap.Logger, m *metrics.Metrics, config *renderer, dns coreDNS) *reloader {
 	r := &reloader{log: log, m: m, config: config, dns: dns, fatal: make(chan error, 1)}
-	r.runner = newRunner(runnerConfig{maxInterval: 24 * time.Hour, backoffMin: time.Second, backoffMax: 30 * time.Second}, r.pass)
+	r.runner = runner.New(runner.Config{MaxInterval: 24 * time.Hour, BackoffMin: time.Second, BackoffMax: 30 * time.Second}, r.pass)
 	return r
 }
 
 // start runs the reload runner, the ConfigMap watcher and the SIGUSR1 handler until ctx is done.
 func (r *reloader) start(ctx context.Context, wg *sync.WaitGroup, watcher *configwatch.Watcher) {
-	wg.Go(func() { r.runner.run(ctx) })
-	wg.Go(func() { watcher.Run(ctx, func() { r.runner.trigger("configmap") }) })
+	wg.Go(func() { r.runner.Run(ctx) })
+	wg.Go(func() { watcher.Run(ctx, func() { r.runner.Trigger("configmap") }) })
 	wg.Go(func() { r.onSIGUSR1(ctx) })
 }
 
@@ -124,7 +125,7 @@ func (r *reloader) onLoop(e *dnsserver.LoopError) {
 		return
 	}
 	r.pendingLoop.Store(int32(e.Generation))
-	r.runner.trigger("loop")
+	r.runner.Trigger("loop")
 }
 
 // revertLoop puts the previous configuration back when the running one was found looping.
@@ -158,7 +159,7 @@ func (r *reloader) onSIGUSR1(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-ch:
-			r.runner.trigger("sigusr1")
+			r.runner.Trigger("sigusr1")
 		}
 	}
 }

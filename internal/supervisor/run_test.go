@@ -15,7 +15,10 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/fastpath"
 	"github.com/nodelocaldns/nodelocaldns/internal/options"
@@ -64,7 +67,10 @@ func TestRunServesProbesThroughStartReloadAndStop(t *testing.T) {
 		<-ctx.Done()
 		servingStopped.Store(true)
 	}}
-	s, err := New(Config{Options: o, Log: zaptest.NewLogger(t), Getenv: func(string) string { return "" },
+	// Each component logs through a child logger named after it; the lifecycle's own lines through the root.
+	observed, logs := observer.New(zap.InfoLevel)
+	log := zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), observed))
+	s, err := New(Config{Options: o, Log: log, Getenv: func(string) string { return "" },
 		Metrics: testMetrics(t), FastPath: fastpath.NewMetrics(), Serving: []Actor{serving}})
 	if err != nil {
 		t.Fatal(err)
@@ -112,9 +118,22 @@ func TestRunServesProbesThroughStartReloadAndStop(t *testing.T) {
 		if !servedAtStart.Load() || !servingStopped.Load() {
 			t.Errorf("serving actor: DNS answered when it started %v, stopped by shutdown %v; want both", servedAtStart.Load(), servingStopped.Load())
 		}
+		for msg, logger := range map[string]string{"ready": "", "reloaded coredns": "reload", "stopped": ""} {
+			lines := logs.FilterMessage(msg).All()
+			if len(lines) == 0 || lines[0].LoggerName != logger {
+				t.Errorf("log line %q: %d lines, the first from logger %q; want one from %q", msg, len(lines), loggerOf(lines), logger)
+			}
+		}
 	case <-time.After(shutdownDeadline + 5*time.Second):
 		t.Fatal("Run did not return after the context ended")
 	}
+}
+
+func loggerOf(lines []observer.LoggedEntry) string {
+	if len(lines) == 0 {
+		return ""
+	}
+	return lines[0].LoggerName
 }
 
 // freePort is a port nothing on runIP listens on now (for network "udp" or "tcp").

@@ -13,7 +13,7 @@ import (
 // process exits (the kernel removes our table with our socket).
 func (s *Supervisor) shutdown(l *loops) {
 	start := time.Now()
-	b := newBounded(s.log, shutdownDeadline)
+	b := newBounded(s.log.Named("shutdown"), shutdownDeadline)
 	l.stop()
 	// A loop stuck in a pass (a CoreDNS reload that never returns) must not keep us from leaving the node.
 	b.do("stop loops", loopsStop, l.wg.Wait)

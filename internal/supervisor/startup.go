@@ -27,7 +27,7 @@ func (s *Supervisor) stepDone(name string, since time.Time) {
 // before the read, so no change is lost; the caller closes it.
 func (s *Supervisor) renderCorefile() (*configwatch.Watcher, []byte, error) {
 	t := time.Now()
-	watcher, err := configwatch.New(configwatch.Config{Log: s.log, Dirs: s.config.watchDirs(), Keys: s.config.watchKeys(), Polling: s.m.ConfigPolling})
+	watcher, err := configwatch.New(configwatch.Config{Log: s.log.Named("configwatch"), Dirs: s.config.watchDirs(), Keys: s.config.watchKeys(), Polling: s.m.ConfigPolling})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -49,11 +49,11 @@ func (s *Supervisor) openKernel() error {
 		return err
 	}
 	s.kernel = k
-	s.node = &node{log: s.log, m: s.m, reg: k.registry(), links: k.linkManager(), ifname: s.opts.InterfaceName, spec: s.spec}
+	s.node = &node{log: s.log.Named("node"), m: s.m, reg: k.registry(), links: k.linkManager(), ifname: s.opts.InterfaceName, spec: s.spec}
 	tables, ours := k.foreignTables()
-	foreign := newForeignReport(s.log, s.m, tables, ours, s.spec, s.opts.StepAside)
-	fb := newFallback(s.log, s.m, k.fallbackTable(), s.opts, s.spec.Fallbacks, s.fallbackWhy)
-	s.reconcile = newReconciler(s.log, s.m, s.opts.InterfaceName, s.opts.SyncInterval, s.node, fb, foreign)
+	foreign := newForeignReport(s.log.Named("foreign"), s.m, tables, ours, s.spec, s.opts.StepAside)
+	fb := newFallback(s.log.Named("fallback"), s.m, k.fallbackTable(), s.opts, s.spec.Fallbacks, s.fallbackWhy)
+	s.reconcile = newReconciler(s.log.Named("reconcile"), s.m, s.opts.InterfaceName, s.opts.SyncInterval, s.node, fb, foreign)
 	s.node.quiesce = s.lastOut
 	return nil
 }
@@ -68,13 +68,13 @@ func (s *Supervisor) register() error {
 		return err
 	}
 	// node-cache's leftovers blackhole pods' ClusterIP queries whenever we do not serve: gone before we start.
-	s.reconcile.foreign.removeNodeCache()
+	s.reconcile.removeNodeCache()
 	ips, ins, err := s.node.addresses()
 	if err != nil {
 		setupError(s.m, metrics.ErrNftables)
 		return fmt.Errorf("list instance tables: %w", err)
 	}
-	if change, err := s.reconcile.fallback.ensure(ins); err != nil {
+	if change, err := s.reconcile.ensureFallback(ins); err != nil {
 		// Not fatal: DNS is served without it; each pass tries again.
 		setupError(s.m, metrics.ErrNftables)
 		s.log.Warn("link-local fallback not in place", zap.Error(err))
@@ -103,7 +103,7 @@ func (s *Supervisor) startCoreDNS(cf []byte) error {
 	s.dns = dns
 	// Start runs the health listener and the loop probes on CoreDNS's goroutines, and they call back: they
 	// are handed the objects they read, all built here, before Start, and never replaced.
-	s.reload = newReloader(s.log, s.m, s.config, dns)
+	s.reload = newReloader(s.log.Named("reload"), s.m, s.config, dns)
 	s.reload.reloaded = func() { // a reload's `bind` may add or drop a local IP (listeners.go)
 		if err := s.checkListeners(); err != nil {
 			s.log.Error("re-check listeners after reload", zap.Error(err))
@@ -144,10 +144,7 @@ func (s *Supervisor) startCoreDNS(cf []byte) error {
 func (s *Supervisor) intercept(ctx context.Context) error {
 	t := time.Now()
 	// A foreign drop that covers an address is stepped aside for from the first programming on.
-	s.reconcile.foreign.removeNodeCache()
-	if found, ok := s.reconcile.foreign.scan(); ok {
-		_ = s.node.foreignFound(found) // not serving yet: only remembered
-	}
+	_ = s.reconcile.lookAtForeign() // not serving yet: only remembered
 	if err := s.node.serve(); err != nil {
 		setupError(s.m, metrics.ErrNftables)
 		return err

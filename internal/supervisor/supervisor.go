@@ -14,9 +14,10 @@
 // removes our table by itself if the process dies (node.go). Nothing here exits the process: errors travel up
 // to main.
 //
-// One job per file: supervisor.go wires the parts and startup.go holds Run's phases in order; node.go is the
-// instance state machine over kernel.go's handles; render.go makes the Corefile, reload.go reloads it;
-// reconcile.go repairs the interface and the link-local fallback (fallback.go) on runner.go's
+// One job per file: supervisor.go wires the parts and startup.go holds Run's phases in order; node.go makes the
+// instance's decisions about the kernel over kernel.go's handles, moving state.go's state machine, and
+// program.go says what our table is made of (spec, step-aside, unbound addresses) and programs it; render.go makes the Corefile, reload.go reloads it;
+// reconcile.go repairs the interface and the link-local fallback (fallback.go) on internal/runner's
 // bounded-frequency runner, damped by damping.go; foreign.go
 // looks at other tables (drops reported and stepped aside for, node-cache's leftovers removed); health.go answers /health and /ready; listeners.go checks CoreDNS bound our
 // addresses; shutdown.go stops everything by its deadline; teardown.go is `-teardown`; background.go runs the
@@ -123,7 +124,7 @@ func New(cfg Config) (*Supervisor, error) {
 		}
 	}
 	env := corefile.ServiceHostEnv(o.UpstreamSvc)
-	s.config = &renderer{log: cfg.Log, m: cfg.Metrics, base: o.BaseCorefile, out: o.Corefile, kubeDNSDir: kubeDNSDir,
+	s.config = &renderer{log: cfg.Log.Named("render"), m: cfg.Metrics, base: o.BaseCorefile, out: o.Corefile, kubeDNSDir: kubeDNSDir,
 		params: corefile.Params{
 			LocalIPs: o.LocalIPs, DNSPort: o.DNSPort, ClusterDNS: cfg.Getenv(env), ClusterDNSEnv: env,
 			PrometheusEndpoint: o.PrometheusListenAddress, Directives: dnsserver.Directives(),

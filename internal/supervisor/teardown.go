@@ -17,12 +17,12 @@ import (
 // instance's table says the interface is still needed; with no instance left it also deletes the link-local
 // fallback, which nothing else removes (an uninstall runs this on every node).
 func Teardown(o *options.Options, log *zap.Logger) error {
-	c, err := nft.Open(nft.WithLogger(log))
+	c, err := nft.Open(nft.WithLogger(log.Named("nft")))
 	if err != nil {
 		return fmt.Errorf("open nftables: %w", err)
 	}
 	defer c.Close()
-	lm, err := link.New(log)
+	lm, err := link.New(log.Named("link"))
 	if err != nil {
 		return fmt.Errorf("open link manager: %w", err)
 	}
@@ -32,7 +32,7 @@ func Teardown(o *options.Options, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
-	return teardown(&node{log: log, m: m, reg: c, links: lm, ifname: o.InterfaceName, spec: nft.Spec{LocalIPs: o.LocalIPs}}, c.Fallback())
+	return teardown(&node{log: log.Named("node"), m: m, reg: c, links: lm, ifname: o.InterfaceName, spec: nft.Spec{LocalIPs: o.LocalIPs}}, c.Fallback())
 }
 
 // teardown leaves the node for a process that never joined it, then deletes the fallback table if nobody is

@@ -1,4 +1,4 @@
-package supervisor
+package runner
 
 import (
 	"context"
@@ -61,14 +61,14 @@ func (p *passRecorder) none(t *testing.T) {
 	}
 }
 
-func startRunner(t *testing.T, cfg runnerConfig) (*runner, *passRecorder, *clocktesting.FakeClock) {
+func startRunner(t *testing.T, cfg Config) (*Runner, *passRecorder, *clocktesting.FakeClock) {
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	cfg.clock = clk
+	cfg.Clock = clk
 	rec := newRecorder()
-	r := newRunner(cfg, rec.pass)
+	r := New(cfg, rec.pass)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { r.run(ctx); close(done) }()
+	go func() { r.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return r, rec, clk
 }
@@ -80,17 +80,17 @@ func waitForTimer(t *testing.T, clk *clocktesting.FakeClock) {
 }
 
 func TestRunnerCoalescesTriggers(t *testing.T) {
-	r, rec, clk := startRunner(t, runnerConfig{minInterval: time.Second, maxInterval: time.Hour})
+	r, rec, clk := startRunner(t, Config{MinInterval: time.Second, MaxInterval: time.Hour})
 	waitForTimer(t, clk)
-	r.trigger("nft")
+	r.Trigger("nft")
 	if got := rec.next(t); got != "nft" {
 		t.Fatalf("first pass reasons = %q", got)
 	}
 	// Within minInterval of that pass: all of these must share one pass, after the interval.
 	waitForTimer(t, clk)
-	r.trigger("link")
-	r.trigger("nft")
-	r.trigger("link")
+	r.Trigger("link")
+	r.Trigger("nft")
+	r.Trigger("link")
 	waitForTimer(t, clk)
 	rec.none(t)
 	clk.Step(time.Second)
@@ -101,24 +101,24 @@ func TestRunnerCoalescesTriggers(t *testing.T) {
 }
 
 func TestRunnerPeriodicIsOnlyASafetyNet(t *testing.T) {
-	_, rec, clk := startRunner(t, runnerConfig{minInterval: time.Millisecond, maxInterval: time.Minute})
+	_, rec, clk := startRunner(t, Config{MinInterval: time.Millisecond, MaxInterval: time.Minute})
 	waitForTimer(t, clk)
 	clk.Step(59 * time.Second)
 	rec.none(t)
 	clk.Step(time.Second)
-	if got := rec.next(t); got != reasonPeriodic {
+	if got := rec.next(t); got != ReasonPeriodic {
 		t.Fatalf("pass reasons = %q, want periodic", got)
 	}
 }
 
 func TestRunnerRetriesWithBackoff(t *testing.T) {
-	r, rec, clk := startRunner(t, runnerConfig{minInterval: time.Millisecond, maxInterval: time.Hour, backoffMin: 100 * time.Millisecond, backoffMax: 350 * time.Millisecond})
+	r, rec, clk := startRunner(t, Config{MinInterval: time.Millisecond, MaxInterval: time.Hour, BackoffMin: 100 * time.Millisecond, BackoffMax: 350 * time.Millisecond})
 	waitForTimer(t, clk)
 	boom := errors.New("boom")
 	rec.result <- boom
 	rec.result <- boom
 	rec.result <- boom
-	r.trigger("nft")
+	r.Trigger("nft")
 	rec.next(t)
 	// Retries after 100ms, 200ms, then capped at 350ms; then success ends the retries.
 	for _, d := range []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 350 * time.Millisecond} {
@@ -126,7 +126,7 @@ func TestRunnerRetriesWithBackoff(t *testing.T) {
 		clk.Step(d - time.Millisecond)
 		rec.none(t)
 		clk.Step(time.Millisecond)
-		if got := rec.next(t); got != reasonRetry {
+		if got := rec.next(t); got != ReasonRetry {
 			t.Fatalf("after %v: reasons = %q, want retry", d, got)
 		}
 	}
@@ -136,10 +136,10 @@ func TestRunnerRetriesWithBackoff(t *testing.T) {
 }
 
 func TestRunnerStopsOnCancel(t *testing.T) {
-	r := newRunner(runnerConfig{maxInterval: time.Hour}, func(context.Context, []string) (bool, error) { return false, nil })
+	r := New(Config{MaxInterval: time.Hour}, func(context.Context, []string) (bool, error) { return false, nil })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { r.run(ctx); close(done) }()
+	go func() { r.Run(ctx); close(done) }()
 	cancel()
 	select {
 	case <-done:
@@ -152,19 +152,19 @@ func TestRunnerStopsOnCancel(t *testing.T) {
 // row the wait before the next doubles up to the cap; one pass that finds nothing to change ends it.
 func TestRunnerDampsAFight(t *testing.T) {
 	var waits []time.Duration
-	cfg := runnerConfig{minInterval: 5 * time.Millisecond, maxInterval: time.Hour, damp: damping{
-		after: 3, window: time.Second, min: 100 * time.Millisecond, max: 300 * time.Millisecond,
-		onDamp: func(d time.Duration, _ int) { waits = append(waits, d) },
+	cfg := Config{MinInterval: 5 * time.Millisecond, MaxInterval: time.Hour, Damp: Damping{
+		After: 3, Window: time.Second, Min: 100 * time.Millisecond, Max: 300 * time.Millisecond,
+		OnDamp: func(d time.Duration, _ int) { waits = append(waits, d) },
 	}}
 	r, rec, clk := startRunner(t, cfg)
 	rec.changed.Store(true)
 	waitForTimer(t, clk)
 	// Three repairs 5 ms apart: the first two are not delayed beyond minInterval.
-	r.trigger("link")
+	r.Trigger("link")
 	rec.next(t)
 	for range 2 {
 		waitForTimer(t, clk)
-		r.trigger("link")
+		r.Trigger("link")
 		waitForTimer(t, clk)
 		rec.none(t)
 		clk.Step(5 * time.Millisecond)
@@ -173,7 +173,7 @@ func TestRunnerDampsAFight(t *testing.T) {
 	// Now damped: 100 ms, 200 ms, then the 300 ms cap.
 	for _, d := range []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond, 300 * time.Millisecond} {
 		waitForTimer(t, clk)
-		r.trigger("link")
+		r.Trigger("link")
 		waitForTimer(t, clk)
 		clk.Step(d - time.Millisecond)
 		rec.none(t)
@@ -186,25 +186,25 @@ func TestRunnerDampsAFight(t *testing.T) {
 	// last damped pass must have returned (reporting a change) first: the runner waits on the clock only then.
 	waitForTimer(t, clk)
 	rec.changed.Store(false)
-	r.trigger("link")
+	r.Trigger("link")
 	waitForTimer(t, clk)
 	clk.Step(300 * time.Millisecond)
 	rec.next(t)
 	waitForTimer(t, clk)
-	r.trigger("link")
+	r.Trigger("link")
 	waitForTimer(t, clk)
 	clk.Step(5 * time.Millisecond)
 	rec.next(t)
 	want := []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond, 300 * time.Millisecond, 300 * time.Millisecond, 0}
 	if fmt.Sprint(waits) != fmt.Sprint(want) {
-		t.Fatalf("onDamp waits = %v, want %v", waits, want)
+		t.Fatalf("OnDamp waits = %v, want %v", waits, want)
 	}
 }
 
 // Repairs far apart are never damped, however many.
 func TestRunnerDoesNotDampSeparateRepairs(t *testing.T) {
-	cfg := runnerConfig{minInterval: 5 * time.Millisecond, maxInterval: time.Hour, damp: damping{
-		after: 2, window: time.Second, min: time.Minute, max: time.Minute,
+	cfg := Config{MinInterval: 5 * time.Millisecond, MaxInterval: time.Hour, Damp: Damping{
+		After: 2, Window: time.Second, Min: time.Minute, Max: time.Minute,
 	}}
 	r, rec, clk := startRunner(t, cfg)
 	rec.changed.Store(true)
@@ -212,25 +212,25 @@ func TestRunnerDoesNotDampSeparateRepairs(t *testing.T) {
 		waitForTimer(t, clk)
 		clk.Step(2 * time.Second)
 		waitForTimer(t, clk)
-		r.trigger("link")
+		r.Trigger("link")
 		rec.next(t)
 	}
 }
 
 // busy reports the pass in progress and its age, so /health can fail on a pass that hangs.
 func TestRunnerReportsABusyPass(t *testing.T) {
-	r, rec, clk := startRunner(t, runnerConfig{minInterval: time.Millisecond, maxInterval: time.Hour})
-	if _, ok := r.busy(); ok {
+	r, rec, clk := startRunner(t, Config{MinInterval: time.Millisecond, MaxInterval: time.Hour})
+	if _, ok := r.Busy(); ok {
 		t.Fatal("busy before any pass")
 	}
 	rec.block.Store(true)
 	waitForTimer(t, clk)
-	r.trigger("link")
+	r.Trigger("link")
 	rec.next(t)
 	clk.Step(42 * time.Second)
-	if d, ok := r.busy(); !ok || d != 42*time.Second {
+	if d, ok := r.Busy(); !ok || d != 42*time.Second {
 		t.Fatalf("busy() = %v, %v; want 42s, true", d, ok)
 	}
 	rec.release <- struct{}{}
-	testenv.Eventually(t, 5*time.Second, "busy() to clear after the pass returned", func() bool { _, ok := r.busy(); return !ok })
+	testenv.Eventually(t, 5*time.Second, "busy() to clear after the pass returned", func() bool { _, ok := r.Busy(); return !ok })
 }

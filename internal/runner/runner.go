@@ -1,4 +1,7 @@
-package supervisor
+// Package runner runs a pass function on demand at a bounded frequency, with backoff on failure, damping
+// of a fight with another writer, and the start of the pass in progress for a liveness check. It touches
+// nothing of the node: what a pass does is its caller's.
+package runner
 
 import (
 	"context"
@@ -12,11 +15,11 @@ import (
 
 // Trigger reasons the runner adds by itself.
 const (
-	reasonPeriodic = "periodic" // the -syncinterval safety net
-	reasonRetry    = "retry"    // the previous pass failed
+	ReasonPeriodic = "periodic" // the MaxInterval safety net
+	ReasonRetry    = "retry"    // the previous pass failed
 )
 
-// runner runs a pass function on demand, the way kube-proxy's BoundedFrequencyRunner does: triggers coalesce
+// Runner runs a pass function on demand, the way kube-proxy's BoundedFrequencyRunner does: triggers coalesce
 // into one pending pass (a channel of one), passes are at least minInterval apart, a failed pass is retried
 // with exponential backoff, and a periodic pass every maxInterval is only a safety net. The pass recomputes
 // everything from scratch, so the runner carries no state between passes but the reasons that asked for one.
@@ -27,11 +30,11 @@ const (
 //     one that did lengthens the wait before the next, up to a cap; a pass that finds nothing to change ends
 //     the fight. A single repair is never delayed.
 //   - liveness: the start of the pass in progress is recorded, so /health can tell a pass that hangs.
-type runner struct {
-	pass                     passFunc
+type Runner struct {
+	pass                     PassFunc
 	minInterval, maxInterval time.Duration
 	backoffMin, backoffMax   time.Duration
-	damp                     damping
+	damp                     Damping
 	clock                    clock.Clock
 
 	kick    chan struct{}
@@ -41,33 +44,33 @@ type runner struct {
 	busySince atomic.Int64 // unix nanoseconds when the pass in progress started; 0 when idle
 }
 
-// passFunc does one pass. changed reports that it had to change something (a repair, a reload); only
+// PassFunc does one pass. changed reports that it had to change something (a repair, a reload); only
 // damping looks at it.
-type passFunc func(ctx context.Context, reasons []string) (changed bool, err error)
+type PassFunc func(ctx context.Context, reasons []string) (changed bool, err error)
 
-// damping configures how a runner backs off from a fight. The zero value never damps.
-type damping struct {
-	after  int           // passes in a row that changed something, each within window of the last, before damping
-	window time.Duration // how close two changing passes must be to count as one fight
-	min    time.Duration // the first damped wait; each further changing pass doubles it
-	max    time.Duration // the cap
-	// onDamp is called with the wait whenever a pass is damped, and with 0 when a fight ends.
-	onDamp func(wait time.Duration, streak int)
+// Damping configures how a runner backs off from a fight. The zero value never damps.
+type Damping struct {
+	After  int           // passes in a row that changed something, each within Window of the last, before damping
+	Window time.Duration // how close two changing passes must be to count as one fight
+	Min    time.Duration // the first damped wait; each further changing pass doubles it
+	Max    time.Duration // the cap
+	// OnDamp is called with the wait whenever a pass is damped, and with 0 when a fight ends.
+	OnDamp func(wait time.Duration, streak int)
 }
 
-// runnerConfig configures a runner. Zero backoff values default to 10 ms and maxInterval/4.
-type runnerConfig struct {
-	minInterval, maxInterval time.Duration
-	backoffMin, backoffMax   time.Duration
-	damp                     damping
-	clock                    clock.Clock // nil: the real clock
+// Config configures a runner. Zero backoff values default to 10 ms and MaxInterval/4.
+type Config struct {
+	MinInterval, MaxInterval time.Duration
+	BackoffMin, BackoffMax   time.Duration
+	Damp                     Damping
+	Clock                    clock.Clock // nil: the real clock
 }
 
-// newRunner returns a runner for pass; start it with run.
-func newRunner(cfg runnerConfig, pass passFunc) *runner {
-	r := &runner{
-		pass: pass, minInterval: cfg.minInterval, maxInterval: cfg.maxInterval,
-		backoffMin: cfg.backoffMin, backoffMax: cfg.backoffMax, damp: cfg.damp, clock: cfg.clock,
+// New returns a runner for pass; start it with Run.
+func New(cfg Config, pass PassFunc) *Runner {
+	r := &Runner{
+		pass: pass, minInterval: cfg.MinInterval, maxInterval: cfg.MaxInterval,
+		backoffMin: cfg.BackoffMin, backoffMax: cfg.BackoffMax, damp: cfg.Damp, clock: cfg.Clock,
 		kick: make(chan struct{}, 1), reasons: map[string]bool{},
 	}
 	if r.clock == nil {
@@ -82,9 +85,9 @@ func newRunner(cfg runnerConfig, pass passFunc) *runner {
 	return r
 }
 
-// trigger asks for a pass soon, for reason. It never blocks; triggers that arrive before the pass starts
+// Trigger asks for a pass soon, for reason. It never blocks; triggers that arrive before the pass starts
 // share it.
-func (r *runner) trigger(reason string) {
+func (r *Runner) Trigger(reason string) {
 	r.mu.Lock()
 	r.reasons[reason] = true
 	r.mu.Unlock()
@@ -94,7 +97,7 @@ func (r *runner) trigger(reason string) {
 	}
 }
 
-func (r *runner) takeReasons() []string {
+func (r *Runner) takeReasons() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	reasons := make([]string, 0, len(r.reasons))
@@ -106,8 +109,8 @@ func (r *runner) takeReasons() []string {
 	return reasons
 }
 
-// busy reports how long the pass in progress has been running; ok is false when none runs.
-func (r *runner) busy() (d time.Duration, ok bool) {
+// Busy reports how long the pass in progress has been running; ok is false when none runs.
+func (r *Runner) Busy() (d time.Duration, ok bool) {
 	since := r.busySince.Load()
 	if since == 0 {
 		return 0, false
@@ -115,15 +118,15 @@ func (r *runner) busy() (d time.Duration, ok bool) {
 	return r.clock.Since(time.Unix(0, since)), true
 }
 
-// run runs passes until ctx is done. A pass that fails is retried; run itself never fails.
-func (r *runner) run(ctx context.Context) {
+// Run runs passes until ctx is done. A pass that fails is retried; Run itself never fails.
+func (r *Runner) Run(ctx context.Context) {
 	var lastRun, retryAt, lastChange time.Time
 	failures, streak := 0, 0
 	nextPeriodic := r.clock.Now().Add(r.maxInterval)
 	for {
-		wait, reason := nextPeriodic.Sub(r.clock.Now()), reasonPeriodic
+		wait, reason := nextPeriodic.Sub(r.clock.Now()), ReasonPeriodic
 		if !retryAt.IsZero() && retryAt.Before(nextPeriodic) {
-			wait, reason = retryAt.Sub(r.clock.Now()), reasonRetry
+			wait, reason = retryAt.Sub(r.clock.Now()), ReasonRetry
 		}
 		t := r.clock.NewTimer(max(wait, 0))
 		select {
@@ -133,7 +136,7 @@ func (r *runner) run(ctx context.Context) {
 		case <-r.kick:
 			t.Stop()
 		case <-t.C():
-			r.trigger(reason)
+			r.Trigger(reason)
 			<-r.kick
 		}
 		gap := r.minInterval
@@ -166,37 +169,37 @@ func (r *runner) run(ctx context.Context) {
 }
 
 // fight updates the streak of changing passes after a pass at now.
-func (r *runner) fight(streak int, changed bool, now time.Time, lastChange *time.Time) int {
-	if r.damp.after <= 0 {
+func (r *Runner) fight(streak int, changed bool, now time.Time, lastChange *time.Time) int {
+	if r.damp.After <= 0 {
 		return 0
 	}
 	switch {
 	case !changed:
-		if streak >= r.damp.after && r.damp.onDamp != nil {
-			r.damp.onDamp(0, streak)
+		if streak >= r.damp.After && r.damp.OnDamp != nil {
+			r.damp.OnDamp(0, streak)
 		}
 		return 0
-	case !lastChange.IsZero() && now.Sub(*lastChange) <= r.damp.window:
+	case !lastChange.IsZero() && now.Sub(*lastChange) <= r.damp.Window:
 		streak++
 	default:
 		streak = 1
 	}
 	*lastChange = now
-	if d := r.damped(streak); d > 0 && r.damp.onDamp != nil {
-		r.damp.onDamp(d, streak)
+	if d := r.damped(streak); d > 0 && r.damp.OnDamp != nil {
+		r.damp.OnDamp(d, streak)
 	}
 	return streak
 }
 
 // damped is the wait before the next pass after streak changing passes in a row.
-func (r *runner) damped(streak int) time.Duration {
-	if r.damp.after <= 0 || streak < r.damp.after {
+func (r *Runner) damped(streak int) time.Duration {
+	if r.damp.After <= 0 || streak < r.damp.After {
 		return 0
 	}
-	return min(r.damp.min<<min(streak-r.damp.after, 30), r.damp.max)
+	return min(r.damp.Min<<min(streak-r.damp.After, 30), r.damp.Max)
 }
 
-func (r *runner) sleep(ctx context.Context, d time.Duration) bool {
+func (r *Runner) sleep(ctx context.Context, d time.Duration) bool {
 	t := r.clock.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -206,3 +209,7 @@ func (r *runner) sleep(ctx context.Context, d time.Duration) bool {
 		return true
 	}
 }
+
+// Clock is the runner's clock, for a caller that schedules its own triggers on the same clock (a test's fake
+// clock moves both).
+func (r *Runner) Clock() clock.Clock { return r.clock }
