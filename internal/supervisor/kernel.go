@@ -29,13 +29,13 @@ func newKernel(log *zap.Logger, m *metrics.Metrics, manage, setupInterface bool)
 		return k, nil
 	}
 	var err error
-	if k.conn, err = nft.Open(nft.WithLogger(log.Named("nft"))); err != nil {
+	if k.conn, err = nft.Open(nft.WithLogger(log)); err != nil {
 		return nil, fmt.Errorf("open nftables: %w", err)
 	}
 	// Scrapes read our rules' counters through this same socket: it owns our table, whatever its name.
 	m.RuleCounters.SetSource(k.ruleCounters)
 	if setupInterface {
-		if k.links, err = link.New(log.Named("link")); err != nil {
+		if k.links, err = link.New(log); err != nil {
 			k.close()
 			return nil, fmt.Errorf("open link manager: %w", err)
 		}

@@ -150,7 +150,7 @@ func (r *reconciler) startWatchers(ctx context.Context, wg *sync.WaitGroup, k *k
 	// instances registering or leaving, foreign drop policies) and of any change to the fallback table.
 	if k.conn != nil {
 		wg.Go(func() {
-			err := nftwatch.Watch(ctx, r.log.Named("nftwatch"), func(reason string) { r.runner.Trigger("nft:" + reason) },
+			err := nftwatch.Watch(ctx, r.log, func(reason string) { r.runner.Trigger("nft:" + reason) },
 				nftwatch.IgnoreConn(k.conn), nftwatch.Tables(k.conn.Table(), nft.FallbackTableName))
 			if err != nil && ctx.Err() == nil {
 				r.log.Error("nftables watch stopped; relying on the periodic pass", zap.Error(err))
@@ -164,7 +164,7 @@ func (r *reconciler) startWatchers(ctx context.Context, wg *sync.WaitGroup, k *k
 	}
 	if k.links != nil {
 		wg.Go(func() {
-			err := link.Watch(ctx, r.log.Named("link"), r.ifname, func(reason string) { r.runner.Trigger("link:" + reason) })
+			err := link.Watch(ctx, r.log, r.ifname, func(reason string) { r.runner.Trigger("link:" + reason) })
 			if err != nil && ctx.Err() == nil {
 				r.log.Error("link watch stopped; relying on the periodic pass", zap.Error(err))
 			}

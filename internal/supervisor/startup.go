@@ -27,7 +27,7 @@ func (s *Supervisor) stepDone(name string, since time.Time) {
 // before the read, so no change is lost; the caller closes it.
 func (s *Supervisor) renderCorefile() (*configwatch.Watcher, []byte, error) {
 	t := time.Now()
-	watcher, err := configwatch.New(configwatch.Config{Log: s.log.Named("configwatch"), Dirs: s.config.watchDirs(), Keys: s.config.watchKeys(), Polling: s.m.ConfigPolling})
+	watcher, err := configwatch.New(configwatch.Config{Log: s.log, Dirs: s.config.watchDirs(), Keys: s.config.watchKeys(), Polling: s.m.ConfigPolling})
 	if err != nil {
 		return nil, nil, err
 	}

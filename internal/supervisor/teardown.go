@@ -17,12 +17,12 @@ import (
 // instance's table says the interface is still needed; with no instance left it also deletes the link-local
 // fallback, which nothing else removes (an uninstall runs this on every node).
 func Teardown(o *options.Options, log *zap.Logger) error {
-	c, err := nft.Open(nft.WithLogger(log.Named("nft")))
+	c, err := nft.Open(nft.WithLogger(log))
 	if err != nil {
 		return fmt.Errorf("open nftables: %w", err)
 	}
 	defer c.Close()
-	lm, err := link.New(log.Named("link"))
+	lm, err := link.New(log)
 	if err != nil {
 		return fmt.Errorf("open link manager: %w", err)
 	}
