@@ -116,7 +116,7 @@ func probeDNS(addr string) error {
 			launch()
 		case <-ctx.Done():
 			if last == nil || !isTimeout(last) {
-				last = fmt.Errorf("dns listener %s: no answer from this process's listener over tcp within %v (%d connections): %w",
+				last = fmt.Errorf("dns listener %s does not answer over tcp: no answer from this process's listener within %v (%d connections): %w",
 					addr, probeTimeout, launched, context.DeadlineExceeded)
 			}
 			return last

@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
@@ -29,5 +30,9 @@ func squat(addr string) int {
 	}
 	defer ln.Close()
 	fmt.Println("listening")
-	select {}
+	// Asleep, not blocked: a bare `select {}` with no other goroutine is the runtime's "all goroutines are
+	// asleep" crash, which frees the port.
+	for {
+		time.Sleep(time.Hour)
+	}
 }
