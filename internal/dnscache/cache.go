@@ -13,6 +13,7 @@ package dnscache
 import (
 	"encoding/binary"
 	"hash/fnv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -69,6 +70,9 @@ type Cache struct {
 
 	cfg     *dnsserver.Config // the block, for the fast path; nil outside a server
 	metrics *cacheMetrics
+	// entries are the coredns_cache_entries series the cache inserted under, by server (entriesSeries).
+	entries   atomic.Pointer[map[string]*entriesSeries]
+	entriesMu sync.Mutex
 	clock   atomic.Pointer[func() time.Time] // what now asks; SetClock
 }
 

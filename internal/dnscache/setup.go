@@ -30,6 +30,7 @@ func Setup(c *caddy.Controller) error {
 		}
 		return nil
 	})
+	c.OnShutdown(func() error { ca.metrics.entries.stopped(ca); return nil })
 	announce(c, cfg, ca)
 	cfg.AddPlugin(func(next plugin.Handler) plugin.Handler {
 		ca.Next = next

@@ -101,9 +101,7 @@ func (w *ResponseWriter) WriteMsg(res *dns.Msg) error {
 	if cacheable(res, mt) && d > 0 {
 		if w.state.Match(res) {
 			w.set(res, stateKeyFor(w.state, w.do, w.cd), mt, d, now)
-			p, n := w.Len()
-			w.metrics.entries.WithLabelValues(w.server, Success, w.zonesLabel, w.viewLabel).Set(float64(p))
-			w.metrics.entries.WithLabelValues(w.server, Denial, w.zonesLabel, w.viewLabel).Set(float64(n))
+			w.metrics.entries.inserted(w.Cache, w.server)
 		} else {
 			w.metrics.drops.WithLabelValues(w.server, w.zonesLabel, w.viewLabel).Inc()
 		}
