@@ -6,8 +6,8 @@
 // socket from the group (internal/handover: connected to its own address, the kernel's reuseport selection skips
 // it; the same package writes down how this and an instance's leaving fit together). Each socket has one reader that
 // answers hits inline, with no goroutine, no unpacking and no allocation (hit.go). Every other datagram goes to a
-// miekg/dns server that reads from an in-memory PacketConn (miss.go) and calls CoreDNS's Server.ServeDNS exactly
-// as CoreDNS's own UDP server does: the same accept function, FORMERR handling, context and plugin chain.
+// miss worker (miss.go), which unpacks it and calls CoreDNS's Server.ServeDNS exactly as CoreDNS's own UDP
+// server does: the same accept function, FORMERR handling, context and plugin chain.
 //
 // What a hit is. When our cache (internal/dnscache, the `cache` directive in our build) answers a query from a
 // fresh entry, it reports the entry (dnscache.WithReport) and the fast path keeps the packed answer, keyed by the

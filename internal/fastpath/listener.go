@@ -12,22 +12,20 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/miekg/dns"
 	"go.uber.org/zap"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/handover"
 )
 
-// listener serves one address: the fast path's reuseport sockets with a reader each, and the miss server that
-// hands CoreDNS what they do not answer.
+// listener serves one address: the fast path's reuseport sockets with a reader each, and the miss workers that
+// hand CoreDNS what they do not answer.
 type listener struct {
 	log   *zap.Logger
 	addr  netip.AddrPort
 	conns []*net.UDPConn
 	core  []*net.UDPConn // CoreDNS's sockets (duplicates), detached (internal/handover) while the fast path serves
 	view  atomic.Pointer[view]
-	miss  *missConn
-	srv   *dns.Server
+	miss  *misses
 	done  chan struct{} // closed by close: stops the sweeper
 	wg    sync.WaitGroup
 	// readers are the conns' readers; draining, once set, makes each read what is queued on its socket and
@@ -71,14 +69,8 @@ func openListener(log *zap.Logger, m *Metrics, addr netip.AddrPort, core []*net.
 		}
 		l.conns = append(l.conns, pc.(*net.UDPConn))
 	}
-	l.miss = newMissConn(l.conns[0])
-	// CoreDNS's UDP server (dnsserver.Server.ServePacket) with the fast path's handler around CoreDNS's.
-	l.srv = &dns.Server{PacketConn: l.miss, Net: "udp", Handler: l, UDPSize: missRead}
-	l.wg.Go(func() {
-		if err := l.srv.ActivateAndServe(); err != nil {
-			log.Warn("fast path miss server", zap.Error(err))
-		}
-	})
+	// CoreDNS's UDP serving (dnsserver.Server.ServePacket) with the fast path's handler around CoreDNS's.
+	l.miss = newMisses(l.conns[0], l)
 	for _, c := range l.conns {
 		l.readers.Go(func() { l.read(c) })
 	}
@@ -185,7 +177,7 @@ func (l *listener) update(v *view, core []*net.UDPConn) {
 // the successor's sockets get the queries, and reattaching CoreDNS's would only lose them when it stops: the
 // protocol is internal/handover's). Giving it back, the fast path's sockets leave the group the moment CoreDNS's
 // joins it, so every new datagram goes to CoreDNS's socket; what they already hold is still answered (drain).
-// Then the miss server stops, answering what it was handed (a slow miss waits for its upstream), and the
+// Then the miss workers stop, answering what they were handed (a slow miss waits for its upstream), and the
 // sockets close.
 func (l *listener) close() {
 	if !detached(l.conns[0]) {
@@ -208,8 +200,7 @@ func (l *listener) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	l.drain(ctx)
-	l.srv.ShutdownContext(ctx)
-	l.miss.Close()
+	l.miss.shutdown(ctx)
 	close(l.done)
 	l.closeConns()
 	l.readers.Wait()
@@ -217,7 +208,7 @@ func (l *listener) close() {
 }
 
 // drain has each reader serve what is queued on its socket, which no longer gets new datagrams (detached),
-// and stop; it returns once the miss server has taken every miss among it, or when ctx ends. A reader blocked
+// and stop; it returns once every miss among it is with a miss worker, or when ctx ends. A reader blocked
 // waiting for a datagram is woken by a read deadline in the past; nothing else sets one.
 func (l *listener) drain(ctx context.Context) {
 	l.draining.Store(true)
@@ -229,12 +220,6 @@ func (l *listener) drain(ctx context.Context) {
 	select {
 	case <-read:
 	case <-ctx.Done():
-		return
-	}
-	// The miss server's reader takes each miss off the channel as it comes; once it is empty, every one is
-	// being answered, and the server's shutdown waits for those.
-	for len(l.miss.in) > 0 && ctx.Err() == nil {
-		time.Sleep(time.Millisecond)
 	}
 }
 
