@@ -26,14 +26,14 @@ const (
 // table shows what each buys. only, when not empty, keeps the named ones.
 func variants(withKnobs bool, compare string, only map[string]bool) []variant {
 	vs := []variant{
-		{name: tunedName, mixed: true, hint: "the defaults: fast path on (internal/fastpath), default tuning (cmd/nodelocaldns/tuning.go)"},
-		{name: fastOffName, mixed: true, env: []string{"NODELOCALDNS_FASTPATH=off"}, hint: "NODELOCALDNS_FASTPATH=off: CoreDNS answers every query, default tuning"},
-		{name: untunedName, mixed: true, tags: "corednscache", env: []string{"NODELOCALDNS_TUNING=off", "NODELOCALDNS_FASTPATH=off"},
+		{name: tunedName, mixed: true, miss: true, hint: "the defaults: fast path on (internal/fastpath), default tuning (cmd/nodelocaldns/tuning.go)"},
+		{name: fastOffName, mixed: true, miss: true, env: []string{"NODELOCALDNS_FASTPATH=off"}, hint: "NODELOCALDNS_FASTPATH=off: CoreDNS answers every query, default tuning"},
+		{name: untunedName, mixed: true, miss: true, tags: "corednscache", env: []string{"NODELOCALDNS_TUNING=off", "NODELOCALDNS_FASTPATH=off"},
 			hint: "built with -tags corednscache (CoreDNS's cache plugin, as node-cache links it, not ours), NODELOCALDNS_TUNING=off: Go runtime defaults, as node-cache runs CoreDNS"},
 	}
 	vs = append(vs, resilientVariants(vs)...)
 	if compare != "" {
-		vs = append(vs, variant{name: compareName, mixed: true, bin: compare, hint: compare + ", the defaults"})
+		vs = append(vs, variant{name: compareName, mixed: true, miss: true, bin: compare, hint: compare + ", the defaults"})
 	}
 	if withKnobs {
 		vs = append(vs, knobVariants()...)
@@ -110,9 +110,7 @@ func bench(p params) (err error) {
 		}
 	}()
 	hints := map[string]string{}
-	mixedSet := map[string]bool{unboundName: true}
 	for i, v := range variants(p.variants, p.compare, p.only) {
-		mixedSet[v.name] = v.mixed
 		bin := bins[v.buildKey()]
 		if v.bin != "" {
 			bin = v.bin
@@ -142,6 +140,16 @@ func bench(p params) (err error) {
 			return err
 		}
 	}
+	if len(p.only) == 0 || p.only[responderName] {
+		r, err := startResponder(len(servers), logTo)
+		if r != nil {
+			servers = append(servers, r)
+		}
+		if err != nil {
+			return err
+		}
+		hints[responderName] = responderHint
+	}
 	hints[unboundName] = "unbound " + "1 thread, forwarding cache, same TTL caps"
 	hints[unboundName+resilientSuffix] = hints[unboundName] + ", prefetch and serve-expired"
 
@@ -158,13 +166,13 @@ func bench(p params) (err error) {
 
 	var tables []table
 	if p.runs > 0 {
-		if tables, err = workloads(work, p, servers, hints, mixedSet, hits, warm); err != nil {
+		if tables, err = workloads(work, p, servers, hints, hits, warm); err != nil {
 			return err
 		}
 	}
 	var mem memory
 	if p.soak > 0 {
-		if mem, err = soak(work, p, slices.DeleteFunc(slices.Clone(servers), func(s *server) bool { return s.resilient }), logTo); err != nil {
+		if mem, err = soak(work, p, slices.DeleteFunc(slices.Clone(servers), func(s *server) bool { return s.resilient || s.name == responderName }), logTo); err != nil {
 			return err
 		}
 	}

@@ -5,6 +5,6 @@ package main
 // fast+stacks and off+stacks+400, until it was removed for buying nothing: docs/performance.md.)
 func knobVariants() []variant {
 	return []variant{
-		{name: "fast GOGC=400", mixed: true, env: []string{"GOGC=400"}, hint: "the defaults but GOGC=400 (the default before the fast path)"},
+		{name: "fast GOGC=400", mixed: true, miss: true, env: []string{"GOGC=400"}, hint: "the defaults but GOGC=400 (the default before the fast path)"},
 	}
 }

@@ -21,7 +21,9 @@ type result struct {
 	lost           int64
 	avg, p50, p99  time.Duration
 	max            time.Duration
-	cpuPer100k     float64 // server CPU seconds per 100,000 answered queries
+	cpuPer100k     float64 // server CPU seconds per 100,000 answered queries: user and system time
+	userPer100k    float64 // of which in user space
+	sysPer100k     float64 // of which in the kernel
 	rcodes         map[string]int64
 	hwm            int64 // server's RSS high-water mark after the run, KiB
 	anon           int64 // server's anonymous RSS right after the run, KiB
@@ -73,7 +75,9 @@ func load(work string, s *server, data string, d time.Duration, once bool, qpsLi
 		return r, fmt.Errorf("dnsperf against %s: %w", s.name, err)
 	}
 	if r.completed > 0 {
-		r.cpuPer100k = float64(after.ticks-before.ticks) / 100 / float64(r.completed) * 1e5
+		per100k := func(ticks int64) float64 { return float64(ticks) / 100 / float64(r.completed) * 1e5 }
+		r.userPer100k, r.sysPer100k = per100k(after.user-before.user), per100k(after.sys-before.sys)
+		r.cpuPer100k = r.userPer100k + r.sysPer100k
 	}
 	return r, nil
 }

@@ -49,10 +49,10 @@ func printTable(w io.Writer, title string, rows []row, untuned, unbound string) 
 	}
 	fmt.Fprintf(w, "\n%s (medians of %d runs)\n", title, len(rows[0].runs))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "server\tQPS\tx untuned\tpaired\tCPU paired\tx unbound\tavg ms\tp50 ms\tp99 ms\tmax ms\tCPU s/100k\tdgrams/recv\tRSS idle MiB\tanon idle\tRSS peak MiB\tanon after\tlost\t")
+	fmt.Fprintln(tw, "server\tQPS\tx untuned\tpaired\tCPU paired\tx unbound\tavg ms\tp50 ms\tp99 ms\tmax ms\tCPU s/100k\tuser\tsys\tdgrams/recv\tRSS idle MiB\tanon idle\tRSS peak MiB\tanon after\tlost\t")
 	for _, r := range rows {
 		q := qps[r.s.name]
-		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.3f\t%s\t%s\t%s\t%s\t%s\t%d\t\n", r.s.name, q,
+		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.3f\t%.3f\t%.3f\t%s\t%s\t%s\t%s\t%s\t%d\t\n", r.s.name, q,
 			ratio(q, qps[untuned]),
 			paired(r, byName[untuned], func(x result) float64 { return x.qps }),
 			paired(r, byName[untuned], func(x result) float64 { return x.cpuPer100k }),
@@ -62,6 +62,8 @@ func printTable(w io.Writer, title string, rows []row, untuned, unbound string) 
 			ms(median(pick(r.runs, func(x result) time.Duration { return x.p99 }))),
 			ms(median(pick(r.runs, func(x result) time.Duration { return x.max }))),
 			median(pick(r.runs, func(x result) float64 { return x.cpuPer100k })),
+			median(pick(r.runs, func(x result) float64 { return x.userPer100k })),
+			median(pick(r.runs, func(x result) float64 { return x.sysPer100k })),
 			perReceive(r.runs), mib(r.s.idle.rss), mib(r.s.idle.anon), mib(slices.Max(pick(r.runs, func(x result) int64 { return x.hwm }))),
 			mib(slices.Max(pick(r.runs, func(x result) int64 { return x.anon }))),
 			slices.Max(pick(r.runs, func(x result) int64 { return x.lost })))

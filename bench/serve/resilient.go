@@ -32,14 +32,15 @@ func resilientCorefile(base string) string {
 	return b.String()
 }
 
-// resilientVariants are the standard rows (fast path on, off, node-cache-like) on the resilient Corefile.
+// resilientVariants are the standard rows (fast path on, off, node-cache-like) on the resilient Corefile, in the
+// cache-hit and the miss workload.
 func resilientVariants(std []variant) []variant {
 	var out []variant
 	for _, v := range std {
 		v.name += resilientSuffix
 		v.corefile = resilientCorefile
 		v.resilient = true
-		v.mixed = false
+		v.mixed = false // the miss workload runs them: a miss with prefetch and serve_stale configured
 		v.hint += "; Corefile with prefetch and serve_stale prefer_positive in every block"
 		out = append(out, v)
 	}

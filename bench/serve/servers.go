@@ -24,6 +24,8 @@ type server struct {
 	metrics   string   // URL of CoreDNS's prometheus plugin; "" for unbound
 	idle      procStat // after start-up, before any query
 	resilient bool     // runs the resilient configuration (resilient.go)
+	mixed     bool     // runs the mixed workload
+	miss      bool     // runs the miss workload
 }
 
 // variant is a nodelocaldns configuration: the environment it runs with.
@@ -34,7 +36,8 @@ type variant struct {
 	bin       string // a prebuilt binary instead (-compare)
 	env       []string
 	hint      string                   // what differs, for the table's legend
-	mixed     bool                     // also run the mixed and the miss workload
+	mixed     bool                     // also run the mixed workload
+	miss      bool                     // also run the miss workload
 	corefile  func(base string) string // an edit of the standard Corefile (the resilient rows, profiling)
 	resilient bool                     // a row of the resilient workload
 }
@@ -88,7 +91,8 @@ func startNodeLocalDNS(bin, work string, v variant, n int, logTo io.Writer) (*se
 		"-basecorefile", filepath.Join(dir, "Corefile.base"), "-conf", filepath.Join(dir, "Corefile"),
 		"-metrics-listen-address", fmt.Sprintf("127.0.0.1:%d", 9353+n), "-health-port", "8080")
 	cmd.Env = cleanEnv(append([]string{"KUBE_DNS_UPSTREAM_SERVICE_HOST=" + upstreamIP}, v.env...))
-	s := &server{name: v.name, ip: ip, cmd: cmd, metrics: "http://" + ip + ":" + promPort + "/metrics", resilient: v.resilient}
+	s := &server{name: v.name, ip: ip, cmd: cmd, metrics: "http://" + ip + ":" + promPort + "/metrics", resilient: v.resilient,
+		mixed: v.mixed, miss: v.miss}
 	return s, s.start(logTo)
 }
 
@@ -136,7 +140,8 @@ func startUnbound(work string, n int, logTo io.Writer, resilient bool) (*server,
 	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
 		return nil, err
 	}
-	s := &server{name: name, ip: ip, resilient: resilient, cmd: exec.Command("taskset", "-c", serverCPU, "unbound", "-d", "-c", conf)}
+	s := &server{name: name, ip: ip, resilient: resilient, mixed: !resilient, miss: true,
+		cmd: exec.Command("taskset", "-c", serverCPU, "unbound", "-d", "-c", conf)}
 	return s, s.start(logTo)
 }
 
@@ -179,11 +184,12 @@ func (s *server) stop() {
 	}
 }
 
-// procStat is what /proc says about a server: CPU time in clock ticks (USER_HZ, 100 on Linux), RSS and its
+// procStat is what /proc says about a server: CPU time in clock ticks (USER_HZ, 100 on Linux), in user space and
+// in the kernel (system calls, and the softirq work, such as loopback delivery, done in its context), RSS and its
 // high-water mark, and the anonymous part of the RSS (heap, stacks: what the process itself allocated, without
 // the pages of its executable file, which instances of one binary share), all in KiB.
 type procStat struct {
-	ticks          int64
+	user, sys      int64 // ticks
 	rss, hwm, anon int64
 }
 
@@ -198,7 +204,7 @@ func (s *server) stat() (procStat, error) {
 	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	stt, _ := strconv.ParseInt(f[12], 10, 64)
-	st.ticks = ut + stt
+	st.user, st.sys = ut, stt
 	sf, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return st, err

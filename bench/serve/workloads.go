@@ -17,8 +17,9 @@ type table struct {
 // workloads runs every workload p.runs times, in rounds: each round runs every server of the workload once,
 // the first one rotating, so that drift on a shared machine spreads evenly and per-round ratios pair runs
 // that were back to back. The cache-hit workload runs the standard and the resilient rows (and both unbounds)
-// in the same rounds; the mixed and the miss workload the rows marked mixed and unbound.
-func workloads(work string, p params, servers []*server, hints map[string]string, mixedSet map[string]bool, hits string, warm func(*server) error) ([]table, error) {
+// in the same rounds; the mixed and the miss workload the rows marked for them (the miss workload the
+// standard and the resilient rows together, in the same rounds).
+func workloads(work string, p params, servers []*server, hints map[string]string, hits string, warm func(*server) error) ([]table, error) {
 	runsOf := func(what string) int {
 		if p.skip[what] {
 			return 0
@@ -45,7 +46,8 @@ func workloads(work string, p params, servers []*server, hints map[string]string
 		peak = 150_000
 	}
 	lines := int(peak*p.duration.Seconds()*1.3) + 1000
-	mixed := slices.DeleteFunc(slices.Clone(servers), func(s *server) bool { return !mixedSet[s.name] })
+	mixed := slices.DeleteFunc(slices.Clone(servers), func(s *server) bool { return !s.mixed })
+	miss := slices.DeleteFunc(slices.Clone(servers), func(s *server) bool { return !s.miss })
 	data := filepath.Join(work, "data.txt")
 	mixRows, err := rounds("mixed", mixed, runsOf("mixed"), hints, func(run int, s *server) (result, error) {
 		if err := writeLines(data, lines, mixedName(fmt.Sprintf("r%d%s", run, s.ip), p.names)); err != nil {
@@ -59,7 +61,7 @@ func workloads(work string, p params, servers []*server, hints map[string]string
 	if err != nil {
 		return nil, err
 	}
-	missRows, err := rounds("miss", mixed, runsOf("miss"), hints, func(run int, s *server) (result, error) {
+	missRows, err := rounds("miss", miss, runsOf("miss"), hints, func(run int, s *server) (result, error) {
 		tag := fmt.Sprintf("m%d%s", run, s.ip)
 		if err := writeLines(data, lines, func(i int) string { return fmt.Sprintf("%s-%d.%s", tag, i, missZone) }); err != nil {
 			return result{}, err
@@ -77,7 +79,8 @@ func workloads(work string, p params, servers []*server, hints map[string]string
 		{"cache-hit workload, resilient Corefile (prefetch, serve_stale prefer_positive)", ordered(hitRows, res),
 			untunedName + resilientSuffix, unboundName + resilientSuffix},
 		{"mixed workload: 85% hits, 10% misses (unique names), 5% NXDOMAIN", ordered(mixRows, mixed), untunedName, unboundName},
-		{"miss workload: every query a new name, forwarded (over TCP, force_tcp)", ordered(missRows, mixed), untunedName, unboundName},
+		{"miss workload: every query a new name, forwarded (over TCP, force_tcp)", ordered(missRows, std), untunedName, unboundName},
+		{"miss workload, resilient Corefile", ordered(missRows, res), untunedName + resilientSuffix, unboundName + resilientSuffix},
 	}
 	for _, t := range tables {
 		if len(t.rows) == 0 || len(t.rows[0].runs) == 0 {
