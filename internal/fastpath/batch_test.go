@@ -19,7 +19,7 @@ func TestBurstsAreAnsweredPerSender(t *testing.T) {
 	held, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	up, p, addr := startLearnt(t, "burst.example.", func(next fastpath.HitFunc) fastpath.HitFunc {
-		return func(q []byte, from netip.AddrPort, out []byte, now time.Time) ([]byte, bool) {
+		return func(q []byte, from netip.AddrPort, out []byte, now time.Time) ([]byte, *fastpath.Entry) {
 			once.Do(func() { close(held); <-release })
 			return next(q, from, out, now)
 		}

@@ -8,6 +8,9 @@ import "net/netip"
 // HitFunc is what the readers call for every datagram to answer it from the store.
 type HitFunc = hitFunc
 
+// Entry is what a HitFunc answers from.
+type Entry = entry
+
 // WrapHit replaces the hit path of the listener on addr with wrap(current), as a test's injected fault.
 func (p *Path) WrapHit(addr netip.AddrPort, wrap func(HitFunc) HitFunc) bool {
 	p.mu.Lock()
@@ -36,7 +39,8 @@ func (p *Path) Build(addr netip.AddrPort, q []byte, out []byte) ([]byte, bool) {
 	if l == nil {
 		return out, false
 	}
-	return (*l.hit.Load())(q, netip.AddrPort{}, out, l.view.Load().now())
+	out, e := (*l.hit.Load())(q, netip.AddrPort{}, out, l.view.Load().now())
+	return out, e != nil
 }
 
 // TTLOffsets finds the TTL fields of a packed answer, as the fast path does to age it.

@@ -11,11 +11,14 @@ func (p *Path) Answer(addr netip.AddrPort, q []byte, from netip.AddrPort, out []
 		return out, false
 	}
 	v := l.view.Load()
-	out, ok := v.answer(q, out, v.now())
-	if ok {
-		l.conns[0].WriteToUDPAddrPort(out, from)
+	start := v.now()
+	out, e := v.answer(q, out, start)
+	if e == nil {
+		return out, false
 	}
-	return out, ok
+	l.conns[0].WriteToUDPAddrPort(out, from)
+	e.series.record(v.now().Sub(start), e.size, e.reqLen)
+	return out, true
 }
 
 // Stored is how many answers the listener on addr holds.

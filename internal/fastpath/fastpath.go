@@ -122,6 +122,9 @@ func (p *Path) ownCookies() map[uint64]bool {
 		for _, c := range l.conns {
 			own[connCookie(c)] = true
 		}
+		for _, fd := range l.sends {
+			own[cookie(fd)] = true
+		}
 	}
 	return own
 }

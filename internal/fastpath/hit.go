@@ -20,24 +20,23 @@ func (e *entry) build(out []byte, q []byte, ttl uint32) []byte {
 	return out
 }
 
-// answer builds the answer to q from the store into out if it can, and records the metrics CoreDNS would
-// have: the caller sends it (a failed send is not retried and the query still counts, as with CoreDNS's UDP
-// server). It does not allocate. It returns false when the query must go to CoreDNS.
-func (v *view) answer(q []byte, out []byte, start time.Time) ([]byte, bool) {
+// answer builds the answer to q from the store into out if it can, and returns the entry it answered from,
+// whose prometheus series the caller records (series.record, or a batch's records): the caller sends it (a
+// failed send is not retried and the query still counts, as with CoreDNS's UDP server). It does not allocate.
+// It returns nil when the query must go to CoreDNS.
+func (v *view) answer(q []byte, out []byte, start time.Time) ([]byte, *entry) {
 	if len(q) < 12 || len(q) > maxQuery || q[2]&0x80 != 0 { // too short, too long, or a response
-		return out, false
+		return out, nil
 	}
 	e := v.store.get(q[2:])
 	if e == nil {
-		return out, false
+		return out, nil
 	}
 	// Serve counts the hit in the cache's metrics (and towards a prefetch) as the cache would, or refuses: the
 	// entry changed, went stale or is due for a prefetch, and CoreDNS's chain answers and refreshes.
 	ttl, ok := e.hit.Serve(start)
 	if !ok {
-		return out, false
+		return out, nil
 	}
-	out = e.build(out, q, ttl)
-	e.series.record(v.now().Sub(start), e.size, e.reqLen)
-	return out, true
+	return e.build(out, q, ttl), e
 }

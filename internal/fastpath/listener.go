@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/handover"
 )
@@ -23,6 +24,7 @@ type listener struct {
 	log   *zap.Logger
 	addr  netip.AddrPort
 	conns []*net.UDPConn
+	sends []int          // each conn's reader's send socket (batch.go's sendSocket), closed once the readers stop
 	core  []*net.UDPConn // CoreDNS's sockets (duplicates), detached (internal/handover) while the fast path serves
 	view  atomic.Pointer[view]
 	miss  *misses
@@ -38,12 +40,12 @@ type listener struct {
 	metrics *Metrics
 }
 
-// hitFunc builds the answer to q from the store into out, and reports whether there is one.
-type hitFunc func(q []byte, from netip.AddrPort, out []byte, now time.Time) ([]byte, bool)
+// hitFunc builds the answer to q from the store into out, and returns the entry it answered from (nil: none).
+type hitFunc func(q []byte, from netip.AddrPort, out []byte, now time.Time) ([]byte, *entry)
 
 // answerHit is the hit path: the current view's store. What it builds goes out with the batch's sendmmsg
 // (batch.go).
-func (l *listener) answerHit(q []byte, _ netip.AddrPort, out []byte, now time.Time) ([]byte, bool) {
+func (l *listener) answerHit(q []byte, _ netip.AddrPort, out []byte, now time.Time) ([]byte, *entry) {
 	return l.view.Load().answer(q, out, now)
 }
 
@@ -72,7 +74,16 @@ func openListener(log *zap.Logger, m *Metrics, addr netip.AddrPort, core []*net.
 	// CoreDNS's UDP serving (dnsserver.Server.ServePacket) with the fast path's handler around CoreDNS's.
 	l.miss = newMisses(l.conns[0], l)
 	for _, c := range l.conns {
-		l.readers.Go(func() { l.read(c) })
+		fd, err := sendSocket(c)
+		if err != nil {
+			l.closeConns()
+			l.closeSends()
+			return nil, fmt.Errorf("listen %s: %w", addr, err)
+		}
+		l.sends = append(l.sends, fd)
+	}
+	for i, c := range l.conns {
+		l.readers.Go(func() { l.read(c, l.sends[i]) })
 	}
 	l.wg.Go(l.sweep)
 	for _, c := range core {
@@ -85,8 +96,8 @@ func openListener(log *zap.Logger, m *Metrics, addr netip.AddrPort, core []*net.
 }
 
 // read answers hits and hands the rest to CoreDNS, a batch at a time (batch.go), until the socket is closed.
-func (l *listener) read(c *net.UDPConn) {
-	b, err := newBatch(c, l.metrics)
+func (l *listener) read(c *net.UDPConn, send int) {
+	b, err := newBatch(c, send, l.metrics)
 	if err != nil {
 		l.log.Error("fast path reader", zap.Error(err))
 		return
@@ -122,25 +133,35 @@ func (l *listener) readQueued(b *batch) {
 	}
 }
 
+// serveBatch serves the n datagrams of one receive, all received at one moment: the clock is read once for
+// them (a hit's duration, as CoreDNS's metrics record it, runs from there), not once per datagram.
 func (l *listener) serveBatch(b *batch, n int) {
+	v := l.view.Load()
+	received := v.now()
 	for i := range n {
-		l.serve(b, i)
+		l.serve(b, i, received)
 	}
+	if b.answered.n == 0 {
+		b.flush()
+		return
+	}
+	took := v.now().Sub(received)
 	b.flush()
+	b.answered.record(took)
 }
 
 // serve answers the batch's i-th datagram or hands it to CoreDNS. A panic is contained (panic.go).
-func (l *listener) serve(b *batch, i int) {
+func (l *listener) serve(b *batch, i int, received time.Time) {
 	q, from := b.datagram(i)
 	defer l.contain(q, from)
-	v := l.view.Load()
-	out, ok := (*l.hit.Load())(q, from, b.out[i], v.now())
-	if !ok {
+	out, e := (*l.hit.Load())(q, from, b.out[i], received)
+	if e == nil {
 		l.miss.put(q, from)
 		return
 	}
 	b.out[i] = out
 	b.queue(i, out)
+	b.answered.add(e)
 }
 
 // sweep drops what can no longer be served from the current view's store, every sweepEvery.
@@ -205,6 +226,7 @@ func (l *listener) close() {
 	l.closeConns()
 	l.readers.Wait()
 	l.wg.Wait()
+	l.closeSends()
 }
 
 // drain has each reader serve what is queued on its socket, which no longer gets new datagrams (detached),
@@ -227,6 +249,14 @@ func (l *listener) closeConns() {
 	for _, c := range l.conns {
 		c.Close()
 	}
+}
+
+// closeSends closes the send sockets; no reader may run.
+func (l *listener) closeSends() {
+	for _, fd := range l.sends {
+		unix.Close(fd)
+	}
+	l.sends = nil
 }
 
 // detach, attach and detached are internal/handover's for a *net.UDPConn.

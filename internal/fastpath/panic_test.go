@@ -13,7 +13,7 @@ import (
 // query that caused it is answered by CoreDNS, and every query after it is still answered, hits included.
 func TestPanicIsContained(t *testing.T) {
 	up, p, addr := startLearnt(t, "ok.example.", func(next fastpath.HitFunc) fastpath.HitFunc {
-		return func(q []byte, from netip.AddrPort, out []byte, now time.Time) ([]byte, bool) {
+		return func(q []byte, from netip.AddrPort, out []byte, now time.Time) ([]byte, *fastpath.Entry) {
 			if strings.Contains(string(q), "boom") {
 				panic("injected")
 			}
