@@ -73,7 +73,7 @@ type Cache struct {
 	// entries are the coredns_cache_entries series the cache inserted under, by server (entriesSeries).
 	entries   atomic.Pointer[map[string]*entriesSeries]
 	entriesMu sync.Mutex
-	clock   atomic.Pointer[func() time.Time] // what now asks; SetClock
+	clock     atomic.Pointer[func() time.Time] // what now asks; SetClock
 }
 
 // New returns a cache with CoreDNS's defaults. Options and Next are set by the parser, or by a test.

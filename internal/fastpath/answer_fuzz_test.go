@@ -31,7 +31,7 @@ func FuzzHitAnswersLikeCoreDNS(f *testing.F) {
 			exchangeRaw(f, alone, q)
 		}
 	}
-	// The fast path learns on the miss server's goroutine just after CoreDNS wrote the answer, so the last
+	// The fast path learns on the miss worker's goroutine just after CoreDNS wrote the answer, so the last
 	// answer may be back before it is stored: wait for all but the compressed question (the fast path keys
 	// the bytes CoreDNS learned from).
 	learned := func() int {

@@ -21,7 +21,7 @@ import (
 const batchSize = 32
 
 // missRead is how much of a datagram CoreDNS reads: its UDP server reads into buffers of miekg/dns's default
-// UDPSize, and a longer datagram is truncated as recvfrom truncates it. The miss server is given the same size,
+// UDPSize, and a longer datagram is truncated as recvfrom truncates it. A miss worker gets as much (miss.go),
 // so a miss never holds more than CoreDNS alone would.
 const missRead = dns.MinMsgSize
 

@@ -187,7 +187,7 @@ func (w *missWriter) Close() error {
 	return nil
 }
 
-// ServeDNS is the miss server's handler: CoreDNS's own (dnsserver.Server.ServePacket), and when the query is
+// ServeDNS is the miss workers' handler: CoreDNS's own (dnsserver.Server.ServePacket), and when the query is
 // one the fast path could answer next time, a look at what our cache answered it from.
 func (l *listener) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	v := l.view.Load()

@@ -91,7 +91,7 @@ func (s *store) get(q []byte) *entry {
 
 // admit reports whether the answer to q (the query from its flags on) may be stored: CoreDNS answered q from
 // its cache before. Otherwise it remembers q, and the next answer from the cache is stored. Two answers to q
-// on concurrent goroutines (the miss server serves each query on its own) are a first and a second too: only
+// on concurrent goroutines (the miss workers serve each query on its own) are a first and a second too: only
 // one of them swaps the slot, and the other then finds it.
 func (s *store) admit(q []byte) bool {
 	h := maphash.Bytes(s.seed, q) | 1 // never 0, an empty slot
