@@ -71,8 +71,6 @@ func openListener(log *zap.Logger, m *Metrics, addr netip.AddrPort, core []*net.
 		}
 		l.conns = append(l.conns, pc.(*net.UDPConn))
 	}
-	// CoreDNS's UDP serving (dnsserver.Server.ServePacket) with the fast path's handler around CoreDNS's.
-	l.miss = newMisses(l.conns[0], l)
 	for _, c := range l.conns {
 		fd, err := sendSocket(c)
 		if err != nil {
@@ -82,6 +80,8 @@ func openListener(log *zap.Logger, m *Metrics, addr netip.AddrPort, core []*net.
 		}
 		l.sends = append(l.sends, fd)
 	}
+	// CoreDNS's UDP serving (dnsserver.Server.ServePacket) with the fast path's handler around CoreDNS's.
+	l.miss = newMisses(l.conns[0], l.sends[0], l)
 	for i, c := range l.conns {
 		l.readers.Go(func() { l.read(c, l.sends[i]) })
 	}
@@ -226,7 +226,9 @@ func (l *listener) close() {
 	l.closeConns()
 	l.readers.Wait()
 	l.wg.Wait()
-	l.closeSends()
+	// The miss workers send on sends[0]: it closes when the last of them is done (shutdown waited at most 5 s
+	// for them; a miss still waiting on its upstream keeps it).
+	l.miss.afterWorkers(l.closeSends)
 }
 
 // drain has each reader serve what is queued on its socket, which no longer gets new datagrams (detached),

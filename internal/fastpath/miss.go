@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/rcode"
 	"github.com/coredns/coredns/request"
 	"github.com/miekg/dns"
+	"golang.org/x/sys/unix"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/dnscache"
 )
@@ -40,7 +42,8 @@ const missIdle = 2 * time.Second
 // another.
 type misses struct {
 	handler dns.Handler
-	out     *net.UDPConn
+	out     *net.UDPConn // the listener's first socket: its address is the answers' source
+	send    int          // the send socket answers go out on (batch.go's sendSocket); out when it is full
 	work    chan *packet // unbuffered: a send succeeds only when a worker waits for it
 
 	mu     sync.Mutex // closed, and the workers' count with it
@@ -49,8 +52,8 @@ type misses struct {
 	wg     sync.WaitGroup // the workers
 }
 
-func newMisses(out *net.UDPConn, h dns.Handler) *misses {
-	return &misses{handler: h, out: out, work: make(chan *packet), quit: make(chan struct{})}
+func newMisses(out *net.UDPConn, send int, h dns.Handler) *misses {
+	return &misses{handler: h, out: out, send: send, work: make(chan *packet), quit: make(chan struct{})}
 }
 
 // put hands a datagram to CoreDNS; it copies what CoreDNS reads of b (missRead bytes at most: a padded query
@@ -99,7 +102,7 @@ func (m *misses) serve(p *packet) {
 	if len(b) < 12 {
 		return
 	}
-	w := &missWriter{out: m.out, addr: &p.addr}
+	w := &missWriter{out: m.out, send: m.send, addr: &p.addr}
 	h := dns.Header{Id: binary.BigEndian.Uint16(b), Bits: binary.BigEndian.Uint16(b[2:]), Qdcount: binary.BigEndian.Uint16(b[4:]),
 		Ancount: binary.BigEndian.Uint16(b[6:]), Nscount: binary.BigEndian.Uint16(b[8:]), Arcount: binary.BigEndian.Uint16(b[10:])}
 	req := new(dns.Msg)
@@ -129,6 +132,11 @@ func (m *misses) serve(p *packet) {
 	w.WriteMsg(req)
 }
 
+// afterWorkers calls f once every worker has ended (after shutdown).
+func (m *misses) afterWorkers(f func()) {
+	go func() { m.wg.Wait(); f() }()
+}
+
 // shutdown stops taking misses and waits, until ctx ends, for the workers to answer what they hold.
 func (m *misses) shutdown(ctx context.Context) {
 	m.mu.Lock()
@@ -145,10 +153,12 @@ func (m *misses) shutdown(ctx context.Context) {
 	}
 }
 
-// missWriter is miekg/dns's UDP ResponseWriter for a datagram the fast path received: answers are sent on its
-// socket to the sender.
+// missWriter is miekg/dns's UDP ResponseWriter for a datagram the fast path received: answers are sent to the
+// sender from the listener's address, on the send socket (outside the runtime's poller, as the readers send:
+// batch.go's sendSocket), or on the listener's socket when the send socket's buffer is full.
 type missWriter struct {
 	out    *net.UDPConn
+	send   int
 	addr   *net.UDPAddr
 	closed bool
 }
@@ -175,7 +185,29 @@ func (w *missWriter) Write(b []byte) (int, error) {
 	if w.closed {
 		return 0, errors.New("dns: Write called after Close")
 	}
-	return w.out.WriteTo(b, w.addr)
+	var sa unix.Sockaddr
+	if ip4 := w.addr.IP.To4(); ip4 != nil {
+		sa = &unix.SockaddrInet4{Port: w.addr.Port, Addr: [4]byte(ip4)}
+	} else {
+		sa6 := &unix.SockaddrInet6{Port: w.addr.Port, Addr: [16]byte(w.addr.IP.To16())}
+		if w.addr.Zone != "" {
+			// The readers name the zone by its number (batch.datagram); a name is looked up.
+			if n, err := strconv.ParseUint(w.addr.Zone, 10, 32); err == nil {
+				sa6.ZoneId = uint32(n)
+			} else if ifi, err := net.InterfaceByName(w.addr.Zone); err == nil {
+				sa6.ZoneId = uint32(ifi.Index)
+			}
+		}
+		sa = sa6
+	}
+	err := unix.Sendto(w.send, b, 0, sa)
+	if err == unix.EAGAIN {
+		return w.out.WriteTo(b, w.addr)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return len(b), nil
 }
 
 // Close only marks the writer: the socket is the listener's.
