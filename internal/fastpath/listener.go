@@ -24,7 +24,7 @@ type listener struct {
 	log   *zap.Logger
 	addr  netip.AddrPort
 	conns []*net.UDPConn
-	sends []int          // each conn's reader's send socket (batch.go's sendSocket), closed once the readers stop
+	sends []int          // each conn's reader's send socket (batch.go's sendSocket), the first also the miss workers'; closed after both
 	core  []*net.UDPConn // CoreDNS's sockets (duplicates), detached (internal/handover) while the fast path serves
 	view  atomic.Pointer[view]
 	miss  *misses
