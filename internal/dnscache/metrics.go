@@ -90,6 +90,9 @@ func (g *entriesGauge) Collect(ch chan<- prometheus.Metric) {
 	defer g.mu.Unlock()
 	for k, s := range g.series {
 		src := s.src.Load()
+		if src == nil {
+			continue // made by an insert that has not stored itself yet: no Set yet, in CoreDNS's terms
+		}
 		p, n := src.success, src.denial
 		if src.c != nil {
 			p, n = src.c.Len()
