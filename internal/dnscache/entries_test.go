@@ -37,6 +37,11 @@ func TestEntriesCountedWhenScraped(t *testing.T) {
 	if got := entriesScraped(t, reg); len(got) != 0 {
 		t.Errorf("before any insert: %v, want no series, as CoreDNS sets the gauge on its first insert", got)
 	}
+	// A scrape in the instant between an insert making its series and storing itself as the source.
+	first.entriesSeries(server)
+	if got := entriesScraped(t, reg); len(got) != 0 {
+		t.Errorf("a series with no source yet: %v, want it left out", got)
+	}
 	ask(t, first, server, "a1.example.", "a2.example.", "nx1.example.")
 	check("after the first cache's inserts", 2, 1)
 	ask(t, first, server, "a1.example.") // a hit inserts nothing
