@@ -39,7 +39,7 @@ var sharedMetrics = sync.OnceValue(func() *cacheMetrics {
 func RegisterMetrics() { sharedMetrics() }
 
 func counter(name, help string, labels ...string) *prometheus.CounterVec {
-	return register(prometheus.NewCounterVec(prometheus.CounterOpts{
+	return register(prometheus.DefaultRegisterer, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace, Subsystem: "cache", Name: name, Help: help}, labels))
 }
 
@@ -74,11 +74,8 @@ func newEntriesGauge(reg prometheus.Registerer) *entriesGauge {
 	labels := []string{"server", "type", "zones", "view"}
 	g := &entriesGauge{series: map[entriesKey]*entriesSeries{},
 		desc: prometheus.NewDesc(prometheus.BuildFQName(plugin.Namespace, "cache", name), help, labels, nil)}
-	var are prometheus.AlreadyRegisteredError
-	if err := reg.Register(g); errors.As(err, &are) {
-		if vec, ok := are.ExistingCollector.(*prometheus.GaugeVec); ok {
-			g.vec = vec
-		}
+	if vec, ok := register[prometheus.Collector](reg, g).(*prometheus.GaugeVec); ok {
+		g.vec = vec
 	}
 	return g
 }
@@ -142,9 +139,9 @@ func (g *entriesGauge) stopped(c *Cache) {
 	}
 }
 
-// register registers c, or returns the identical collector already registered.
-func register[C prometheus.Collector](c C) C {
-	err := prometheus.DefaultRegisterer.Register(c)
+// register registers c with reg, or returns the identical collector already registered.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	err := reg.Register(c)
 	var are prometheus.AlreadyRegisteredError
 	if errors.As(err, &are) {
 		if ex, ok := are.ExistingCollector.(C); ok {
