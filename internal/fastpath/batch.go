@@ -38,7 +38,7 @@ type mmsghdr struct {
 // batch is one reader's receive and send state, preallocated so that a batch does not allocate.
 type batch struct {
 	rc   syscall.RawConn
-	send int      // the reader's send socket (sendSocket); -1: answers go out on the receiving socket
+	send int      // the reader's send socket (sendSocket)
 	m    *Metrics // counts the receive calls and their datagrams
 
 	buf   [batchSize][slotSize]byte
@@ -163,7 +163,7 @@ func (b *batch) queue(i int, answer []byte) {
 // retried: sendmmsg stops at a message it cannot send, which is then skipped.
 func (b *batch) flush() {
 	sent := 0
-	for b.send >= 0 && sent < b.nsend {
+	for sent < b.nsend {
 		n, errno := mmsg(unix.SYS_SENDMMSG, uintptr(b.send), b.shdrs[sent:b.nsend])
 		if errno == unix.EAGAIN {
 			break

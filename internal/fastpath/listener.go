@@ -141,11 +141,10 @@ func (l *listener) serveBatch(b *batch, n int) {
 	for i := range n {
 		l.serve(b, i, received)
 	}
-	if b.answered.n == 0 {
-		b.flush()
-		return
+	var took time.Duration
+	if b.answered.n > 0 {
+		took = v.now().Sub(received)
 	}
-	took := v.now().Sub(received)
 	b.flush()
 	b.answered.record(took)
 }
