@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages a target needs, only those missing, and fetches the Go modules.
-# Usage: scripts/deps.sh [test|demo|bench|arm64]
+# Usage: scripts/deps.sh [test|demo|bench|arm64|stress]
 set -euo pipefail
 need=(nftables iptables conntrack iproute2 dnsutils ethtool)
 # qemu-user: qemu-aarch64, which runs the arm64 unit tests (make test-arm64). Installed without its recommended
@@ -10,6 +10,7 @@ case "${1:-test}" in
   demo)  need+=(dnsmasq-base) ;;
   bench) need+=(dnsmasq-base unbound dnsperf) ;;
   arm64) need=(qemu-user) ;;
+  stress) need=(stress-ng) ;;
 esac
 missing=()
 for p in "${need[@]}"; do

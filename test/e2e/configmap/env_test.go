@@ -58,6 +58,8 @@ const (
 
 	applyTimeout = 5 * time.Second // generous: the target is well under a second
 	queryTimeout = time.Second
+	// trafficTimeout bounds a wait for traffic a test needs (queries, probes): only a stalled client reaches it.
+	trafficTimeout = 30 * time.Second
 )
 
 // env is one running agent with its two ConfigMap volumes and the upstreams above.
