@@ -2,6 +2,7 @@
 # Installs the Debian packages a target needs, only those missing, and fetches the Go modules.
 # Usage: scripts/deps.sh [test|demo|bench|arm64|stress]
 set -euo pipefail
+source "$(dirname "$0")/apt.sh"
 need=(nftables iptables conntrack iproute2 dnsutils ethtool)
 # qemu-user: qemu-aarch64, which runs the arm64 unit tests (make test-arm64). Installed without its recommended
 # qemu-user-binfmt, like everything here (--no-install-recommends): nothing is registered with the host's binfmt_misc.
@@ -22,7 +23,7 @@ if ((${#missing[@]})); then
     exit 1
   fi
   echo "deps: installing ${missing[*]}"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  apt_get update -qq
+  apt_get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 go mod download

@@ -15,6 +15,7 @@
 set -euo pipefail
 cache=${1:?usage: e2e-images.sh CACHE_DIR E2E_DIR KUBEDNS OCIIMAGE OUT_DIR} e2e=${2:?} kubedns=${3:?} ociimage=${4:?} out=${5:?}
 log() { echo "e2e-images: $*" >&2; }
+source "$(dirname "$0")/../../scripts/apt.sh"
 # What the probes run: sh (dash, and bash as upstream's images have it), dig (bind9-dnsutils), getent (libc-bin),
 # hostname, seq, sleep, cat, test (coreutils), grep and sed.
 pkgs=(dash bash coreutils bind9-dnsutils libc-bin hostname grep sed)
@@ -28,7 +29,7 @@ deps=$(closure)
 versions() { apt-cache policy $deps | awk '/^[^ ]/ { p = $1 } /Candidate:/ { print p, $2 }'; }
 v=$(versions)
 if [[ -z $deps ]] || grep -q '(none)' <<<"$v"; then
-	apt-get update -qq
+	apt_get update -qq
 	deps=$(closure)
 	v=$(versions)
 fi
@@ -37,7 +38,7 @@ if [[ ! -f $root/.complete ]]; then
 	rm -rf "$root" "$cache/debian-e2e/dl"
 	mkdir -p "$cache/debian-e2e/dl" "$root"
 	# shellcheck disable=SC2086 # one word per package
-	(cd "$cache/debian-e2e/dl" && apt-get download -qq -o APT::Sandbox::User=root $deps)
+	(cd "$cache/debian-e2e/dl" && apt_get download -qq -o APT::Sandbox::User=root $deps)
 	for d in "$cache"/debian-e2e/dl/*.deb; do dpkg-deb -x "$d" "$root"; done
 	# What a distribution image has and no package ships: root's entries (kubectl exec, id), and a name service
 	# order that reads /etc/hosts first (getent hosts checks the kubelet's hosts file; glibc's default without

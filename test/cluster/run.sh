@@ -16,6 +16,7 @@ out=$repo/out/cluster
 started=$(date +%s)
 log() { echo "test-cluster: $*" >&2; }
 phase() { log "$1 done at +$(($(date +%s) - started)) s"; }
+source scripts/apt.sh
 
 if [[ $(id -u) != 0 ]]; then
 	log "needs root (network namespaces, mounts, cgroups)"
@@ -27,7 +28,7 @@ for t in nft:nftables iptables-nft:iptables conntrack:conntrack ip:iproute2 curl
 done
 if ((${#need[@]})); then
 	log "installing ${need[*]}"
-	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+	apt_get update -qq && apt_get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 mkdir -p "$cache" "$out/bin" "$out/images"
 
@@ -41,14 +42,14 @@ debs=(containerd runc containernetworking-plugins)
 candidates() { for p in "${debs[@]}"; do apt-cache policy "$p" 2>/dev/null | awk '/Candidate:/ { print $2 }'; done; }
 versions=$(candidates | tr '\n' ' ')
 if [[ $versions != *.*.*.* ]] || [[ $versions == *none* ]]; then
-	apt-get update -qq
+	apt_get update -qq
 	versions=$(candidates | tr '\n' ' ')
 fi
 deb_root=$cache/debian/root-$(echo "$versions" | sha1sum | cut -c1-12)
 if [[ ! -f $deb_root/.complete ]]; then
 	rm -rf "$deb_root" "$cache/debian/dl"
 	mkdir -p "$cache/debian/dl" "$deb_root"
-	(cd "$cache/debian/dl" && apt-get download -qq -o APT::Sandbox::User=root "${debs[@]}")
+	(cd "$cache/debian/dl" && apt_get download -qq -o APT::Sandbox::User=root "${debs[@]}")
 	for d in "$cache"/debian/dl/*.deb; do dpkg-deb -x "$d" "$deb_root"; done
 	touch "$deb_root/.complete"
 fi

@@ -25,6 +25,7 @@ repo=$PWD
 cache=$repo/.cache/kernel
 marker="NODELOCALDNS-KERNEL-RESULT"
 source scripts/optional-step.sh
+source scripts/apt.sh
 optional_step kernel "the VM" "$@"
 started=$(date +%s.%N)
 # variant names the files of a boot with modules held back: initramfs-without-nft_socket.cpio, vm-....log
@@ -48,10 +49,11 @@ install_tools() {
 	((${#missing[@]} == 0)) && return 0
 	log "installing ${missing[*]}"
 	[[ $(id -u) == 0 ]] || skip_or_fail "need root to apt-get install ${missing[*]}"
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get install -y -qq --no-install-recommends "${missing[@]}" >"$cache/apt.log" 2>&1 ||
-		{ apt-get update -qq >>"$cache/apt.log" 2>&1 &&
-			apt-get install -y -qq --no-install-recommends "${missing[@]}" >>"$cache/apt.log" 2>&1; } ||
+	# The wait's messages on the terminal, apt-get's own in the log.
+	apt_wait_locks || skip_or_fail "cannot install ${missing[*]}: the package system is locked (above)"
+	apt_get install -y -qq --no-install-recommends "${missing[@]}" >"$cache/apt.log" 2>&1 ||
+		{ apt_get update -qq >>"$cache/apt.log" 2>&1 &&
+			apt_get install -y -qq --no-install-recommends "${missing[@]}" >>"$cache/apt.log" 2>&1; } ||
 		skip_or_fail "cannot install ${missing[*]} (see $cache/apt.log)"
 }
 
@@ -62,7 +64,8 @@ kernel_package() {
 	local q='/Depends: linux-image-[0-9]/ { print $2; exit }'
 	pkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk "$q")
 	if [[ -z $pkg ]]; then
-		apt-get update -qq >>"$cache/apt.log" 2>&1 || true
+		apt_wait_locks || true
+		apt_get update -qq >>"$cache/apt.log" 2>&1 || true
 		pkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk "$q")
 	fi
 	[[ -n $pkg ]] || skip_or_fail "cannot resolve linux-image-amd64 with apt-cache"
@@ -91,7 +94,7 @@ unpack_kernel() {
 	if [[ ! -f $dir/.done ]]; then
 		log "downloading and unpacking $pkg"
 		rm -rf "$dir" && mkdir -p "$dir/deb"
-		(cd "$dir/deb" && apt-get download "$pkg" >"$dir/download.log" 2>&1) ||
+		(cd "$dir/deb" && apt_get download "$pkg" >"$dir/download.log" 2>&1) ||
 			skip_or_fail "apt-get download $pkg failed (see $dir/download.log)"
 		dpkg-deb -x "$dir"/deb/*.deb "$dir/root" && rm -rf "$dir/deb"
 		local release
