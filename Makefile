@@ -19,21 +19,45 @@ deps:
 
 # Everything, as root: unit and golden tests, kernel tests in throwaway network namespaces, the real binary end to
 # end, and the kernel matrix in a VM where QEMU can be installed. Tests that need root skip with a message otherwise.
-# Tests that measure something (the lifecycle matrix's failed-query counts) write a report under out/reports; it is
-# printed after the run, pass or fail. cmd/testsummary shows the output of failed and skipped tests and one line
-# per package. Under CI=true the kernel VM is required (test/kernel/kernel.mk).
-REPORTS := $(CURDIR)/out/reports
-test: deps
+# Stages (scripts/test.sh): every stage runs even when an earlier one failed, and the run ends with a summary:
+# a line per stage, each failed test with its package and the first lines of its output, and a last line naming
+# the failures and any stage that did not run. Each stage's output is also in out/stages/NAME.log. Under CI=true
+# the kernel VM and the arm64 run are required (test/kernel/kernel.mk, scripts/test-arm64.sh).
+STAGES      := $(CURDIR)/out/stages
+TEST_STAGES := vet:test-vet go:test-go race:test-race fuzz:test-fuzz arm64:test-arm64-if-possible kernel:test-kernel-if-possible
+test: deps out/testsummary
+	@MAKE='$(MAKE)' scripts/test.sh $(STAGES) $(TEST_STAGES)
+
+# The speed-sensitive part of the suite (every go test package, unit and end to end, then the race pass) beside a
+# CPU hog of 2 stress-ng workers (scripts/with-cpu-hog.sh), as a busy CI machine or laptop runs it: a test whose
+# verdict depends on the machine's speed fails here first. STRESS_COUNT=N runs each test N times. The fuzz, arm64
+# and VM stages are left out: they count work, not time, and take the machine for long under a hog.
+STRESS_COUNT ?= 1
+test-stress: deps out/testsummary
+	@scripts/with-cpu-hog.sh env MAKE='$(MAKE)' TEST_COUNT=$(STRESS_COUNT) scripts/test.sh $(CURDIR)/out/stages-stress \
+		go:test-go race:test-race
+
+.PHONY: out/testsummary test-vet test-go test-stress
+out/testsummary:
+	@$(GO) build -o out/testsummary ./cmd/testsummary
+
+test-vet:
 	$(GO) vet ./...
-	rm -rf $(REPORTS) && mkdir -p $(REPORTS)
-	$(GO) build -o out/testsummary ./cmd/testsummary
-	@status=0; NODELOCALDNS_TEST_REPORTS=$(REPORTS) $(GO) test -json -count=1 -timeout 20m ./... 2>&1 | out/testsummary || status=1; \
-	for f in $(REPORTS)/*.txt; do [ -f "$$f" ] && { echo; echo "== $$(basename $$f .txt)"; cat "$$f"; }; done; \
+
+# Every package's tests once (TEST_COUNT), through cmd/testsummary: the output of failed and skipped tests, then
+# one line per package. Tests that measure something (the lifecycle matrix's failed-query counts, the foreign
+# rulesets' drops, the migration's) write a report under out/reports, printed with SHOW_REPORTS=1; a failing one
+# shows its table in its own output.
+REPORTS    := $(CURDIR)/out/reports
+TEST_COUNT ?= 1
+TEST_PKGS  ?= ./...
+test-go: out/testsummary
+	@rm -rf $(REPORTS) && mkdir -p $(REPORTS)
+	@NODELOCALDNS_TEST_REPORTS=$(REPORTS) $(GO) test -json -count=$(TEST_COUNT) -timeout 20m $(TEST_PKGS) 2>&1 | \
+		out/testsummary -failures "$${STAGE_FAILURES:-}"; status=$$?; \
+	if [ -n "$(SHOW_REPORTS)" ]; then for f in $(REPORTS)/*.txt; do [ -f "$$f" ] && { echo; echo "== $$(basename $$f .txt)"; cat "$$f"; }; done; \
+	else echo "reports: $$(ls $(REPORTS) | tr '\n' ' ')in $(REPORTS) (SHOW_REPORTS=1 prints them)"; fi; \
 	exit $$status
-	$(MAKE) --no-print-directory test-race
-	$(MAKE) --no-print-directory test-fuzz
-	$(MAKE) --no-print-directory test-arm64-if-possible
-	$(MAKE) --no-print-directory test-kernel-if-possible
 
 # The race detector, as root: the unit tests, then the real binary built with -race (NODELOCALDNS_TEST_RACE=1:
 # the harness builds it so, and fails a test whose agent's stderr holds a race report) through one walk of start,
@@ -41,12 +65,11 @@ test: deps
 # suite is too slow under -race. The race runtime needs cgo, so this step alone turns it on.
 RACE_UNIT := ./cmd/... ./internal/... ./deploy/... ./scripts/... ./test/harness/
 RACE_E2E  := TestStartServeReloadSurgeStop|TestReloadGivingTheAddressBackLosesNoMiss|TestBaseCorefileUpdate|TestReloadWithSignal|TestNoFailureDuringReloads|TestHealthFailsWhileDNSDoesNotAnswer
-test-race:
-	$(GO) build -o out/testsummary ./cmd/testsummary
+test-race: out/testsummary
 	@status=0; \
-	CGO_ENABLED=1 $(GO) test -race -json -count=1 -timeout 10m $(RACE_UNIT) 2>&1 | out/testsummary || status=1; \
+	CGO_ENABLED=1 $(GO) test -race -json -count=1 -timeout 10m $(RACE_UNIT) 2>&1 | out/testsummary -failures "$${STAGE_FAILURES:-}" || status=1; \
 	CGO_ENABLED=1 NODELOCALDNS_TEST_RACE=1 $(GO) test -race -json -count=1 -timeout 10m -run '^($(RACE_E2E))$$' \
-		./test/e2e/lifecycle/ ./test/e2e/configmap/ 2>&1 | out/testsummary || status=1; \
+		./test/e2e/lifecycle/ ./test/e2e/configmap/ 2>&1 | out/testsummary -failures "$${STAGE_FAILURES:-}" || status=1; \
 	exit $$status
 
 # The arm64 build under user-mode emulation (scripts/test-arm64.sh): the unit tests of ARM64_PKGS built with
@@ -60,9 +83,9 @@ ARM64_PKGS := ./cmd/... ./internal/...
 # sockets from its own by it; qemu answers EINVAL). TestOwnsPeer runs its own test binary as a second process,
 # which without binfmt_misc the kernel cannot execute (exec format error).
 ARM64_SKIP := ^(TestServeReloadStop|TestOwnsPeer)$$
-test-arm64:
+test-arm64: out/testsummary
 	ARM64_PKGS='$(ARM64_PKGS)' ARM64_SKIP='$(ARM64_SKIP)' scripts/test-arm64.sh
-test-arm64-if-possible:
+test-arm64-if-possible: out/testsummary
 	ARM64_PKGS='$(ARM64_PKGS)' ARM64_SKIP='$(ARM64_SKIP)' scripts/test-arm64.sh --if-possible
 
 # Fuzz targets, as package:Target. The seed corpora (f.Add and testdata/fuzz/) run in every `go test`; test-fuzz
@@ -81,10 +104,10 @@ FUZZ_TARGETS += $(FUZZ_FASTPATH)
 FUZZ_SHORT   ?= 5000x
 FUZZ_TIME    ?= 2m
 test-fuzz:
-	@mkdir -p out; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
+	@mkdir -p out; failed=; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
 		echo "fuzz $$pkg $$fn ($(FUZZ_SHORT))"; \
-		$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZ_SHORT) $$pkg >out/fuzz-$$fn.log 2>&1 || { cat out/fuzz-$$fn.log; exit 1; }; \
-	done
+		$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZ_SHORT) $$pkg >out/fuzz-$$fn.log 2>&1 || { cat out/fuzz-$$fn.log; failed="$$failed $$fn"; }; \
+	done; [ -z "$$failed" ] || { echo "fuzz targets failed:$$failed"; exit 1; }
 fuzz:
 	$(MAKE) --no-print-directory test-fuzz FUZZ_SHORT=$(FUZZ_TIME)
 

@@ -19,6 +19,8 @@ elapsed() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'
 skip_or_fail() {
 	if $if_possible; then
 		log "skipped: $*"
+		# scripts/stage.sh: the closing summary of `make test` says the stage skipped, and why.
+		[[ -n ${STAGE_SKIP:-} ]] && echo "$step_name: $*" >>"$STAGE_SKIP"
 		exit 0
 	fi
 	log "error: $*"

@@ -39,7 +39,14 @@ fi
 
 started=$(date +%s.%N)
 # shellcheck disable=SC2086 # pkgs is a list of patterns
-GOARCH=arm64 NODELOCALDNS_TEST_EMULATOR=$emu "${netns[@]}" go test -count=1 -exec $emu -skip "$skip" $pkgs
+# Through cmd/testsummary (built by the Makefile) when there: the failures go to the closing summary of `make test`.
+# The kernel tests all skip here, so their skips are only counted.
+if [[ -x out/testsummary ]]; then
+	GOARCH=arm64 NODELOCALDNS_TEST_EMULATOR=$emu "${netns[@]}" go test -json -count=1 -exec $emu -skip "$skip" $pkgs 2>&1 |
+		out/testsummary -skips=false -failures "${STAGE_FAILURES:-}"
+else
+	GOARCH=arm64 NODELOCALDNS_TEST_EMULATOR=$emu "${netns[@]}" go test -count=1 -exec $emu -skip "$skip" $pkgs
+fi
 log "unit tests under $emu: $(elapsed "$started") s"
 
 # The binaries of `make image`: the same flags, the same archive.

@@ -2,13 +2,19 @@
 // of failed and skipped tests as it happens (passing tests stay quiet, as without -v), then one line per package
 // with its counts and time, and a total. It exits 1 when any test or package failed (including a build failure),
 // so `go test -json ... | testsummary` fails like `go test` would.
+//
+// With -failures FILE it also appends each failure (test and package, the first lines of its output) to FILE, for
+// the closing summary of `make test`: `testsummary -stages DIR NAME...` prints, as the last lines of the run, each
+// stage's result (scripts/stage.sh records them in DIR), the failures, and the stages that did not run (stages.go).
 package main
 
 import (
 	"bufio"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -35,10 +41,31 @@ type pkgResult struct {
 }
 
 func main() {
-	os.Exit(run(os.Stdin, os.Stdout))
+	failures := flag.String("failures", "", "append each failure to this file (empty: none)")
+	skips := flag.Bool("skips", true, "print a line for each skipped test (false: only count them)")
+	stages := flag.String("stages", "", "print the closing summary of the stages NAME... recorded in this directory, read no input")
+	flag.Parse()
+	if *stages != "" {
+		os.Exit(summarizeStages(os.Stdout, *stages, flag.Args()))
+	}
+	var fails []failure
+	rc := run(os.Stdin, os.Stdout, &fails, *skips)
+	if *failures != "" && len(fails) > 0 {
+		if err := appendFailures(*failures, fails); err != nil {
+			fmt.Fprintf(os.Stdout, "testsummary: %v\n", err)
+			rc = 1
+		}
+	}
+	os.Exit(rc)
 }
 
-func run(in io.Reader, out io.Writer) int {
+// failure is one failed test, or a package that failed outside its tests (a build error, a panic, a timeout).
+type failure struct {
+	pkg, test string // test is "" for the package itself
+	output    []string
+}
+
+func run(in io.Reader, out io.Writer, fails *[]failure, skips bool) int {
 	pkgs := map[string]*pkgResult{}
 	var order []string
 	get := func(name string) *pkgResult {
@@ -52,6 +79,7 @@ func run(in io.Reader, out io.Writer) int {
 	}
 	start := time.Now()
 	buildFailed := false
+	buildOut := map[string][]string{}
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
@@ -61,8 +89,10 @@ func run(in io.Reader, out io.Writer) int {
 			switch e.Action {
 			case "build-output":
 				fmt.Fprint(out, e.Output) // compiler errors, as go test prints them
+				buildOut[e.ImportPath] = append(buildOut[e.ImportPath], e.Output)
 			case "build-fail":
 				buildFailed = true
+				*fails = append(*fails, failure{pkg: e.ImportPath, output: buildOut[e.ImportPath]})
 			}
 			continue
 		}
@@ -87,6 +117,7 @@ func run(in io.Reader, out io.Writer) int {
 				if top {
 					p.fail++
 					fmt.Fprintf(out, "%s %s\n%s", e.Package, e.Test, strings.Join(lines, ""))
+					*fails = append(*fails, failure{pkg: e.Package, test: e.Test, output: lines})
 				} else {
 					// A failed subtest's output goes with its parent's, which fails too and prints it.
 					parent := e.Test[:strings.LastIndex(e.Test, "/")]
@@ -95,7 +126,9 @@ func run(in io.Reader, out io.Writer) int {
 			case "skip":
 				if top {
 					p.skip++
-					fmt.Fprintf(out, "%s %s: %s", e.Package, e.Test, skipReason(lines))
+					if skips {
+						fmt.Fprintf(out, "%s %s: %s", e.Package, e.Test, skipReason(lines))
+					}
 				}
 			}
 		case e.Test == "" && e.Action == "output":
@@ -105,11 +138,36 @@ func run(in io.Reader, out io.Writer) int {
 			p.result = map[string]string{"pass": "ok", "fail": "FAIL", "skip": "skip"}[e.Action]
 			if e.Action == "fail" {
 				fmt.Fprintf(out, "%s FAIL\n%s", e.Package, strings.Join(p.pkgOut, ""))
+				if p.fail == 0 { // no test to blame: the package's own output says why (a panic, a timeout)
+					*fails = append(*fails, failure{pkg: e.Package, output: p.pkgOut})
+				}
 			}
 		}
 	}
 	if err := sc.Err(); err != nil {
 		fmt.Fprintf(out, "testsummary: reading go test -json: %v\n", err)
+		return 1
+	}
+	// A package without a final event was cut short (killed, or go test itself failed): its running tests failed.
+	for _, name := range order {
+		p := pkgs[name]
+		if p.result != "" {
+			continue
+		}
+		tests := slices.Sorted(maps.Keys(p.running))
+		for _, test := range tests {
+			if !strings.Contains(test, "/") {
+				*fails = append(*fails, failure{pkg: name, test: test, output: p.running[test]})
+			}
+		}
+		if len(tests) == 0 {
+			*fails = append(*fails, failure{pkg: name, output: p.pkgOut})
+		}
+	}
+	if len(order) == 0 && !buildFailed {
+		// go test printed no event at all: it did not start (a bad flag, no go), which must not read as a pass.
+		fmt.Fprintln(out, "testsummary: no test results on the input")
+		*fails = append(*fails, failure{pkg: "go test", output: []string{"no test results: go test did not run (see above)\n"}})
 		return 1
 	}
 	rc := summarize(out, pkgs, order, time.Since(start))
