@@ -11,8 +11,9 @@ export CGO_ENABLED = 0
 
 all: build
 
+# Cold, the build compiles CoreDNS and its plugins (about 80 s on 2 cores), so it says so and how long it took.
 build:
-	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/nodelocaldns
+	@scripts/timed.sh "building $(BIN) (with CoreDNS)" $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/nodelocaldns
 
 deps:
 	scripts/deps.sh test
@@ -105,8 +106,8 @@ FUZZ_SHORT   ?= 5000x
 FUZZ_TIME    ?= 2m
 test-fuzz:
 	@mkdir -p out; failed=; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
-		echo "fuzz $$pkg $$fn ($(FUZZ_SHORT))"; \
-		$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZ_SHORT) $$pkg >out/fuzz-$$fn.log 2>&1 || { cat out/fuzz-$$fn.log; failed="$$failed $$fn"; }; \
+		scripts/timed.sh "fuzz $$pkg $$fn ($(FUZZ_SHORT))" $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZ_SHORT) $$pkg >out/fuzz-$$fn.log 2>&1 || \
+			{ cat out/fuzz-$$fn.log; failed="$$failed $$fn"; }; \
 	done; [ -z "$$failed" ] || { echo "fuzz targets failed:$$failed"; exit 1; }
 fuzz:
 	$(MAKE) --no-print-directory test-fuzz FUZZ_SHORT=$(FUZZ_TIME)

@@ -38,7 +38,7 @@ IMAGE_GOBUILD ?= CGO_ENABLED=0 GOOS=linux GOARCH=$$arch go build \
 image:
 	$(if $(filter $(IMAGE_GOARCH),$(IMAGE_ARCHS)),,$(error IMAGE_GOARCH=$(IMAGE_GOARCH) is not one of IMAGE_ARCHS=$(IMAGE_ARCHS)))
 	for arch in $(IMAGE_ARCHS); do \
-		mkdir -p $(IMAGE_OUT)/linux-$$arch && $(IMAGE_GOBUILD) -o $(IMAGE_OUT)/linux-$$arch/nodelocaldns ./cmd/nodelocaldns || exit 1; \
+		mkdir -p $(IMAGE_OUT)/linux-$$arch && scripts/timed.sh "image: building linux/$$arch" env $(IMAGE_GOBUILD) -o $(IMAGE_OUT)/linux-$$arch/nodelocaldns ./cmd/nodelocaldns || exit 1; \
 	done
 	cp $(IMAGE_OUT)/linux-$(IMAGE_GOARCH)/nodelocaldns $(IMAGE_OUT)/nodelocaldns
 	go run ./cmd/mkimage $(foreach a,$(IMAGE_ARCHS),-binary $(a)=$(IMAGE_OUT)/linux-$(a)/nodelocaldns) -load-arch $(IMAGE_GOARCH) \

@@ -1,6 +1,6 @@
 // Command testsummary reads `go test -json` on stdin and prints what a reader of `make test` needs: the output
-// of failed and skipped tests as it happens (passing tests stay quiet, as without -v), then one line per package
-// with its counts and time, and a total. It exits 1 when any test or package failed (including a build failure),
+// of failed and skipped tests as it happens (passing tests stay quiet, as without -v), a line as each package
+// passes, then one line per package with its counts and time, and a total. It exits 1 when any test or package failed (including a build failure),
 // so `go test -json ... | testsummary` fails like `go test` would.
 //
 // With -failures FILE it also appends each failure (test and package, the first lines of its output) to FILE, for
@@ -136,6 +136,10 @@ func run(in io.Reader, out io.Writer, fails *[]failure, skips bool) int {
 		case e.Test == "" && (e.Action == "pass" || e.Action == "fail" || e.Action == "skip"):
 			p.elapsed = e.Elapsed
 			p.result = map[string]string{"pass": "ok", "fail": "FAIL", "skip": "skip"}[e.Action]
+			if e.Action == "pass" {
+				// A line as each package passes: minutes of passing packages must not look like a hang.
+				fmt.Fprintf(out, "ok     %s %.1fs\n", e.Package, e.Elapsed)
+			}
 			if e.Action == "fail" {
 				fmt.Fprintf(out, "%s FAIL\n%s", e.Package, strings.Join(p.pkgOut, ""))
 				if p.fail == 0 { // no test to blame: the package's own output says why (a panic, a timeout)

@@ -28,6 +28,7 @@ func TestSummary(t *testing.T) {
 	s := out.String()
 	for _, want := range []string{
 		"m/a TestRoot: x_test.go:9: skipping: needs root\n",
+		"ok     m/a 1.5s\n", // as it passes
 		// The failed subtest's own output, where the reason is, comes with its parent's.
 		"m/b TestBad\n    b_test.go:3: got 1, want 2\n--- FAIL: TestBad (0.00s)\n",
 		"ok     a ", "FAIL   b ",
