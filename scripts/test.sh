@@ -6,8 +6,9 @@
 # run. Those are the last lines of the run.
 # Usage: scripts/test.sh DIR NAME:TARGET[&]...
 #   NAME:TARGET    run `make TARGET` as stage NAME, its output on the terminal
-#   NAME:TARGET&   start it in the background, its output to DIR/NAME.log only, beside the stages after it;
-#                  the run waits for it before the summary
+#   NAME:TARGET&   a background stage: all of them run one after another in a second lane, started first, beside
+#                  the foreground stages; their output goes to DIR/NAME.log, the terminal gets a line as each
+#                  starts and ends. The run waits for the lane before the summary.
 # Exits 1 unless every stage passed (or skipped, saying why).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -15,22 +16,27 @@ dir=${1:?usage: scripts/test.sh DIR NAME:TARGET[&]...}
 shift
 rm -rf "$dir" && mkdir -p "$dir"
 make=${MAKE:-make}
-names=() bg=()
-status=0
-started=$(date +%s)
+names=() fg=() bg=()
 for s in "$@"; do
-	name=${s%%:*} target=${s#*:}
-	names+=("$name")
-	if [[ $target == *'&' ]]; then
-		scripts/stage.sh "$dir" "$name" --quiet "$make" --no-print-directory "${target%&}" &
-		bg+=($!)
-	else
-		scripts/stage.sh "$dir" "$name" "$make" --no-print-directory "$target" || status=1
-	fi
+	names+=("${s%%:*}")
+	if [[ $s == *'&' ]]; then bg+=("${s%&}"); else fg+=("$s"); fi
 done
-for pid in "${bg[@]}"; do
-	wait "$pid" || status=1
+started=$(date +%s)
+lane=
+if ((${#bg[@]})); then
+	(
+		for s in "${bg[@]}"; do
+			scripts/stage.sh "$dir" "${s%%:*}" --quiet "$make" --no-print-directory "${s#*:}"
+		done
+	) &
+	lane=$!
+fi
+for s in "${fg[@]}"; do
+	scripts/stage.sh "$dir" "${s%%:*}" "$make" --no-print-directory "${s#*:}"
 done
+if [[ -n $lane ]]; then
+	echo "== waiting for the background stages (${bg[*]%%:*})"
+	wait "$lane"
+fi
 echo "== all stages ended after $(($(date +%s) - started)) s"
-out/testsummary -stages "$dir" "${names[@]}" || status=1
-exit $status
+out/testsummary -stages "$dir" "${names[@]}"

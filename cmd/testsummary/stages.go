@@ -97,7 +97,7 @@ func summarizeStages(out io.Writer, dir string, names []string) int {
 		case "":
 			fmt.Fprintf(out, "%-6s %-8s %9s  %s\n", "-", r.name, "", "not run")
 		default:
-			fmt.Fprintf(out, "%-6s %-8s %8.1fs  %s\n", r.result, r.name, r.seconds, r.note)
+			fmt.Fprintln(out, strings.TrimRight(fmt.Sprintf("%-6s %-8s %8.1fs  %s", r.result, r.name, r.seconds, r.note), " "))
 		}
 	}
 	for _, r := range results {
