@@ -6,7 +6,7 @@
 # Both also run Kubernetes' own DNS conformance specs (e2e.test) through the cache in nftables mode;
 # `make test-cluster-conformance` runs every conformance run and nothing else (test/cluster/README.md):
 #   make test-cluster-conformance CLUSTER_CONFORMANCE=linklocal      one run
-.PHONY: test-cluster test-cluster-conformance
+.PHONY: test-cluster test-cluster-conformance test-cluster-build
 
 CLUSTER_MODES ?= nftables,iptables
 CLUSTER_CONFORMANCE ?= nftables
@@ -18,3 +18,12 @@ test-cluster:
 test-cluster-conformance:
 	CLUSTER_MODES= CLUSTER_CONFORMANCE='$(if $(filter command line,$(origin CLUSTER_CONFORMANCE)),$(CLUSTER_CONFORMANCE),$(CLUSTER_CONFORMANCE_ALL))' \
 		bash test/cluster/run.sh
+
+# Only the builds test-cluster needs, into the same cache (Kubernetes and etcd; e2e.test, agnhost and ginkgo when a
+# conformance run is asked for): .ci/run starts it at idle priority beside `make test`, whose end-to-end tests leave
+# the CPU idle much of the time, so that test-cluster finds them built. Each line says what it builds and how long
+# it took (build-k8s.sh, build-e2e.sh).
+CLUSTER_CACHE ?= $(CURDIR)/.cache/cluster
+test-cluster-build:
+	test/cluster/build-k8s.sh $(CLUSTER_CACHE) >/dev/null
+	$(if $(CLUSTER_CONFORMANCE),test/cluster/build-e2e.sh $(CLUSTER_CACHE) >/dev/null)
