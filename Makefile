@@ -18,20 +18,27 @@ build:
 deps:
 	scripts/deps.sh test
 
-# Everything, as root: unit and golden tests, kernel tests in throwaway network namespaces, the real binary end to
-# end, and the kernel matrix in a VM where QEMU can be installed. Tests that need root skip with a message otherwise.
+# `make test`, what a contributor runs (README "Tests"), as root: vet, then every package's tests: unit and golden
+# tests, kernel tests in throwaway network namespaces, the real binary end to end. Tests that need root skip with
+# a message otherwise. `make test-ci`, what CI runs (.ci/run, then test-cluster), adds the stages that build the
+# world again or emulate a machine: the race pass, the fuzz pass, the arm64 unit tests under qemu-user and the
+# kernel VM's three boots. Each stage is a target of its own here, to run alone.
 # Stages (scripts/test.sh): every stage runs even when an earlier one failed, and the run ends with a summary:
 # a line per stage, each failed test with its package and the first lines of its output, and a last line naming
 # the failures and any stage that did not run. Each stage's output is also in out/stages/NAME.log. Under CI=true
 # the kernel VM and the arm64 run are required (test/kernel/kernel.mk, scripts/test-arm64.sh).
-# The emulated stages (arm64 under qemu-user, the kernel VM's three boots under QEMU's TCG) are mostly one busy
-# core each and need nothing from the others: they run one after the other in a second lane ("&"), beside the
-# vet, go, race and fuzz stages, whose end-to-end tests spend much of their time waiting for packets, timeouts and
-# reloads. Their output goes to out/stages/{arm64,kernel}.log.
+# In test-ci the emulated stages (arm64 under qemu-user, the kernel VM under QEMU's TCG: mostly one busy core
+# each, needing nothing from the others) run one after the other in a second lane ("&"), beside vet, go, race and
+# fuzz, whose end-to-end tests spend much of their time waiting for packets, timeouts and reloads. Their output
+# goes to out/stages/{arm64,kernel}.log.
 STAGES      := $(CURDIR)/out/stages
-TEST_STAGES := arm64:test-arm64-if-possible& kernel:test-kernel-if-possible& vet:test-vet go:test-go race:test-race fuzz:test-fuzz
+TEST_STAGES := vet:test-vet go:test-go
+CI_STAGES   := arm64:test-arm64-if-possible& kernel:test-kernel-if-possible& vet:test-vet go:test-go race:test-race fuzz:test-fuzz
 test: deps out/testsummary
+	@echo "make test: vet and every package's tests; make test-ci also runs the race, fuzz, arm64 and kernel VM stages"
 	@MAKE='$(MAKE)' scripts/test.sh $(STAGES) $(foreach s,$(TEST_STAGES),'$(s)')
+test-ci: deps out/testsummary
+	@MAKE='$(MAKE)' scripts/test.sh $(STAGES) $(foreach s,$(CI_STAGES),'$(s)')
 
 # The speed-sensitive part of the suite (every go test package, unit and end to end, then the race pass) beside a
 # CPU hog of 2 stress-ng workers (scripts/with-cpu-hog.sh), as a busy CI machine or laptop runs it: a test whose
@@ -43,7 +50,7 @@ test-stress: deps out/testsummary
 		$(foreach s,$(STRESS_STAGES),'$(s)')
 STRESS_STAGES := go:test-go race:test-race
 
-.PHONY: out/testsummary test-vet test-go test-stress
+.PHONY: out/testsummary test-ci test-vet test-go test-stress
 out/testsummary:
 	@$(GO) build -o out/testsummary ./cmd/testsummary
 
@@ -81,7 +88,7 @@ test-race: out/testsummary
 # The arm64 build under user-mode emulation (scripts/test-arm64.sh): the unit tests of ARM64_PKGS built with
 # GOARCH=arm64 and run by qemu-aarch64 (Debian's qemu-user, no binfmt_misc), then the image's arm64 binary's
 # -version and -print-rules, whose ruleset must be the host binary's. Kernel tests skip there (internal/testenv).
-# test-arm64-if-possible skips, saying why, where qemu-user cannot be installed: for `make test`. Under CI=true it
+# test-arm64-if-possible skips, saying why, where qemu-user cannot be installed: for `make test-ci`. Under CI=true it
 # is test-arm64. The first run builds CoreDNS and the test binaries for arm64 (about 2.5 minutes on 2 shared CPUs;
 # the arm64 packages are shared with `make image`); warm, it takes about 45 s.
 ARM64_PKGS := ./cmd/... ./internal/...
@@ -95,7 +102,7 @@ test-arm64-if-possible: out/testsummary
 	ARM64_PKGS='$(ARM64_PKGS)' ARM64_SKIP='$(ARM64_SKIP)' scripts/test-arm64.sh --if-possible
 
 # Fuzz targets, as package:Target. The seed corpora (f.Add and testdata/fuzz/) run in every `go test`; test-fuzz
-# mutates each for FUZZ_SHORT as part of `make test`, `make fuzz` for FUZZ_TIME each. Each list is its own variable
+# mutates each for FUZZ_SHORT as part of `make test-ci`, `make fuzz` for FUZZ_TIME each. Each list is its own variable
 # so that another part's targets join FUZZ_TARGETS without touching these.
 FUZZ_ROBUST  := ./internal/nft/nftwatch:FuzzWatchFilter ./internal/nft/nftwatch:FuzzWatchParse ./internal/corefile:FuzzCorefileAtStart \
 	./internal/corefile:FuzzRender

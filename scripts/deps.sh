@@ -4,10 +4,11 @@
 set -euo pipefail
 source "$(dirname "$0")/apt.sh"
 need=(nftables iptables conntrack iproute2 dnsutils ethtool)
-# qemu-user: qemu-aarch64, which runs the arm64 unit tests (make test-arm64). Installed without its recommended
-# qemu-user-binfmt, like everything here (--no-install-recommends): nothing is registered with the host's binfmt_misc.
+# qemu-user: qemu-aarch64, which runs the arm64 unit tests (make test-arm64, part of make test-ci, which installs it
+# through `deps.sh arm64` when it is missing). Installed without its recommended qemu-user-binfmt, like everything
+# here (--no-install-recommends): nothing is registered with the host's binfmt_misc.
 case "${1:-test}" in
-  test)  need+=(qemu-user) ;;
+  test)  ;;
   demo)  need+=(dnsmasq-base) ;;
   bench) need+=(dnsmasq-base unbound dnsperf) ;;
   arm64) need=(qemu-user) ;;

@@ -1,4 +1,4 @@
-# Sourced by the steps `make test` runs where the machine allows (test/kernel/run.sh: the kernel VM;
+# Sourced by the steps `make test-ci` runs where the machine allows (test/kernel/run.sh: the kernel VM;
 # scripts/test-arm64.sh: the emulated arm64 run): the --if-possible flag, which CI=true overrides (CI must not be
 # green without the step), and how such a step logs, times itself and gives up.
 #   optional_step NAME WHAT "$@"   NAME prefixes every line ("kernel: ..."); WHAT is what CI requires
@@ -19,7 +19,7 @@ elapsed() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'
 skip_or_fail() {
 	if $if_possible; then
 		log "skipped: $*"
-		# scripts/stage.sh: the closing summary of `make test` says the stage skipped, and why.
+		# scripts/stage.sh: the closing summary of `make test-ci` says the stage skipped, and why.
 		[[ -n ${STAGE_SKIP:-} ]] && echo "$step_name: $*" >>"$STAGE_SKIP"
 		exit 0
 	fi

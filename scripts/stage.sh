@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs one stage of `make test` and records how it ended, for the closing summary (cmd/testsummary -stages).
+# Runs one stage of `make test` (or test-ci, test-stress) and records how it ended, for the closing summary (cmd/testsummary -stages).
 # Usage: scripts/stage.sh DIR NAME [--quiet] COMMAND [ARG...]
 #   COMMAND's output goes to the terminal and to DIR/NAME.log (--quiet: to the log only, for a stage that runs
 #   beside another; the terminal gets its start and end lines). DIR/NAME.status gets "ok|FAIL|skip SECONDS" when

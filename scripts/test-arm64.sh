@@ -5,7 +5,7 @@
 # byte. `go test -exec` names the emulator, so nothing is registered with the host's binfmt_misc.
 #
 # Usage: scripts/test-arm64.sh [--if-possible]
-#   --if-possible   exit 0 with a message saying why when qemu-aarch64 cannot be installed (for `make test`);
+#   --if-possible   exit 0 with a message saying why when qemu-aarch64 cannot be installed (for `make test-ci`);
 #                   ignored under CI=true, where the emulated run is required: CI must not be green without it
 # Environment: ARM64_PKGS  packages whose tests run (default ./cmd/... ./internal/...)
 #              ARM64_SKIP  -skip pattern for tests that need what qemu-user does not emulate (top Makefile)
@@ -39,7 +39,7 @@ fi
 
 started=$(date +%s.%N)
 # shellcheck disable=SC2086 # pkgs is a list of patterns
-# Through cmd/testsummary (built by the Makefile) when there: the failures go to the closing summary of `make test`.
+# Through cmd/testsummary (built by the Makefile) when there: the failures go to the closing summary of `make test-ci`.
 # The kernel tests all skip here, so their skips are only counted.
 if [[ -x out/testsummary ]]; then
 	GOARCH=arm64 NODELOCALDNS_TEST_EMULATOR=$emu "${netns[@]}" go test -json -count=1 -exec $emu -skip "$skip" $pkgs 2>&1 |

@@ -4,7 +4,7 @@
 #   make test-kernel                          all tests of both packages in the VM; fails on any failure
 #   make test-kernel KERNEL_TEST_RUN=VM       only tests matching the -test.run pattern
 #   make test-kernel-if-possible              as test-kernel, but skips (exit 0, saying why) when QEMU or the
-#                                             kernel package cannot be installed: for `make test`. Under
+#                                             kernel package cannot be installed: for `make test-ci`. Under
 #                                             CI=true it is test-kernel: CI is never green without the VM.
 # The VM also runs the real binary's lifecycle smoke test (test/kernel/lifecycle.sh). Its full serial log goes to
 # .cache/kernel/vm.log; the terminal gets a summary.

@@ -4,7 +4,7 @@
 # too) inside it, so the production `dummy` path is tested although the development kernel lacks it.
 #
 # Usage: test/kernel/run.sh [--if-possible]
-#   --if-possible   exit 0 with a message saying why when QEMU or the kernel cannot be installed (for `make test`);
+#   --if-possible   exit 0 with a message saying why when QEMU or the kernel cannot be installed (for `make test-ci`);
 #                   ignored under CI=true, where the VM is required: CI must not be green without booting it
 # Environment: KERNEL_TEST_RUN  -test.run pattern for the VM's test binaries (default: all tests)
 #              KERNEL_VM_TIMEOUT seconds before QEMU is killed (default 900)
