@@ -35,5 +35,5 @@ cd "$mod"
 for c in e2e.test agnhost ginkgo; do [[ -x $bin/$c ]] || { log "missing $bin/$c"; exit 1; }; done
 touch "$done_marker"
 log "built in $(($(date +%s) - start)) s"
-if [[ ${CLUSTER_KEEP_GOCACHE:-0} != 1 ]]; then rm -rf "$GOCACHE"; fi
+k8s_drop_cache
 echo "$bin"

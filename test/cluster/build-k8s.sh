@@ -32,5 +32,5 @@ go build -ldflags "-s -w" -o "$bin/etcd" ./cmd/etcd >&2
 for c in "${cmds[@]}" etcd; do [[ -x $bin/$c ]] || { log "missing $bin/$c"; exit 1; }; done
 touch "$done_marker"
 log "built in $(($(date +%s) - start)) s"
-if [[ ${CLUSTER_KEEP_GOCACHE:-0} != 1 ]]; then rm -rf "$GOCACHE"; fi
+k8s_drop_cache
 echo "$bin"

@@ -20,10 +20,13 @@ test-cluster-conformance:
 		bash test/cluster/run.sh
 
 # Only the builds test-cluster needs, into the same cache (Kubernetes and etcd; e2e.test, agnhost and ginkgo when a
-# conformance run is asked for): .ci/run starts it at idle priority beside `make test`, whose end-to-end tests leave
-# the CPU idle much of the time, so that test-cluster finds them built. Each line says what it builds and how long
-# it took (build-k8s.sh, build-e2e.sh).
+# conformance run is asked for), through one Go build cache (K8S_SHARED_GOCACHE, k8s-build.sh), deleted after:
+# .ci/run starts it at idle priority beside `make test-ci`, whose end-to-end tests leave the CPU idle much of the
+# time, so that test-cluster finds them built. build-k8s.sh and build-e2e.sh each say what they build and how long
+# it took.
 CLUSTER_CACHE ?= $(CURDIR)/.cache/cluster
 test-cluster-build:
-	test/cluster/build-k8s.sh $(CLUSTER_CACHE) >/dev/null
-	$(if $(CLUSTER_CONFORMANCE),test/cluster/build-e2e.sh $(CLUSTER_CACHE) >/dev/null)
+	@rm -rf $(CLUSTER_CACHE)/gocache-shared; status=0; \
+	K8S_SHARED_GOCACHE=$(CLUSTER_CACHE)/gocache-shared test/cluster/build-k8s.sh $(CLUSTER_CACHE) >/dev/null || status=1; \
+	$(if $(CLUSTER_CONFORMANCE),[ $$status != 0 ] || K8S_SHARED_GOCACHE=$(CLUSTER_CACHE)/gocache-shared test/cluster/build-e2e.sh $(CLUSTER_CACHE) >/dev/null || status=1;) \
+	rm -rf $(CLUSTER_CACHE)/gocache-shared; exit $$status
