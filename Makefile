@@ -66,7 +66,7 @@ TEST_COUNT ?= 1
 TEST_PKGS  ?= ./...
 test-go: out/testsummary
 	@rm -rf $(REPORTS) && mkdir -p $(REPORTS)
-	@NODELOCALDNS_TEST_REPORTS=$(REPORTS) $(GO) test -json -count=$(TEST_COUNT) -timeout 20m $(TEST_PKGS) 2>&1 | \
+	@NODELOCALDNS_TEST_REPORTS=$(REPORTS) $(GO) test -json -count=$(TEST_COUNT) -timeout $$((20 * $(TEST_COUNT)))m $(TEST_PKGS) 2>&1 | \
 		out/testsummary -failures "$${STAGE_FAILURES:-}"; status=$$?; \
 	if [ -n "$(SHOW_REPORTS)" ]; then for f in $(REPORTS)/*.txt; do [ -f "$$f" ] && { echo; echo "== $$(basename $$f .txt)"; cat "$$f"; }; done; \
 	else echo "reports: $$(ls $(REPORTS) | tr '\n' ' ')in $(REPORTS) (SHOW_REPORTS=1 prints them)"; fi; \
