@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
 // Misses is a stream of cache misses: every tick, one UDP A query for a name never asked before to each target,
@@ -127,6 +129,25 @@ func (m *Misses) record(sent time.Time, answer string, err error) {
 	}
 }
 
+// Counts returns the counts so far: the queries answered or lost by now, not those still in flight.
+func (m *Misses) Counts() MissCounts {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := m.counts
+	c.Answers, c.Reasons = clone(c.Answers), clone(c.Reasons)
+	return c
+}
+
+// WaitAnswered waits until n more queries than before have been answered by who (an A record of the answers),
+// so that a test needing traffic of some kind waits for it instead of sleeping for a time a busy machine may not
+// fill. The timeout only bounds a failing test.
+func (m *Misses) WaitAnswered(t testing.TB, before MissCounts, who string, n int, timeout time.Duration) {
+	t.Helper()
+	testenv.Eventually(t, timeout, fmt.Sprintf("%d more queries answered by %s", n, who), func() bool {
+		return m.Counts().Answers[who]-before.Answers[who] >= n
+	})
+}
+
 // Stop ends the stream, waits for every query sent to get its answer or its timeout, and returns the counts.
 func (m *Misses) Stop() MissCounts {
 	select {
@@ -136,11 +157,7 @@ func (m *Misses) Stop() MissCounts {
 	}
 	m.sender.Wait()
 	m.inflight.Wait()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	c := m.counts
-	c.Answers, c.Reasons = clone(c.Answers), clone(c.Reasons)
-	return c
+	return m.Counts()
 }
 
 func clone(m map[string]int) map[string]int {

@@ -30,12 +30,14 @@ func TestLastOutAnswersSlowMisses(t *testing.T) {
 	}
 	// 100 queries/s per address; 3 s is well past the slowest answer.
 	m := harness.StartMisses(t, dial, "default.svc.cluster.local", 10*time.Millisecond, 3*time.Second, harness.ClusterIP, harness.LocalIP)
-	time.Sleep(1500 * time.Millisecond) // up to 0.8 s of misses in flight
+	time.Sleep(1500 * time.Millisecond) // at least 0.8 s of misses sent, so some are in flight at the stop
+	m.WaitAnswered(t, harness.MissCounts{}, harness.AnswerAgent, 1, 30*time.Second)
 	stopped := time.Now()
 	a.Signal(syscall.SIGTERM)
 	code := a.Wait(30 * time.Second)
 	took := time.Since(stopped)
-	time.Sleep(500 * time.Millisecond) // after the agent: kube-dns alone
+	// After the agent: kube-dns alone. Waited for, not slept: a busy machine may send little in a fixed time.
+	m.WaitAnswered(t, m.Counts(), harness.AnswerKubeDNS, 5, 30*time.Second)
 	c := m.Stop()
 	t.Logf("slow misses (300-800 ms upstream) across the last instance's SIGTERM: %v; the agent took %v to stop", c, took.Round(time.Millisecond))
 	if code != 0 {
