@@ -27,6 +27,7 @@ import (
 
 	"github.com/nodelocaldns/nodelocaldns/internal/connlimit"
 	"github.com/nodelocaldns/nodelocaldns/internal/fastpath"
+	"github.com/nodelocaldns/nodelocaldns/internal/listenlimit"
 	"github.com/nodelocaldns/nodelocaldns/internal/sockholder"
 )
 
@@ -52,10 +53,12 @@ type Server struct {
 	inst     *caddy.Instance
 	path     string
 	corefile []byte
-	health   map[string]*healthListener
+	health   map[string]*httpListener
+	// healthPool bounds every health listener together, across reloads (listenlimit.Health).
+	healthPool *listenlimit.Pool
 	// socket serves the health socket at socketPath while CoreDNS runs (nil when off or stopped).
 	socketPath string
-	socket     *healthListener
+	socket     *httpListener
 	lameduck   atomic.Int64 // a time.Duration; read without mu (Lameduck), so a hung reload cannot block it
 
 	ready  atomic.Pointer[func() error]
@@ -103,7 +106,8 @@ func New(log *zap.Logger, o Options) (*Server, error) {
 	if err := dnsserver.Register(); err != nil {
 		return nil, fmt.Errorf("register coredns server type: %w", err)
 	}
-	s := &Server{log: log, health: map[string]*healthListener{}, socketPath: o.HealthSocket}
+	s := &Server{log: log, health: map[string]*httpListener{}, socketPath: o.HealthSocket,
+		healthPool: listenlimit.NewPool(listenlimit.Health)}
 	if o.FastPath != nil {
 		s.fast = fastpath.New(log.Named("fastpath"), o.FastPath)
 	}
