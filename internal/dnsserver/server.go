@@ -54,8 +54,10 @@ type Server struct {
 	path     string
 	corefile []byte
 	health   map[string]*httpListener
-	// healthPool bounds every health listener together, across reloads (listenlimit.Health).
-	healthPool *listenlimit.Pool
+	// metrics serves CoreDNS's series on the `prometheus` directives' addresses (prometheus.go).
+	metrics map[string]*httpListener
+	// One pool per kind of listener, each bounding all its addresses together, across reloads (listenlimit).
+	healthPool, metricsPool *listenlimit.Pool
 	// socket serves the health socket at socketPath while CoreDNS runs (nil when off or stopped).
 	socketPath string
 	socket     *httpListener
@@ -106,8 +108,9 @@ func New(log *zap.Logger, o Options) (*Server, error) {
 	if err := dnsserver.Register(); err != nil {
 		return nil, fmt.Errorf("register coredns server type: %w", err)
 	}
-	s := &Server{log: log, health: map[string]*httpListener{}, socketPath: o.HealthSocket,
-		healthPool: listenlimit.NewPool(listenlimit.Health)}
+	s := &Server{log: log, health: map[string]*httpListener{}, metrics: map[string]*httpListener{},
+		socketPath: o.HealthSocket, healthPool: listenlimit.NewPool(listenlimit.Health),
+		metricsPool: listenlimit.NewPool(listenlimit.CoreDNSMetrics)}
 	if o.FastPath != nil {
 		s.fast = fastpath.New(log.Named("fastpath"), o.FastPath)
 	}
@@ -206,6 +209,7 @@ func (s *Server) commit() error {
 		l.bind(s.gen, s.reportLoop)
 		s.loopChecks = append(s.loopChecks, l.checked)
 	}
+	s.syncMetrics(p.metrics)
 	return errors.Join(s.syncHealth(p.health), s.openHealthSocket())
 }
 
@@ -232,6 +236,7 @@ func (s *Server) Stop() error {
 	s.conns.Stop()
 	s.inst = nil
 	s.syncHealth(nil)
+	s.syncMetrics(nil)
 	s.closeHealthSocket()
 	return errors.Join(errs...)
 }
@@ -288,5 +293,5 @@ func tcpAddrs(inst *caddy.Instance) []netip.AddrPort {
 }
 
 func (s *Server) input(corefile []byte) caddy.Input {
-	return caddy.CaddyfileInput{Contents: corefile, Filepath: s.path, ServerTypeName: "dns"}
+	return caddy.CaddyfileInput{Contents: corefileForCaddy(corefile, s.path), Filepath: s.path, ServerTypeName: "dns"}
 }
