@@ -53,8 +53,10 @@ var register = sync.OnceFunc(func() {
 	dirs := slices.DeleteFunc(slices.Clone(dnsserver.Directives), func(d string) bool {
 		return !slices.Contains(compiled, d)
 	})
-	// Ours runs in upstream's place; caddy is handed Corefiles that name it (prometheus.go).
-	dirs[slices.Index(dirs, userMetrics)] = metricsDirective
+	// Ours runs in upstream's place, and caddy is handed Corefiles that name it (prometheus.go). Upstream's name
+	// stays after it: CoreDNS finds a block's handlers by the names in this list (Config.Handlers), and the
+	// handler, upstream's, is named prometheus.
+	dirs = slices.Insert(dirs, slices.Index(dirs, userMetrics), metricsDirective)
 	// Just before forward: after cache (only misses take a slot) and after every plugin that answers itself.
 	dnsserver.Directives = slices.Insert(dirs, slices.Index(dirs, "forward"), fairshare.Name)
 	caddy.AppName, caddy.AppVersion = "CoreDNS", CoreDNSVersion()
@@ -85,7 +87,5 @@ func Plugins() []string {
 // (corefile.Params.Directives), and it fails exactly when CoreDNS would, with the same message.
 func Directives() []string {
 	register()
-	dirs := slices.Clone(dnsserver.Directives)
-	dirs[slices.Index(dirs, metricsDirective)] = userMetrics
-	return dirs
+	return slices.DeleteFunc(slices.Clone(dnsserver.Directives), func(d string) bool { return d == metricsDirective })
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,8 +26,9 @@ func TestCorefileForCaddy(t *testing.T) {
 		{".:53 {\n\twhoami\n}\n", ".:53 {\n\twhoami\n}\n"},
 		{".:53 {\n\tprometheus :9253\n", ".:53 {\n\tprometheus :9253\n"}, // does not parse: caddy says why
 	} {
-		if got := string(corefileForCaddy([]byte(c.in), "Corefile")); got != c.want {
-			t.Errorf("corefileForCaddy(%q) = %q, want %q", c.in, got, c.want)
+		got, err := corefileForCaddy([]byte(c.in), "Corefile")
+		if err != nil || string(got) != c.want {
+			t.Errorf("corefileForCaddy(%q) = %q, %v; want %q", c.in, got, err, c.want)
 		}
 	}
 }
@@ -36,6 +38,15 @@ func TestPrometheusDirectiveInUpstreamsPlace(t *testing.T) {
 	d := Directives()
 	if i := indexOf(d, "prometheus"); i < 0 || indexOf(d, metricsDirective) >= 0 {
 		t.Errorf("Directives() = %v: want prometheus, and not %s", d, metricsDirective)
+	}
+	// A prometheus in an imported file would run upstream's setup: refused.
+	dir := t.TempDir()
+	imported := dir + "/metrics.conf"
+	if err := os.WriteFile(imported, []byte("prometheus :9253\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := corefileForCaddy([]byte(".:53 {\n\timport "+imported+"\n}\n"), dir+"/Corefile"); err == nil || !strings.Contains(err.Error(), "imported file") {
+		t.Errorf("prometheus in an imported file: %v, want refused", err)
 	}
 }
 

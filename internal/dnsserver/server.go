@@ -155,7 +155,11 @@ func (s *Server) Start(corefile []byte, path string) error {
 		return errors.New("coredns is already running")
 	}
 	s.path = path
-	inst, err := caddy.Start(s.input(corefile))
+	in, err := Input(corefile, path)
+	if err != nil {
+		return fmt.Errorf("start coredns from %s: %w", path, err)
+	}
+	inst, err := caddy.Start(in)
 	if err != nil {
 		return fmt.Errorf("start coredns from %s: %w", path, sockholder.Explain(err))
 	}
@@ -182,7 +186,11 @@ func (s *Server) Reload(corefile []byte) (changed bool, err error) {
 	if string(corefile) == string(s.corefile) {
 		return false, nil
 	}
-	inst, err := s.inst.Restart(s.input(corefile))
+	in, err := Input(corefile, s.path)
+	if err != nil {
+		return false, fmt.Errorf("reload coredns from %s: %w", s.path, err)
+	}
+	inst, err := s.inst.Restart(in)
 	if err != nil {
 		return false, fmt.Errorf("reload coredns from %s: %w", s.path, sockholder.Explain(err))
 	}
@@ -292,6 +300,13 @@ func tcpAddrs(inst *caddy.Instance) []netip.AddrPort {
 	return out
 }
 
-func (s *Server) input(corefile []byte) caddy.Input {
-	return caddy.CaddyfileInput{Contents: corefileForCaddy(corefile, s.path), Filepath: s.path, ServerTypeName: "dns"}
+// Input is corefile (at path) as caddy is to start it: with our directives in upstream's names' place
+// (corefileForCaddy). Whatever starts the embedded CoreDNS through caddy itself (tests) passes its Corefile
+// through here.
+func Input(corefile []byte, path string) (caddy.Input, error) {
+	cf, err := corefileForCaddy(corefile, path)
+	if err != nil {
+		return nil, err
+	}
+	return caddy.CaddyfileInput{Contents: cf, Filepath: path, ServerTypeName: "dns"}, nil
 }

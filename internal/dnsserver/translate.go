@@ -2,6 +2,7 @@ package dnsserver
 
 import (
 	"bytes"
+	"fmt"
 	"regexp"
 	"slices"
 
@@ -12,22 +13,26 @@ import (
 // and otherwise unchanged, so that caddy runs our setup (prometheus.go) and its errors name the lines users
 // wrote. A Corefile that does not parse is returned as it is: caddy then reports the same error. A directive
 // that comes from another file (`import` of a path: its tokens name that file; the Corefile's own name none)
-// keeps its name, and caddy refuses it as unknown.
-func corefileForCaddy(corefile []byte, filename string) []byte {
+// cannot be renamed, and would run upstream's setup, whose listener nothing bounds: that is an error.
+func corefileForCaddy(corefile []byte, filename string) ([]byte, error) {
 	blocks, err := caddyfile.Parse(filename, bytes.NewReader(corefile), Directives())
 	if err != nil {
-		return corefile
+		return corefile, nil
 	}
 	var lines []int
 	for _, b := range blocks {
 		for _, t := range b.Tokens[userMetrics] {
-			if t.Text == userMetrics && (t.File == "" || t.File == filename) && !slices.Contains(lines, t.Line) {
-				lines = append(lines, t.Line)
+			if t.Text != userMetrics || slices.Contains(lines, t.Line) {
+				continue
 			}
+			if t.File != "" && t.File != filename {
+				return nil, fmt.Errorf("%s:%d: %s in an imported file is not supported: write it in the Corefile", t.File, t.Line, userMetrics)
+			}
+			lines = append(lines, t.Line)
 		}
 	}
 	if len(lines) == 0 {
-		return corefile
+		return corefile, nil
 	}
 	out := bytes.SplitAfter(slices.Clone(corefile), []byte("\n"))
 	for _, n := range lines {
@@ -40,7 +45,7 @@ func corefileForCaddy(corefile []byte, filename string) []byte {
 		}
 		out[n-1] = slices.Concat(out[n-1][:loc[2]], []byte(metricsDirective), out[n-1][loc[3]:])
 	}
-	return bytes.Join(out, nil)
+	return bytes.Join(out, nil), nil
 }
 
 // metricsWord finds the directive's word on its line: the whole word, after the line's start, a blank or a
