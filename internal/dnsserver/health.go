@@ -10,10 +10,8 @@ import (
 
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/plugin"
-	"github.com/coredns/coredns/plugin/pkg/reuseport"
 	"go.uber.org/zap"
 
-	"github.com/nodelocaldns/nodelocaldns/internal/listenlimit"
 	"github.com/nodelocaldns/nodelocaldns/internal/sockholder"
 )
 
@@ -36,15 +34,6 @@ const (
 	healthWriteTimeout = 2 * time.Second // /health's own DNS probe takes up to 900 ms
 	healthMaxHeader    = 4 << 10
 )
-
-// healthLimits bound the TCP health listener, which every pod on the node can reach (listenlimit): a pod holds at
-// most 4 connections, the node's own clients (the standard manifest's probes, whose source is a local address)
-// are another source with 4 of their own, and 256 in all, held at most healthReadTimeout each when idle. The
-// total is above a node's pod count (the kubelet's --max-pods is 110 by default, 250 at most as Kubernetes
-// tests it), so a source with no connection always finds a place: only when every place is held and some
-// source holds two does a newcomer take one, and with fewer sources than places some source must. Each place
-// costs about 13 KiB while idle (a goroutine and a read buffer): about 3.3 MiB in all.
-var healthLimits = listenlimit.Limits{PerSource: 4, Total: 256}
 
 func setupHealth(c *caddy.Controller) error {
 	addr, lameduck := defaultHealthAddr, time.Duration(0)
@@ -80,8 +69,8 @@ func setupHealth(c *caddy.Controller) error {
 	return nil
 }
 
-// healthListener is one HTTP server on one address, kept across reloads.
-type healthListener struct {
+// httpListener is one HTTP server on one address, kept across reloads.
+type httpListener struct {
 	srv *http.Server
 	ln  net.Listener
 }
@@ -94,14 +83,15 @@ func (s *Server) syncHealth(wanted map[string]bool) error {
 		if _, ok := s.health[addr]; ok {
 			continue
 		}
-		ln, err := reuseport.Listen("tcp", addr)
+		// Every pod can reach this address: each source gets its own share of connections (listenlimit.Health,
+		// one pool for every health address), so a pod flooding it cannot keep the node's probe, or another pod,
+		// out.
+		ln, err := s.healthPool.Open(addr)
 		if err != nil {
 			firstErr = fmt.Errorf("health listener %s: %w", addr, sockholder.Explain(err))
 			continue
 		}
-		// Every pod can reach this address: each source gets its own share of connections (listenlimit), so a
-		// pod flooding it cannot keep the node's probe, or another pod, out.
-		hl := s.serveHealth(listenlimit.Listen(ln, healthLimits))
+		hl := s.serveHealth(ln)
 		s.health[addr] = hl
 		s.log.Info("health listening", zap.String("address", ln.Addr().String()))
 	}
@@ -116,8 +106,8 @@ func (s *Server) syncHealth(wanted map[string]bool) error {
 
 // serveHealth serves /health and /ready on ln until the listener is closed. A connection serves one request
 // and closes, so no client holds a connection between requests.
-func (s *Server) serveHealth(ln net.Listener) *healthListener {
-	hl := &healthListener{ln: ln, srv: &http.Server{
+func (s *Server) serveHealth(ln net.Listener) *httpListener {
+	hl := &httpListener{ln: ln, srv: &http.Server{
 		Handler:           s.healthMux(),
 		ReadHeaderTimeout: healthReadTimeout,
 		ReadTimeout:       healthReadTimeout,
@@ -129,7 +119,7 @@ func (s *Server) serveHealth(ln net.Listener) *healthListener {
 	return hl
 }
 
-func (hl *healthListener) close() {
+func (hl *httpListener) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	if err := hl.srv.Shutdown(ctx); err != nil {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/listenlimit"
 )
 
 // The health socket (Options.HealthSocket) serves /health and /ready on a Unix socket for the kubelet's exec
@@ -22,7 +24,7 @@ import (
 // listenHealthSocket binds the Unix socket at path. A socket file left there by this pod's previous container
 // (the emptyDir outlives container restarts) is replaced; one that a live process still answers on is not, since
 // taking it over would send that process's probes here.
-func listenHealthSocket(path string) (net.Listener, error) {
+func listenHealthSocket(path string, pool *listenlimit.Pool) (net.Listener, error) {
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode()&os.ModeSocket == 0 {
 			return nil, fmt.Errorf("health socket %s: exists and is not a socket", path)
@@ -39,7 +41,7 @@ func listenHealthSocket(path string) (net.Listener, error) {
 			return nil, fmt.Errorf("health socket %s: remove the stale socket: %w", path, err)
 		}
 	}
-	ln, err := net.Listen("unix", path)
+	ln, err := pool.OpenUnix(path)
 	if err != nil {
 		return nil, fmt.Errorf("health socket %s: %w", path, err)
 	}
@@ -52,7 +54,7 @@ func (s *Server) openHealthSocket() error {
 	if s.socketPath == "" || s.socket != nil {
 		return nil
 	}
-	ln, err := listenHealthSocket(s.socketPath)
+	ln, err := listenHealthSocket(s.socketPath, listenlimit.NewPool(listenlimit.HealthSocket))
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 // (commit). A configuration that fails to start takes its pendingConfig with it.
 type pendingConfig struct {
 	health   map[string]bool
+	metrics  map[string]bool // the `prometheus` directives' addresses
 	lameduck time.Duration
 	loops    []*loopHandler
 }
@@ -23,7 +24,7 @@ func pendingFor(c *caddy.Controller) *pendingConfig {
 	if p, ok := c.Get(pendingKey{}).(*pendingConfig); ok {
 		return p
 	}
-	p := &pendingConfig{health: map[string]bool{}}
+	p := &pendingConfig{health: map[string]bool{}, metrics: map[string]bool{}}
 	c.Set(pendingKey{}, p)
 	return p
 }

@@ -46,12 +46,17 @@ var register = sync.OnceFunc(func() {
 	plugin.Register("reload", setupReload)
 	plugin.Register("health", setupHealth)
 	plugin.Register("loop", setupLoop)
+	plugin.Register(metricsDirective, setupPrometheus)
 	plugin.Register(fairshare.Name, fairshare.Setup)
 	registerCache()
 	compiled := registered()
 	dirs := slices.DeleteFunc(slices.Clone(dnsserver.Directives), func(d string) bool {
 		return !slices.Contains(compiled, d)
 	})
+	// Ours runs in upstream's place, and caddy is handed Corefiles that name it (prometheus.go). Upstream's name
+	// stays after it: CoreDNS finds a block's handlers by the names in this list (Config.Handlers), and the
+	// handler, upstream's, is named prometheus.
+	dirs = slices.Insert(dirs, slices.Index(dirs, userMetrics), metricsDirective)
 	// Just before forward: after cache (only misses take a slot) and after every plugin that answers itself.
 	dnsserver.Directives = slices.Insert(dirs, slices.Index(dirs, "forward"), fairshare.Name)
 	caddy.AppName, caddy.AppVersion = "CoreDNS", CoreDNSVersion()
@@ -59,11 +64,11 @@ var register = sync.OnceFunc(func() {
 })
 
 // registered lists the plugins registered for CoreDNS's server type, by directive name ("prometheus" is the
-// metrics plugin's), sorted.
+// metrics plugin's; ours, metricsDirective, stands for it and is left out), sorted.
 func registered() []string {
 	var names []string
 	for _, p := range caddy.ListPlugins()["others"] {
-		if name, ok := strings.CutPrefix(p, "dns."); ok {
+		if name, ok := strings.CutPrefix(p, "dns."); ok && name != metricsDirective {
 			names = append(names, name)
 		}
 	}
@@ -82,5 +87,5 @@ func Plugins() []string {
 // (corefile.Params.Directives), and it fails exactly when CoreDNS would, with the same message.
 func Directives() []string {
 	register()
-	return slices.Clone(dnsserver.Directives)
+	return slices.DeleteFunc(slices.Clone(dnsserver.Directives), func(d string) bool { return d == metricsDirective })
 }

@@ -27,6 +27,7 @@ import (
 
 	"github.com/nodelocaldns/nodelocaldns/internal/connlimit"
 	"github.com/nodelocaldns/nodelocaldns/internal/fastpath"
+	"github.com/nodelocaldns/nodelocaldns/internal/listenlimit"
 	"github.com/nodelocaldns/nodelocaldns/internal/sockholder"
 )
 
@@ -52,10 +53,14 @@ type Server struct {
 	inst     *caddy.Instance
 	path     string
 	corefile []byte
-	health   map[string]*healthListener
+	health   map[string]*httpListener
+	// metrics serves CoreDNS's series on the `prometheus` directives' addresses (prometheus.go).
+	metrics map[string]*httpListener
+	// One pool per kind of listener, each bounding all its addresses together, across reloads (listenlimit).
+	healthPool, metricsPool *listenlimit.Pool
 	// socket serves the health socket at socketPath while CoreDNS runs (nil when off or stopped).
 	socketPath string
-	socket     *healthListener
+	socket     *httpListener
 	lameduck   atomic.Int64 // a time.Duration; read without mu (Lameduck), so a hung reload cannot block it
 
 	ready  atomic.Pointer[func() error]
@@ -103,7 +108,9 @@ func New(log *zap.Logger, o Options) (*Server, error) {
 	if err := dnsserver.Register(); err != nil {
 		return nil, fmt.Errorf("register coredns server type: %w", err)
 	}
-	s := &Server{log: log, health: map[string]*healthListener{}, socketPath: o.HealthSocket}
+	s := &Server{log: log, health: map[string]*httpListener{}, metrics: map[string]*httpListener{},
+		socketPath: o.HealthSocket, healthPool: listenlimit.NewPool(listenlimit.Health),
+		metricsPool: listenlimit.NewPool(listenlimit.CoreDNSMetrics)}
 	if o.FastPath != nil {
 		s.fast = fastpath.New(log.Named("fastpath"), o.FastPath)
 	}
@@ -148,7 +155,11 @@ func (s *Server) Start(corefile []byte, path string) error {
 		return errors.New("coredns is already running")
 	}
 	s.path = path
-	inst, err := caddy.Start(s.input(corefile))
+	in, err := Input(corefile, path)
+	if err != nil {
+		return fmt.Errorf("start coredns from %s: %w", path, err)
+	}
+	inst, err := caddy.Start(in)
 	if err != nil {
 		return fmt.Errorf("start coredns from %s: %w", path, sockholder.Explain(err))
 	}
@@ -175,7 +186,11 @@ func (s *Server) Reload(corefile []byte) (changed bool, err error) {
 	if string(corefile) == string(s.corefile) {
 		return false, nil
 	}
-	inst, err := s.inst.Restart(s.input(corefile))
+	in, err := Input(corefile, s.path)
+	if err != nil {
+		return false, fmt.Errorf("reload coredns from %s: %w", s.path, err)
+	}
+	inst, err := s.inst.Restart(in)
 	if err != nil {
 		return false, fmt.Errorf("reload coredns from %s: %w", s.path, sockholder.Explain(err))
 	}
@@ -202,6 +217,7 @@ func (s *Server) commit() error {
 		l.bind(s.gen, s.reportLoop)
 		s.loopChecks = append(s.loopChecks, l.checked)
 	}
+	s.syncMetrics(p.metrics)
 	return errors.Join(s.syncHealth(p.health), s.openHealthSocket())
 }
 
@@ -228,6 +244,7 @@ func (s *Server) Stop() error {
 	s.conns.Stop()
 	s.inst = nil
 	s.syncHealth(nil)
+	s.syncMetrics(nil)
 	s.closeHealthSocket()
 	return errors.Join(errs...)
 }
@@ -283,6 +300,13 @@ func tcpAddrs(inst *caddy.Instance) []netip.AddrPort {
 	return out
 }
 
-func (s *Server) input(corefile []byte) caddy.Input {
-	return caddy.CaddyfileInput{Contents: corefile, Filepath: s.path, ServerTypeName: "dns"}
+// Input is corefile (at path) as caddy is to start it: with our directives in upstream's names' place
+// (corefileForCaddy). Whatever starts the embedded CoreDNS through caddy itself (tests) passes its Corefile
+// through here.
+func Input(corefile []byte, path string) (caddy.Input, error) {
+	cf, err := corefileForCaddy(corefile, path)
+	if err != nil {
+		return nil, err
+	}
+	return caddy.CaddyfileInput{Contents: cf, Filepath: path, ServerTypeName: "dns"}, nil
 }

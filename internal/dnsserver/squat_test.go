@@ -15,8 +15,8 @@ import (
 
 // TestSquattedPortNamesHolder: a port the Corefile binds (DNS over TCP and UDP, our health) held by a socket
 // without SO_REUSEPORT fails Start with an error that names the port and the process holding it (this test
-// process, holding it through a plain listener). CoreDNS's prometheus plugin only logs a bind it cannot make and
-// serves on without metrics: its log line names the holder.
+// process, holding it through a plain listener). The prometheus directive only logs a bind it cannot make and
+// serves on without metrics, as upstream's does: its log line names the holder.
 func TestSquattedPortNamesHolder(t *testing.T) {
 	for _, which := range []string{"prometheus", "health", "dns tcp", "dns udp"} {
 		t.Run(which, func(t *testing.T) {
@@ -77,8 +77,8 @@ func TestSquattedPortNamesHolder(t *testing.T) {
 				// misses them and waits for them forever (caddy's Instance.Wait).
 				query(t, udpAddr(t, s), "example.org")
 				s.Stop()
-				for _, e := range logs.FilterMessageSnippet("Failed to start metrics handler").All() {
-					msg = fmt.Sprint(e.ContextMap()["holder"])
+				for _, e := range logs.FilterMessageSnippet("metrics listener not opened").All() {
+					msg = fmt.Sprint(e.ContextMap()["error"])
 				}
 			} else if err == nil {
 				s.Stop()

@@ -10,6 +10,7 @@ import (
 	"github.com/coredns/caddy"
 	"github.com/miekg/dns"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/dnsserver"
 	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
@@ -82,8 +83,11 @@ func FuzzHitAnswersLikeCoreDNS(f *testing.F) {
 // startCoreDNSAlone starts CoreDNS from a server block's body without a fast path and returns its UDP address.
 func startCoreDNSAlone(tb testing.TB, body string) netip.AddrPort {
 	tb.Helper()
-	inst, err := caddy.Start(caddy.CaddyfileInput{Contents: []byte(".:0 {\n bind 127.0.0.1\n" + body + "\n}\n"),
-		Filepath: "Corefile", ServerTypeName: "dns"})
+	in, err := dnsserver.Input([]byte(".:0 {\n bind 127.0.0.1\n"+body+"\n}\n"), "Corefile")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	inst, err := caddy.Start(in)
 	if err != nil {
 		tb.Fatal(err)
 	}

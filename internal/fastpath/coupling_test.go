@@ -62,7 +62,11 @@ func TestServerHookDeliversTheServer(t *testing.T) {
 	})
 	corefile := "a.example:0 {\n bind 127.0.0.1\n cache 30\n template IN A a.example {\n  answer \"{{ .Name }} 60 IN A 192.0.2.7\"\n }\n}\n" +
 		"b.example:0 {\n bind 127.0.0.1\n cache 30\n template IN A b.example {\n  answer \"{{ .Name }} 60 IN A 192.0.2.8\"\n }\n}\n"
-	inst, err := caddy.Start(caddy.CaddyfileInput{Contents: []byte(corefile), Filepath: "Corefile", ServerTypeName: "dns"})
+	in, err := dnsserver.Input([]byte(corefile), "Corefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := caddy.Start(in)
 	if err != nil {
 		t.Fatal(err)
 	}

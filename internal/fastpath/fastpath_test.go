@@ -90,7 +90,11 @@ func startCoreDNSOn(t testing.TB, body string, clk *clocktesting.FakeClock, m *f
 		}
 	})
 	corefile := ".:0 {\n bind 127.0.0.1\n" + body + "\n}\n"
-	inst, err := caddy.Start(caddy.CaddyfileInput{Contents: []byte(corefile), Filepath: "Corefile", ServerTypeName: "dns"})
+	in, err := dnsserver.Input([]byte(corefile), "Corefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := caddy.Start(in)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,12 @@
 //
 // A source is the peer's IP address (IPv4-mapped addresses unmapped), so a pod is one source and the node's own
 // clients, whose source is a local address, are another.
+//
+// This package is the one place where the agent opens a listener (open.go): a Pool is made from one of the
+// bounds in bounds.go, every listener is opened through a Pool and shares its bounds with the other listeners
+// of that Pool, and the memory check counts every bound there (WorstCaseBytes). A listener opened anywhere else
+// fails internal/archtest's check; the listeners the embedded CoreDNS opens for DNS are bounded by
+// internal/connlimit.
 package listenlimit
 
 import (
@@ -30,19 +36,29 @@ type Limits struct {
 	Total     int // open connections in all
 }
 
-// Listen wraps ln so that the connections it hands out stay within l. A connection counts from its Accept to
-// its Close.
-func Listen(ln net.Listener, l Limits) net.Listener {
-	return &listener{Listener: ln, limits: l, open: map[netip.Addr][]*conn{}}
-}
-
-type listener struct {
-	net.Listener
+// Pool is the connections of the listeners opened through it, held within one Limits: a source's connections
+// and the total count over all of them, so that a Corefile naming more addresses does not multiply the bound.
+type Pool struct {
 	limits Limits
 
 	mu    sync.Mutex
 	open  map[netip.Addr][]*conn // by source, oldest first
 	total int
+}
+
+// NewPool makes an empty pool bounded by l.
+func NewPool(l Limits) *Pool {
+	return &Pool{limits: l, open: map[netip.Addr][]*conn{}}
+}
+
+// wrap makes ln hand out only connections within p's bounds. A connection counts from its Accept to its Close.
+func (p *Pool) wrap(ln net.Listener) net.Listener {
+	return &listener{Listener: ln, l: p}
+}
+
+type listener struct {
+	net.Listener
+	l *Pool
 }
 
 // Accept returns the next admitted connection; the ones it resets in between are never seen by the caller.
@@ -52,7 +68,7 @@ func (l *listener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		if ac := l.admit(c); ac != nil {
+		if ac := l.l.admit(c); ac != nil {
 			return ac, nil
 		}
 	}
@@ -60,7 +76,7 @@ func (l *listener) Accept() (net.Conn, error) {
 
 // admit decides c's fate under the bounds: it returns c wrapped, or resets it and returns nil. A connection
 // that makes room for it is reset after the lock is released.
-func (l *listener) admit(c net.Conn) net.Conn {
+func (l *Pool) admit(c net.Conn) net.Conn {
 	src := sourceOf(c)
 	l.mu.Lock()
 	mine := len(l.open[src])
@@ -91,7 +107,7 @@ func (l *listener) admit(c net.Conn) net.Conn {
 }
 
 // busiestOldest is the oldest connection of the source with the most open connections.
-func (l *listener) busiestOldest() *conn {
+func (l *Pool) busiestOldest() *conn {
 	var best []*conn
 	for _, cs := range l.open {
 		if len(cs) > len(best) {
@@ -105,7 +121,7 @@ func (l *listener) busiestOldest() *conn {
 }
 
 // removeLocked forgets c; it reports false when c was already forgotten (made room for another, or closed).
-func (l *listener) removeLocked(c *conn) bool {
+func (l *Pool) removeLocked(c *conn) bool {
 	cs := l.open[c.src]
 	i := slices.Index(cs, c)
 	if i < 0 {
@@ -124,7 +140,7 @@ func (l *listener) removeLocked(c *conn) bool {
 // conn is an admitted connection; closing it gives its place back.
 type conn struct {
 	net.Conn
-	l   *listener
+	l   *Pool
 	src netip.Addr
 }
 

@@ -20,7 +20,7 @@ func serve(t *testing.T, l Limits) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim := Listen(ln, l)
+	lim := NewPool(l).wrap(ln)
 	t.Cleanup(func() { lim.Close() })
 	go func() {
 		for {

@@ -10,6 +10,7 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/connlimit"
 	"github.com/nodelocaldns/nodelocaldns/internal/dnscache"
 	"github.com/nodelocaldns/nodelocaldns/internal/fastpath"
+	"github.com/nodelocaldns/nodelocaldns/internal/listenlimit"
 )
 
 // Baseline is the agent with CoreDNS and empty caches: about 30 MiB resident idle, with headroom for a burst of
@@ -19,6 +20,11 @@ const Baseline = 64 << 20
 // TCPWorstCase is the TCP connections CoreDNS may hold under connlimit's caps, each at its worst.
 var TCPWorstCase = connlimit.Default.WorstCaseBytes()
 
+// ListenersWorstCase is the connections of every listener the agent opens itself (health, its metrics,
+// CoreDNS's metrics: internal/listenlimit), each bound full. Each kind is bounded in all its addresses together,
+// so it does not depend on the Corefile.
+var ListenersWorstCase = listenlimit.WorstCaseBytes()
+
 // StoreWorstCase is the fast path's store beside one `cache` directive at its fullest (a store is per listener
 // address, for every block on it, so one per directive over-counts in the usual Corefile: never under).
 const StoreWorstCase = fastpath.StoreWorstCaseBytes
@@ -27,7 +33,7 @@ const StoreWorstCase = fastpath.StoreWorstCaseBytes
 type Estimate struct {
 	Caches    int   // `cache` directives
 	Entries   int64 // their success + denial capacities
-	WorstCase int64 // bytes: Baseline + TCPWorstCase + each cache's Entries × dnscache.KeyWorstCaseBytes + Caches × StoreWorstCase
+	WorstCase int64 // bytes: Baseline + TCPWorstCase + ListenersWorstCase + each cache's Entries × dnscache.KeyWorstCaseBytes + Caches × StoreWorstCase
 	Limit     int64 // the cgroup's memory limit; 0 for none
 }
 
@@ -37,7 +43,7 @@ func (e Estimate) Fits() bool { return e.Limit == 0 || e.WorstCase <= e.Limit }
 // New computes the worst case of caches against limit.
 func New(caches []Cache, limit int64) Estimate {
 	e := Estimate{Caches: len(caches), Limit: limit}
-	e.WorstCase = Baseline + TCPWorstCase + int64(e.Caches)*StoreWorstCase
+	e.WorstCase = Baseline + TCPWorstCase + ListenersWorstCase + int64(e.Caches)*StoreWorstCase
 	for _, c := range caches {
 		e.Entries += c.Success + c.Denial
 		e.WorstCase += (c.Success + c.Denial) * dnscache.KeyWorstCaseBytes(c.PreferPositive)

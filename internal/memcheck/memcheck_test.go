@@ -116,10 +116,14 @@ func TestEstimate(t *testing.T) {
 	}
 }
 
-// The TCP connections CoreDNS may hold are counted: a Corefile without caches is Baseline and their cap.
+// The TCP connections CoreDNS may hold, and those of the agent's own listeners, are counted: a Corefile without
+// caches is Baseline and their caps.
 func TestEstimateCountsTCPConnections(t *testing.T) {
 	e := New(nil, 0)
-	if e.WorstCase != Baseline+TCPWorstCase || TCPWorstCase < 1000*7<<10 {
+	if ListenersWorstCase < 3*256*16<<10 {
+		t.Errorf("listeners counted for %s; want at least health, the agent's metrics and CoreDNS's, 256 of 16 KiB each", MiB(ListenersWorstCase))
+	}
+	if e.WorstCase != Baseline+TCPWorstCase+ListenersWorstCase || TCPWorstCase < 1000*7<<10 {
 		t.Errorf("worst case of no cache %s, TCP connections %s; want Baseline + TCP, TCP at least 1000 of 7 KiB",
 			MiB(e.WorstCase), MiB(TCPWorstCase))
 	}

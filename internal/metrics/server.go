@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/coredns/coredns/plugin/pkg/reuseport"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -14,18 +13,12 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/sockholder"
 )
 
-// Bounds of the metrics listener (-metrics-listen-address), which every pod can reach on 0.0.0.0: a scraper
-// keeps one connection (two across a reconnect), each source gets 2 (listenlimit), so a pod holding idle
-// connections blinds no scraper; 256 in all, above a node's pod count, so a source with no connection always
-// finds a place (as for the health listener, dnsserver/health.go): about 3.3 MiB when all are held idle.
-var limits = listenlimit.Limits{PerSource: 2, Total: 256}
-
 const idleTimeout = 5 * time.Second
 
-// Serve serves g on addr at /metrics until ctx is done. The listener uses SO_REUSEPORT so that two instances
-// can overlap on a node during a surge rollout.
+// Serve serves g on addr at /metrics until ctx is done. Every pod can reach the address (0.0.0.0 by default):
+// the listener is bounded as listenlimit.AgentMetrics, so a pod holding idle connections blinds no scraper.
 func Serve(ctx context.Context, addr string, g prometheus.Gatherer) error {
-	ln, err := reuseport.Listen("tcp", addr)
+	ln, err := listenlimit.NewPool(listenlimit.AgentMetrics).Open(addr)
 	if err != nil {
 		return sockholder.Explain(err)
 	}
@@ -41,7 +34,7 @@ func Serve(ctx context.Context, addr string, g prometheus.Gatherer) error {
 		defer cancel()
 		srv.Shutdown(shutdownCtx)
 	}()
-	if err := srv.Serve(listenlimit.Listen(ln, limits)); !errors.Is(err, http.ErrServerClosed) {
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil

@@ -33,9 +33,9 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// TestOwnsPeer: a connection to this process's own listener is owned (once accepted); one to a listener of
-// another process is not.
-func TestOwnsPeer(t *testing.T) {
+// TestPeerOwner: a connection to this process's own listener is this process's (once accepted); one to a
+// listener of another process is another's once accepted, unknown before.
+func TestPeerOwner(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -53,8 +53,8 @@ func TestOwnsPeer(t *testing.T) {
 	}
 	defer c.Close()
 	defer (<-accepted).Close()
-	if own, err := OwnsPeer(c); !own || err != nil {
-		t.Errorf("OwnsPeer(connection to our own listener) = %v, %v; want true", own, err)
+	if o, err := PeerOwner(c); o != OwnerThis || err != nil {
+		t.Errorf("PeerOwner(connection to our own listener) = %v, %v; want this process", o, err)
 	}
 
 	cmd := exec.Command(os.Args[0])
@@ -73,10 +73,46 @@ func TestOwnsPeer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer oc.Close()
-	for range 100 { // accepted by the other process at some point: before, no process has it either
-		own, err := OwnsPeer(oc)
-		if own || err != nil {
-			t.Fatalf("OwnsPeer(connection to another process's listener) = %v, %v; want false", own, err)
+	seen := map[Owner]int{}
+	for range 100 { // accepted by the other process at some point: before, no process has it
+		o, err := PeerOwner(oc)
+		if o == OwnerThis || err != nil {
+			t.Fatalf("PeerOwner(connection to another process's listener) = %v, %v; want another process", o, err)
 		}
+		seen[o]++
+	}
+	if seen[OwnerOther] == 0 {
+		t.Errorf("PeerOwner(connection to another process's listener): %v in 100 looks, never another process", seen)
+	}
+}
+
+// TestPeerOwnerClosedByUs is issue 39's race made deterministic: this process's server answers a connection
+// and closes it (as a server stopping for a reload does) before the client looks: the far end is then nobody's,
+// and must not be called another process's. Before, it was.
+func TestPeerOwnerClosedByUs(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	closed := make(chan struct{})
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			c.Write([]byte("answer"))
+			c.Close() // returns once the socket has left this process (close(2) has released the file)
+			close(closed)
+		}
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Read(make([]byte, 6)); err != nil {
+		t.Fatal(err)
+	}
+	<-closed
+	if o, err := PeerOwner(c); o == OwnerOther || err != nil {
+		t.Errorf("PeerOwner(connection our server answered and closed) = %v, %v; want not another process", o, err)
 	}
 }

@@ -159,12 +159,15 @@ func exchangeOwnTCP(ctx context.Context, addr string) error {
 	case r.Id != m.Id:
 		return fmt.Errorf("dns listener %s answered another query (id %d, want %d)", addr, r.Id, m.Id)
 	}
-	// The listener that answered has accepted the connection: its socket is open in whichever process it is.
-	own, err := sockholder.OwnsPeer(nc)
-	if err != nil {
+	// The listener that answered has accepted the connection: its socket is open in whichever process has it,
+	// unless that process closed it since. Only a process proved to hold it is another's (sockholder.PeerOwner):
+	// a far end closed at once after answering is a stopping server's, ours during a reload (the old servers
+	// close what they accepted), which must never count against us; the other instance's only while it stops,
+	// when its answer still says the node's DNS is served.
+	switch o, err := sockholder.PeerOwner(nc); {
+	case err != nil:
 		return fmt.Errorf("dns listener %s: %w", addr, err)
-	}
-	if !own {
+	case o == sockholder.OwnerOther:
 		return fmt.Errorf("dns listener %s: %w", addr, errNotOurs)
 	}
 	return nil

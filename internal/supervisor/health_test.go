@@ -169,3 +169,46 @@ func livenessFailures(t *testing.T, reg *prometheus.Registry, reason string) flo
 	}
 	return 0
 }
+
+// During a reload the old servers close the connections they accepted, one answered an instant before
+// included: a probe answered by this process's server, which then closes the connection before the probe looks
+// at it, is this process's answer (issue 39: it was called another instance's, and /health failed 503 three
+// times in a row under load). Here every probe connection is answered and closed at once: twenty checks in a row
+// pass.
+func TestLivenessAnsweredAndClosedByUs(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close() // at once after the answer, as a stopping server does
+				co := &dns.Conn{Conn: c}
+				q, err := co.ReadMsg()
+				if err != nil {
+					return
+				}
+				r := new(dns.Msg)
+				r.SetRcodeFormatError(q)
+				co.WriteMsg(r)
+			}()
+		}
+	}()
+	idle := func() *runner.Runner { return runner.New(runner.Config{MaxInterval: time.Hour}, nil) }
+	m, err := metrics.New(prometheus.NewRegistry(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		h := &health{m: m, reconcile: idle(), reload: idle(), probeAddr: ln.Addr().String()}
+		if err := h.liveness(context.Background()); err != nil {
+			t.Fatalf("check %d: %v", i+1, err)
+		}
+	}
+}

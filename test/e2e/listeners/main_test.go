@@ -14,10 +14,17 @@ import (
 // SO_REUSEPORT, says "listening" on stdout and holds the port until killed (squat_test.go).
 const squatEnv = "LISTENERS_SQUAT_TCP"
 
+// hogEnv makes the test binary a CPU hog instead: it spins until killed (reload_test.go).
+const hogEnv = "LISTENERS_HOG"
+
 // TestMain runs the tests as root in a throwaway network namespace (testenv.Main re-executes the binary there).
 func TestMain(m *testing.M) {
 	if addr := os.Getenv(squatEnv); addr != "" {
 		os.Exit(squat(addr))
+	}
+	if os.Getenv(hogEnv) != "" {
+		for n := 0; ; n++ { // spin
+		}
 	}
 	os.Exit(testenv.Main(m))
 }
