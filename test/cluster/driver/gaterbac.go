@@ -30,10 +30,11 @@ func gateTokenCase(ctx context.Context, c *cluster, r *results, a agent) {
 	}
 
 	taint := fmt.Sprintf(`{"key":%q,"effect":"NoSchedule"}`, startupTaint)
-	addTaint := `[{"op":"add","path":"/spec/taints/-","value":` + taint + `}]`
+	// A merge patch: valid whether the node has taints or none (a JSON patch's add needs the list to exist).
+	addTaint := `{"spec":{"taints":[` + taint + `]}}`
 	// The other node, tainted by the administrator, so that a removal there is the gate's own patch, wrongly aimed.
 	cleanup := func(n string) { _, _ = c.kubectl(ctx, "taint", "node", n, startupTaint+":NoSchedule-") }
-	_, err = c.kubectl(ctx, "patch", "node", other, "--type=json", "-p", `[{"op":"add","path":"/spec/taints","value":[`+taint+`]}]`)
+	_, err = c.kubectl(ctx, "taint", "node", other, startupTaint+":NoSchedule")
 	defer cleanup(other)
 	if !r.check("gate token: "+other+" tainted by the administrator", "", err) {
 		return
@@ -44,12 +45,17 @@ func gateTokenCase(ctx context.Context, c *cluster, r *results, a agent) {
 		{"label another node", bound, other, `[{"op":"add","path":"/metadata/labels/nodelocaldns-gate-test","value":"x"}]`, "may not patch node " + other},
 		{"label its own node", bound, own, `[{"op":"add","path":"/metadata/labels/nodelocaldns-gate-test","value":"x"}]`, ""},
 		{"taint its own node", bound, own, addTaint, "may only remove the taint " + startupTaint},
+		{"label its own node with a merge patch", bound, own, `{"metadata":{"labels":{"nodelocaldns-gate-test":"x"}}}`, ""},
 		{"cordon its own node", bound, own, `[{"op":"add","path":"/spec/unschedulable","value":true}]`, ""},
 		{"remove the taint with a token bound to no pod", unbound, other, removeTaintPatch(ctx, c, other), "the token names no node"},
 	}
 	for _, d := range denied {
 		before, _ := nodeJSON(ctx, c, d.node)
-		out, err := c.kubectlAs(ctx, d.kc, "patch", "node", d.node, "--type=json", "-p", d.patch)
+		kind := "json"
+		if strings.HasPrefix(d.patch, "{") {
+			kind = "merge"
+		}
+		out, err := c.kubectlAs(ctx, d.kc, "patch", "node", d.node, "--type="+kind, "-p", d.patch)
 		after, _ := nodeJSON(ctx, c, d.node)
 		switch {
 		case err == nil:
@@ -65,7 +71,7 @@ func gateTokenCase(ctx context.Context, c *cluster, r *results, a agent) {
 	}
 
 	// The one thing it may do: take the taint off its own node, as the agent's patch does.
-	_, err = c.kubectl(ctx, "patch", "node", own, "--type=json", "-p", addTaint)
+	_, err = c.kubectl(ctx, "taint", "node", own, startupTaint+":NoSchedule")
 	defer cleanup(own)
 	if err == nil {
 		_, err = c.kubectlAs(ctx, bound, "patch", "node", own, "--type=json", "-p", removeTaintPatch(ctx, c, own))
