@@ -1,11 +1,13 @@
 package deploy
 
 import (
+	"fmt"
 	"io"
 	"slices"
 	"strings"
 	"testing"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
@@ -19,13 +21,15 @@ const defaultStartupTaint = "nodelocaldns.io/agent-not-ready"
 const (
 	gateRole    = "ClusterRole /node-local-dns-startup-taint"
 	gateBinding = "ClusterRoleBinding /node-local-dns-startup-taint"
+	gatePolicy  = "ValidatingAdmissionPolicy /node-local-dns-startup-taint"
+	gatePolicyB = "ValidatingAdmissionPolicyBinding /node-local-dns-startup-taint"
 )
 
 // TestChartStartupTaintOffByDefault: the default install has no right on nodes, no token, no node name and no
 // -startup-taint: its agent never talks to the API server.
 func TestChartStartupTaintOffByDefault(t *testing.T) {
 	r := renderChart(t, nil)
-	for _, k := range []string{gateRole, gateBinding} {
+	for _, k := range []string{gateRole, gateBinding, gatePolicy, gatePolicyB} {
 		if _, ok := r.other[k]; ok {
 			t.Errorf("default render has %s", k)
 		}
@@ -103,7 +107,42 @@ func TestChartStartupTaint(t *testing.T) {
 				binding.Subjects[0].Kind != "ServiceAccount" || binding.Subjects[0].Name != tc.sa || binding.Subjects[0].Namespace != chartNamespace {
 				t.Errorf("ClusterRoleBinding %+v, want %s bound to ServiceAccount %s/%s", binding, role.Name, chartNamespace, tc.sa)
 			}
+			checkGatePolicy(t, r, tc.key, tc.sa)
 		})
+	}
+}
+
+// checkGatePolicy: the ValidatingAdmissionPolicy that narrows the ClusterRole's patch is rendered, denies (its
+// binding's only action), fails closed, applies to the gate's service account alone, and names the gate's key.
+// What it allows and refuses is tested against a real API server (test/cluster, the gate case).
+func checkGatePolicy(t *testing.T, r *chartRender, key, sa string) {
+	t.Helper()
+	var policy admissionv1.ValidatingAdmissionPolicy
+	var binding admissionv1.ValidatingAdmissionPolicyBinding
+	for k, into := range map[string]any{gatePolicy: &policy, gatePolicyB: &binding} {
+		o, ok := r.other[k]
+		if !ok {
+			t.Fatalf("no %s: %v", k, mapKeys(r.other))
+		}
+		b, _ := yaml.Marshal(o)
+		if err := yaml.UnmarshalStrict(b, into); err != nil {
+			t.Fatalf("%s: %v", k, err)
+		}
+	}
+	if fp := policy.Spec.FailurePolicy; fp == nil || *fp != admissionv1.Fail {
+		t.Errorf("failurePolicy %v, want Fail: a policy the API server cannot evaluate must refuse", fp)
+	}
+	user := fmt.Sprintf("request.userInfo.username == %q", "system:serviceaccount:"+chartNamespace+":"+sa)
+	if mc := policy.Spec.MatchConditions; len(mc) != 1 || mc[0].Expression != user {
+		t.Errorf("matchConditions %+v, want the one condition %s", mc, user)
+	}
+	if !slices.ContainsFunc(policy.Spec.Variables, func(v admissionv1.Variable) bool {
+		return v.Name == "key" && v.Expression == fmt.Sprintf("%q", key)
+	}) {
+		t.Errorf("variables %+v: want key = %q", policy.Spec.Variables, key)
+	}
+	if binding.Spec.PolicyName != policy.Name || !slices.Equal(binding.Spec.ValidationActions, []admissionv1.ValidationAction{admissionv1.Deny}) {
+		t.Errorf("binding %+v, want policy %s with action Deny", binding.Spec, policy.Name)
 	}
 }
 

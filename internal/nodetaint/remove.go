@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -108,6 +109,9 @@ func hint(err error) string {
 	var st *StatusError
 	if !errors.As(err, &st) {
 		return "the API server is not reachable yet, or its certificate is not the service account's CA's"
+	}
+	if strings.Contains(st.Message, "ValidatingAdmissionPolicy") { // 422 or 403, as the policy's reason says
+		return "an admission policy refused the patch: the chart's startupTaint policy allows only removing this taint from the node the pod runs on ($NODE_NAME must be the downward API's spec.nodeName)"
 	}
 	switch st.Code {
 	case http.StatusUnauthorized:

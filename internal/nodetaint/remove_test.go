@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"math/big"
 	"net/http"
@@ -392,4 +393,17 @@ func scale(ds []time.Duration, unit time.Duration) []time.Duration {
 		out[i] = d * unit
 	}
 	return out
+}
+
+// TestHintNamesTheAdmissionPolicy: the chart's ValidatingAdmissionPolicy refuses with 422, the code of a patch
+// whose test failed; the hint must say a policy refused it rather than that the taints changed.
+func TestHintNamesTheAdmissionPolicy(t *testing.T) {
+	denied := &StatusError{Code: http.StatusUnprocessableEntity, Message: `nodes "node-1" is forbidden: ValidatingAdmissionPolicy 'node-local-dns-startup-taint' with binding 'node-local-dns-startup-taint' denied request: the start-up gate of node node-2 may not patch node node-1`}
+	if h := hint(fmt.Errorf("patch node: %w", denied)); !strings.Contains(h, "admission policy") {
+		t.Errorf("hint for a policy's refusal = %q, want it to name the admission policy", h)
+	}
+	changed := &StatusError{Code: http.StatusUnprocessableEntity, Message: "the server rejected our request due to an error in our request"}
+	if h := hint(changed); !strings.Contains(h, "changed since they were read") {
+		t.Errorf("hint for a failed test op = %q, want the taints changed", h)
+	}
 }

@@ -96,6 +96,12 @@ func (c *cluster) kubectl(ctx context.Context, args ...string) (string, error) {
 	return c.local.run(ctx, nil, filepath.Join(c.cfg.k8sBin, "kubectl"), c.kubectlArgs(args)...)
 }
 
+// kubectlAs runs kubectl with another kubeconfig than the administrator's (a service account's token).
+func (c *cluster) kubectlAs(ctx context.Context, kubeconfig string, args ...string) (string, error) {
+	return c.local.run(ctx, nil, filepath.Join(c.cfg.k8sBin, "kubectl"),
+		append([]string{"--kubeconfig=" + kubeconfig, "--cache-dir=" + filepath.Join(c.state, "kubectl-cache")}, args...)...)
+}
+
 // kubectlIn runs kubectl with the given standard input (apply -f -).
 func (c *cluster) kubectlIn(ctx context.Context, stdin string, args ...string) (string, error) {
 	return c.local.run(ctx, strings.NewReader(stdin), filepath.Join(c.cfg.k8sBin, "kubectl"), c.kubectlArgs(args)...)

@@ -232,6 +232,7 @@ func gateCase(ctx context.Context, c *cluster, r *results, h *helmRun) {
 		}
 	}
 	r.check("gate: the taint removed once, after the agent served", "", err)
+	gateTokenCase(ctx, c, r, a)
 }
 
 // nodeLook is one look at a node.
