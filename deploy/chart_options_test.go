@@ -1,8 +1,12 @@
 package deploy
 
 import (
+	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -165,7 +169,9 @@ func TestChartFlagsOff(t *testing.T) {
 // that names it.
 func TestChartRefusals(t *testing.T) {
 	for _, tc := range []struct{ values, key string }{
-		{`config: {bindIp: false}`, "config.bindIp"},
+		// node-cache's image, as the community chart's values name it: our flags and probes would crash-loop it.
+		{"image: {repository: registry.k8s.io/dns/k8s-dns-node-cache, tag: 1.25.0}", "image.repository"},
+		{"image: {repository: example.com/mirror/k8s-dns-node-cache}", "image.repository"},
 		{`config: {commProtocol: tcp}`, "config/commProtocol"},
 		{`config: {serveStale: {mode: lazy}}`, "config/serveStale/mode"},
 		{`securityContext: {privileged: true}`, "securityContext.privileged"},
@@ -221,4 +227,81 @@ func TestChartCommunityFile(t *testing.T) {
 	checkProbes(t, v.ds, v.ctr, v.opts)
 	checkPorts(t, v.manifest, v.ctr, v.opts, cf)
 	checkTeardownHook(t, v.chartRender, v.opts)
+}
+
+// TestChartBindIPFalseOnTheHostNetwork: config.bindIp false, the community chart's default written out, installs:
+// on the host network it renders the standard bind of the listen addresses (a wildcard listener is not
+// intercepted), exactly as without the key, and the release notes say it was not honoured.
+func TestChartBindIPFalseOnTheHostNetwork(t *testing.T) {
+	file := valuesFile(t, "config: {bindIp: false}")
+	if got, want := view(t, []string{file}).template, view(t, nil).template; got != want {
+		t.Errorf("config.bindIp=false renders another Corefile than the default:\n%s\nwant\n%s", got, want)
+	}
+	kubeconfig := discoveryOnlyAPIServer(t)
+	notes := func(values ...string) string {
+		args := []string{"install", chartRelease, chartDir, "--namespace", chartNamespace, "--dry-run=client", "--disable-openapi-validation", "--kubeconfig", kubeconfig}
+		for _, v := range values {
+			args = append(args, "--values", v)
+		}
+		out, err := helm(t, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(out)
+	}
+	const note = "config.bindIp=false (bind 0.0.0.0) is not honoured on the host network"
+	n := notes(file)
+	_, listen, _ := strings.Cut(n, "Listen addresses: ")
+	listen, _, _ = strings.Cut(listen, ".\n")
+	if !strings.Contains(n, note) || listen == "" || !strings.Contains(n, "the Corefile binds "+listen+",") {
+		t.Errorf("notes with config.bindIp=false lack %q naming the addresses bound (%q):\n%s", note, listen, n)
+	}
+	if n := notes(); strings.Contains(n, note) {
+		t.Errorf("notes of the default install say %q", note)
+	}
+}
+
+// discoveryOnlyAPIServer is what `helm install --dry-run=client` asks of a cluster before it renders the release
+// and its notes (the version and the discovery of the kinds the default release holds), served from a test
+// server; it returns a kubeconfig naming it.
+func discoveryOnlyAPIServer(t *testing.T) string {
+	t.Helper()
+	resources := func(gv string, namespaced map[string]string) string {
+		var rs []string
+		for name, kind := range namespaced {
+			rs = append(rs, fmt.Sprintf(`{"name":%q,"singularName":"","namespaced":true,"kind":%q,"verbs":["create","get","list"]}`, name, kind))
+		}
+		return fmt.Sprintf(`{"kind":"APIResourceList","apiVersion":"v1","groupVersion":%q,"resources":[%s]}`, gv, strings.Join(rs, ","))
+	}
+	group := func(name string) string {
+		return fmt.Sprintf(`{"name":%q,"versions":[{"groupVersion":"%s/v1","version":"v1"}],"preferredVersion":{"groupVersion":"%s/v1","version":"v1"}}`, name, name, name)
+	}
+	paths := map[string]string{
+		"/version": `{"major":"1","minor":"36","gitVersion":"v1.36.0"}`,
+		"/api":     `{"kind":"APIVersions","versions":["v1"]}`,
+		"/apis": `{"kind":"APIGroupList","apiVersion":"v1","groups":[` + group("apps") + "," + group("batch") + "," +
+			group("rbac.authorization.k8s.io") + `]}`,
+		"/api/v1": resources("v1", map[string]string{"pods": "Pod", "services": "Service", "configmaps": "ConfigMap",
+			"serviceaccounts": "ServiceAccount"}),
+		"/apis/apps/v1":                      resources("apps/v1", map[string]string{"daemonsets": "DaemonSet"}),
+		"/apis/batch/v1":                     resources("batch/v1", map[string]string{"jobs": "Job"}),
+		"/apis/rbac.authorization.k8s.io/v1": resources("rbac.authorization.k8s.io/v1", map[string]string{"roles": "Role", "rolebindings": "RoleBinding"}),
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, ok := paths[r.URL.Path]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, body)
+	}))
+	t.Cleanup(srv.Close)
+	p := filepath.Join(t.TempDir(), "kubeconfig")
+	kc := "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: " + srv.URL + "}\n" +
+		"contexts:\n- name: c\n  context: {cluster: c}\ncurrent-context: c\n"
+	if err := os.WriteFile(p, []byte(kc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

@@ -51,6 +51,6 @@ HELM_CACHE ?= $(CURDIR)/.cache/helm
 
 .PHONY: helm
 helm:
-	@deploy/build-helm.sh $(HELM_CACHE) >/dev/null
+	@echo "helm: $$(deploy/build-helm.sh $(HELM_CACHE))"
 
 test: helm

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The demo, run by `make demo` inside `unshare --net`: a throwaway network namespace that disappears with this
 # script. In it: dnsmasq as the cluster's DNS (the kube-dns-upstream Service) and as the node's upstream, the agent
-# with the standard manifest's Corefile and node-cache's flags, a few lookups, the nftables table, then SIGTERM.
+# with the standard manifest's Corefile and node-cache's flags, a few lookups, the nftables table, then SIGTERM;
+# then a second agent killed with SIGKILL, and both addresses still answered: failing open.
 set -euo pipefail
 bin=$(realpath "$1")
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
 
-say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+# Bold headings on a terminal only: a log file gets plain text.
+if [[ -t 1 ]]; then say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }; else say() { printf '\n== %s\n' "$*"; }; fi
 
 ip link set lo up
 ip addr add 127.0.0.53/8 dev lo 2>/dev/null || true
@@ -18,6 +20,19 @@ dnsmasq --keep-in-foreground --no-resolv --no-hosts --listen-address=127.0.0.53 
   --address=/kubernetes.default.svc.cluster.local/10.96.0.1 \
   --address=/demo.example/192.0.2.80 --address=/corp.internal/198.51.100.7 2>"$work/dnsmasq.log" &
 sleep 0.3
+
+say "kube-proxy stand-in: the kube-dns ClusterIP 10.96.0.10:53 DNATed to dnsmasq, as kube-proxy does"
+# What the cluster does for the ClusterIP with nothing of ours in the way. While the agent serves, its notrack
+# rules take 10.96.0.10's queries before this NAT ever sees them.
+nft -f - <<'NFT'
+table ip demo-kube-proxy {
+	chain output {
+		type nat hook output priority -100; policy accept;
+		ip daddr 10.96.0.10 udp dport 53 dnat to 127.0.0.53
+		ip daddr 10.96.0.10 tcp dport 53 dnat to 127.0.0.53
+	}
+}
+NFT
 
 mkdir -p "$work/coredns" "$work/kube-dns"
 # The standard Corefile as deploy/ ships it (the node-local-dns ConfigMap; a deploy test proves the two equal),
@@ -48,7 +63,9 @@ done
 
 say "CoreDNS cache: the second lookup of demo.example (over TCP) was a hit"
 kill -USR1 "$(cat "$work/dnsmasq.pid")" 2>/dev/null || true
-curl -s 127.0.0.1:9253/metrics | grep -E '^coredns_cache_(hits|misses)_total' | sed 's/^/  /'
+# Only the cluster.local and . blocks: the standard Corefile's in-addr.arpa and ip6.arpa blocks have caches of
+# their own, which this demo never asks.
+curl -s 127.0.0.1:9253/metrics | grep -E '^coredns_cache_(hits|misses)_total' | grep -vE 'arpa' | sed 's/^/  /'
 
 say "nft list table inet nodelocaldns (programmed over netlink in one transaction)"
 # awk reads the whole listing: `head` would close the pipe early and fail the script under pipefail.
@@ -68,5 +85,28 @@ grep -E '"msg":"(shutting down|deleted nftables table|link removed|stopped)"' "$
 if nft list table inet nodelocaldns >/dev/null 2>&1; then echo "  table still present!"; exit 1; fi
 ip link show nodelocaldns >/dev/null 2>&1 && { echo "  interface still present!"; exit 1; }
 nft list table inet nodelocaldns-fallback >/dev/null 2>&1 || { echo "  the link-local fallback went with the agent!"; exit 1; }
-echo "  left behind: only the link-local fallback, pointing at kube-dns for its 15-minute lease; the namespace"
-echo "  disappears with this script"
+echo "  left behind: only the link-local fallback, pointing at kube-dns for its 15-minute lease"
+
+say "failing open: the agent again, then SIGKILL (an OOM kill, a node-pressure eviction): nothing runs its exit"
+KUBE_DNS_UPSTREAM_SERVICE_HOST=127.0.0.53 KUBE_DNS_SERVICE_HOST=10.96.0.10 "$bin" -localip 169.254.20.10,10.96.0.10 \
+  -basecorefile "$work/coredns/Corefile.base" -kubednscm "$work/kube-dns" -conf "$work/Corefile" \
+  -upstreamsvc kube-dns-upstream -metrics-listen-address 127.0.0.1:9353 2>"$work/agent2.log" &
+agent=$!
+for _ in $(seq 100); do grep -q '"msg":"ready"' "$work/agent2.log" && break; sleep 0.05; done
+grep -q '"msg":"ready"' "$work/agent2.log" || { cat "$work/agent2.log"; exit 1; }
+echo "  serving again (pid $agent); kill -KILL $agent"
+kill -KILL "$agent"; wait "$agent" 2>/dev/null || true
+# The kernel deletes the table with the agent's netlink socket (an owned table): nothing waits for a timeout.
+if nft list table inet nodelocaldns >/dev/null 2>&1; then echo "  table still present!"; exit 1; fi
+echo "  table inet nodelocaldns: gone with the process (the kernel removes an owned table with its socket)"
+for q in "demo.example @169.254.20.10" "demo.example @10.96.0.10" "demo.example @169.254.20.10 +tcp"; do
+  say "dig $q (no agent)"
+  # shellcheck disable=SC2086
+  out=$(dig +noall +answer +tries=1 +time=2 $q)
+  [[ -n $out ]] || { echo "  unanswered!"; exit 1; }
+  echo "$out" | sed 's/^/  /'
+done
+echo "  169.254.20.10: the link-local fallback rewrote it to the ClusterIP; 10.96.0.10: no notrack left, so the"
+echo "  kube-proxy stand-in took it to kube-dns (dnsmasq): both answered with no agent running"
+nft list chain inet nodelocaldns-fallback host-output | awk '/counter/ { sub(/^[ \t]+/, ""); print "  fallback: " $0 }'
+echo "  the namespace, with all of it, disappears with this script"

@@ -36,10 +36,14 @@ var version = "dev"
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	o, err := options.Parse(args, stderr)
+	// -help is asked for: its text goes to stdout, to be paged or grepped; errors go to stderr.
+	o, err := options.Parse(args, stdout)
 	if errors.Is(err, options.ErrHelp) {
-		writeEnvUsage(stderr)
+		writeEnvUsage(stdout)
 		return 0
+	}
+	if err == nil && o.Mode == options.ModeServe {
+		err = checkPaths(o, os.Stat)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "nodelocaldns: %v\n", err)

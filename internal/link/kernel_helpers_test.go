@@ -75,7 +75,7 @@ func kernelManager(t *testing.T, opts ...Option) *Manager {
 		t.Fatalf("New: %v", err)
 	}
 	t.Cleanup(func() {
-		if err := m.Remove(testSpec().Name); err != nil {
+		if _, err := m.Remove(testSpec().Name); err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
 		m.Close()

@@ -122,14 +122,14 @@ func TestKernelRemove(t *testing.T) {
 	if _, err := m.Ensure(s); err != nil {
 		t.Fatalf("Ensure: %v", err)
 	}
-	if err := m.Remove(s.Name); err != nil {
-		t.Fatalf("Remove: %v", err)
+	if removed, err := m.Remove(s.Name); err != nil || !removed {
+		t.Fatalf("Remove = %v, %v; want true, nil", removed, err)
 	}
 	if _, ok := ipShow(t, s.Name); ok {
 		t.Fatal("ip still sees the link after Remove")
 	}
-	if err := m.Remove(s.Name); err != nil {
-		t.Fatalf("second Remove (absent link): %v", err)
+	if removed, err := m.Remove(s.Name); err != nil || removed {
+		t.Fatalf("second Remove (absent link) = %v, %v; want false, nil", removed, err)
 	}
 }
 
@@ -143,7 +143,7 @@ func TestKernelRefusesForeignLink(t *testing.T) {
 	if _, err := m.Ensure(s); err == nil {
 		t.Fatal("Ensure took over a veth")
 	}
-	if err := m.Remove(s.Name); err == nil {
+	if _, err := m.Remove(s.Name); err == nil {
 		t.Fatal("Remove deleted a veth")
 	}
 	l, ok := ipShow(t, s.Name)

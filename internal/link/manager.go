@@ -165,30 +165,32 @@ func (m *Manager) create(name string) (netlink.Link, error) {
 	return l, nil
 }
 
-// Remove deletes the link named name if we created it. A link that is already gone is not an error; one we
-// did not create (a foreign kind, or without [OwnerAlias]: node-cache's, after a rollback) is left alone, and
-// the error says so ([ErrNotOurs]).
-func (m *Manager) Remove(name string) error {
+// Remove deletes the link named name if we created it, and says whether there was one to delete. A link that is
+// already gone is not an error (removed is false); one we did not create (a foreign kind, or without
+// [OwnerAlias]: node-cache's, after a rollback) is left alone, and the error says so ([ErrNotOurs]).
+func (m *Manager) Remove(name string) (removed bool, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	l, err := m.ops.LinkByName(name)
 	if isNotFound(err) {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return fmt.Errorf("look up link %q: %w", name, err)
+		return false, fmt.Errorf("look up link %q: %w", name, err)
 	}
 	if k := l.Type(); k != KindDummy && k != KindIfb {
-		return fmt.Errorf("remove link %q: it is of kind %q: %w", name, k, ErrNotOurs)
+		return false, fmt.Errorf("remove link %q: it is of kind %q: %w", name, k, ErrNotOurs)
 	}
 	if a := l.Attrs().Alias; a != OwnerAlias {
-		return fmt.Errorf("remove link %q: its alias is %q, not %q: %w", name, a, OwnerAlias, ErrNotOurs)
+		return false, fmt.Errorf("remove link %q: its alias is %q, not %q: %w", name, a, OwnerAlias, ErrNotOurs)
 	}
-	if err := m.ops.LinkDel(l); err != nil && !isNotFound(err) {
-		return fmt.Errorf("remove link %q: %w", name, err)
+	if err := m.ops.LinkDel(l); isNotFound(err) {
+		return false, nil // gone between the look-up and the delete: another instance removed it
+	} else if err != nil {
+		return false, fmt.Errorf("remove link %q: %w", name, err)
 	}
 	m.log.Info("link removed", zap.String("link", name))
-	return nil
+	return true, nil
 }
 
 // observe reads the link named name and its addresses. A missing link is not an error: observed.exists says so.

@@ -152,7 +152,7 @@ func TestEnsureRefusesForeignLink(t *testing.T) {
 	if _, err := m.Ensure(testSpec()); err == nil || !strings.Contains(err.Error(), `kind "veth"`) {
 		t.Fatalf("Ensure on a veth = %v, want a refusal", err)
 	}
-	if err := m.Remove("nodelocaldns"); err == nil {
+	if _, err := m.Remove("nodelocaldns"); err == nil {
 		t.Fatal("Remove deleted a veth that is not ours")
 	}
 	if len(k.writes) != 0 {
@@ -235,12 +235,12 @@ func TestEnsureIgnoresAddressAlreadyGone(t *testing.T) {
 func TestRemove(t *testing.T) {
 	k := newFakeKernel(KindDummy)
 	m, _ := newFakeManager(t, k)
-	if err := m.Remove("nodelocaldns"); err != nil {
-		t.Fatalf("Remove of an absent link: %v", err)
+	if removed, err := m.Remove("nodelocaldns"); err != nil || removed {
+		t.Fatalf("Remove of an absent link = %v, %v; want false, nil", removed, err)
 	}
 	// node-cache's dummy of the same name (a rollback): not ours, left alone.
 	k.add("nodelocaldns", KindDummy, true, "169.254.20.10/32")
-	if err := m.Remove("nodelocaldns"); !errors.Is(err, ErrNotOurs) {
+	if _, err := m.Remove("nodelocaldns"); !errors.Is(err, ErrNotOurs) {
 		t.Fatalf("Remove of a dummy we did not create = %v, want ErrNotOurs", err)
 	}
 	if _, ok := k.links["nodelocaldns"]; !ok {
@@ -250,8 +250,8 @@ func TestRemove(t *testing.T) {
 	if _, err := m.Ensure(testSpec()); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Remove("nodelocaldns"); err != nil {
-		t.Fatalf("Remove: %v", err)
+	if removed, err := m.Remove("nodelocaldns"); err != nil || !removed {
+		t.Fatalf("Remove = %v, %v; want true, nil", removed, err)
 	}
 	if _, ok := k.links["nodelocaldns"]; ok {
 		t.Fatal("link still there after Remove")
@@ -259,7 +259,7 @@ func TestRemove(t *testing.T) {
 	k.add("nodelocaldns", KindIfb, true)
 	k.links["nodelocaldns"].alias = OwnerAlias
 	k.fail["LinkDel"] = unix.EPERM
-	if err := m.Remove("nodelocaldns"); !errors.Is(err, unix.EPERM) || !strings.Contains(err.Error(), `"nodelocaldns"`) {
+	if _, err := m.Remove("nodelocaldns"); !errors.Is(err, unix.EPERM) || !strings.Contains(err.Error(), `"nodelocaldns"`) {
 		t.Fatalf("Remove error = %v, want EPERM naming the link", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"strings"
 	"time"
@@ -56,6 +57,7 @@ type Options struct {
 
 	BaseCorefile     string // -basecorefile: the template from the node-local-dns ConfigMap
 	Corefile         string // -conf, else -corefile: where the rendered Corefile is written for operators to read
+	CorefileFlag     string // the flag that named Corefile: "conf", or "corefile" when -conf was not given
 	KubeDNSConfigDir string // -kubednscm: the kube-dns ConfigMap directory ("" = /etc/kube-dns when it exists)
 	UpstreamSvc      string // -upstreamsvc: Service whose ClusterIP fills __PILLAR__CLUSTER__DNS__
 
@@ -106,8 +108,8 @@ type raw struct {
 	reloadWithSignal, quiet bool
 }
 
-// Parse parses args (without the program name). Errors are one line naming the flag and the bad value; usage is
-// written to usage only for -h.
+// Parse parses args (without the program name). Errors are one line naming the flag and the bad value; the usage
+// (a synopsis, then every flag) is written to usage only for -h and -help.
 func Parse(args []string, usage io.Writer) (*Options, error) {
 	o := &Options{}
 	var r raw
@@ -115,7 +117,7 @@ func Parse(args []string, usage io.Writer) (*Options, error) {
 	fs := flag.NewFlagSet("nodelocaldns", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 
-	fs.StringVar(&r.localIP, "localip", "", "comma-separated IP addresses to listen on; IPv4 and IPv6 may be mixed")
+	fs.StringVar(&r.localIP, "localip", "", "(required) comma-separated IP addresses to listen on; IPv4 and IPv6 may be mixed")
 	fs.BoolVar(&o.SetupInterface, "setupinterface", true, "create and maintain the interface holding the listen IPs")
 	fs.StringVar(&o.InterfaceName, "interfacename", DefaultInterfaceName, "name of the interface holding the listen IPs")
 	// node-cache's -setupiptables keeps its meaning (steer DNS traffic past conntrack) and now governs the nftables
@@ -159,6 +161,9 @@ func Parse(args []string, usage io.Writer) (*Options, error) {
 
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(usage, "Usage: nodelocaldns -localip IP[,IP...] [flags]\n"+
+				"       nodelocaldns -version | -plugins | -print-rules -localip IP[,IP...] | -teardown | -probe PATH -health-socket PATH\n"+
+				"Flags (single or double dash):\n")
 			fs.SetOutput(usage)
 			fs.PrintDefaults()
 			return nil, ErrHelp
@@ -208,7 +213,7 @@ func (r *raw) finish(o *Options) error {
 	}
 	var err error
 	o.SyncInterval = time.Duration(r.syncInterval)
-	if o.DNSPort, err = parsePort("dns.port", r.dnsPort); err != nil {
+	if o.DNSPort, err = parsePort("dns.port (-p)", r.dnsPort); err != nil {
 		return err
 	}
 	if o.HealthPort, err = parsePort("health-port", r.healthPort); err != nil {
@@ -227,8 +232,9 @@ func (r *raw) finish(o *Options) error {
 		return fmt.Errorf("invalid value %v for flag -fallback-lease: want at least 3 times -syncinterval (%v), so that a pass renews it in time",
 			o.FallbackLease, o.SyncInterval)
 	}
+	o.CorefileFlag = "conf"
 	if o.Corefile = r.conf; o.Corefile == "" {
-		o.Corefile = r.corefile
+		o.Corefile, o.CorefileFlag = r.corefile, "corefile"
 	}
 	switch r.logLevel {
 	case "debug", "info", "warn", "error":
@@ -249,6 +255,16 @@ func (r *raw) finish(o *Options) error {
 		}
 	}
 	if err := validateTaintKey(o.StartupTaint); err != nil {
+		return err
+	}
+	for _, l := range []struct{ flag, v string }{
+		{"metrics-listen-address", o.MetricsListenAddress}, {"prometheus-listen-address", o.PrometheusListenAddress},
+	} {
+		if err := validateListenAddress(l.flag, l.v); err != nil {
+			return err
+		}
+	}
+	if err := validateServiceName(o.UpstreamSvc); err != nil {
 		return err
 	}
 	// -version, -plugins, -teardown and -probe need no listen address (node-cache refuses -version without
@@ -354,4 +370,35 @@ func parseKubeDNSIPs(v string) ([]netip.Addr, error) {
 		ips = append(ips, ip)
 	}
 	return ips, nil
+}
+
+// validateListenAddress: host:port as net.Listen takes it, the host empty (every address), an IP or a name, the
+// port a number (0: any free port).
+func validateListenAddress(flagName, v string) error {
+	host, port, err := net.SplitHostPort(v)
+	if err == nil {
+		var p uint64
+		if _, serr := fmt.Sscan(port, &p); serr != nil || fmt.Sprint(p) != port || p > 65535 {
+			err = fmt.Errorf("port %q is not a number 0-65535", port)
+		} else if strings.ContainsAny(host, " /") {
+			err = fmt.Errorf("host %q is neither an IP address nor a name", host)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("invalid value %q for flag -%s: want host:port (:9253, 0.0.0.0:9353): %v", v, flagName, strings.TrimPrefix(err.Error(), "address "+v+": "))
+	}
+	return nil
+}
+
+// validateServiceName: -upstreamsvc names a Service, whose name is a DNS-1035 label (its environment variable,
+// <NAME>_SERVICE_HOST, is made from it).
+func validateServiceName(v string) error {
+	ok := len(v) > 0 && len(v) <= 63 && v[0] >= 'a' && v[0] <= 'z' && v[len(v)-1] != '-'
+	for _, c := range v {
+		ok = ok && (c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-')
+	}
+	if !ok {
+		return fmt.Errorf("invalid value %q for flag -upstreamsvc: want a Service's name (lowercase letters, digits and '-', starting with a letter, at most 63)", v)
+	}
+	return nil
 }

@@ -45,7 +45,7 @@ type registry interface {
 // linkManager is the shared interface ([*link.Manager]).
 type linkManager interface {
 	Ensure(link.Spec) ([]string, error)
-	Remove(name string) error
+	Remove(name string) (removed bool, err error)
 	Kind() string
 }
 
@@ -350,12 +350,17 @@ func (n *node) leave(keepLink bool, drain time.Duration) (othersRemain bool, err
 		n.log.Info("an instance registered while we drained; leaving the interface to it")
 		return true, errors.Join(errs...)
 	}
-	if err := n.links.Remove(n.ifname); errors.Is(err, link.ErrNotOurs) {
+	removed, err := n.links.Remove(n.ifname)
+	if errors.Is(err, link.ErrNotOurs) {
 		// node-cache's own interface (a rollback), or one an earlier version made: not ours to remove.
 		n.log.Info("last instance out; left the interface in place: we did not create it", zap.String("interface", n.ifname), zap.Error(err))
 		return false, errors.Join(errs...)
 	} else if err != nil {
 		errs = append(errs, fmt.Errorf("interface %q left in place: %w", n.ifname, err))
+		return false, errors.Join(errs...)
+	}
+	if !removed {
+		n.log.Info("last instance out; no interface to remove", zap.String("interface", n.ifname))
 		return false, errors.Join(errs...)
 	}
 	n.log.Info("last instance out; removed the interface", zap.String("interface", n.ifname), zap.Duration("elapsed", time.Since(t)))

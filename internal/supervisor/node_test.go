@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 	"golang.org/x/sys/unix"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/link"
@@ -145,19 +147,19 @@ func (l *fakeLinks) Ensure(s link.Spec) ([]string, error) {
 	return changes, nil
 }
 
-func (l *fakeLinks) Remove(name string) error {
+func (l *fakeLinks) Remove(name string) (bool, error) {
 	if l.step != nil {
 		l.step("remove link")
 	}
 	if l.k.removeErr != nil {
-		return fmt.Errorf("delete link %q: %w", name, l.k.removeErr)
+		return false, fmt.Errorf("delete link %q: %w", name, l.k.removeErr)
 	}
 	if !l.k.link {
-		return nil // as link.Manager: an absent interface is removed already
+		return false, nil // as link.Manager: an absent interface is removed already
 	}
 	l.k.link, l.k.addrs = false, nil
 	l.k.removals++
-	return nil
+	return true, nil
 }
 
 func (l *fakeLinks) Kind() string { return "fake" }
@@ -479,6 +481,38 @@ func TestTeardownReportsTheInterfaceItCouldNotRemove(t *testing.T) {
 	if err := teardown(td(), fb); err != nil || k.link || fb.listing != "" || fb.deletedLive != 0 {
 		t.Fatalf("teardown = %v with link %v, fallback %q, %d deleted while redirecting; want both removed, the fallback stopped first",
 			err, k.link, fb.listing, fb.deletedLive)
+	}
+}
+
+// -teardown says what it did to the interface: removed the one there was, or found none (on a node where nothing
+// of ours is left it must not claim a removal).
+func TestTeardownSaysWhetherThereWasAnInterface(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		present bool
+		want    string
+	}{
+		{"present", true, "last instance out; removed the interface"},
+		{"absent", false, "last instance out; no interface to remove"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := newFakeKernel()
+			if tc.present {
+				k.link, k.addrs = true, addrs("169.254.20.10")
+			}
+			core, logs := observer.New(zap.InfoLevel)
+			n := &node{log: zap.New(core), m: testMetrics(t), reg: &fakeReg{k: k}, links: &fakeLinks{k: k}, ifname: "nodelocaldns"}
+			if err := teardown(n, &fakeFallbackTable{}); err != nil || k.link {
+				t.Fatalf("teardown = %v with link %v; want nil and no link", err, k.link)
+			}
+			var said []string
+			for _, e := range logs.FilterMessageSnippet("interface").All() {
+				said = append(said, e.Message)
+			}
+			if !slices.Equal(said, []string{tc.want}) {
+				t.Errorf("interface lines %q, want [%q]", said, tc.want)
+			}
+		})
 	}
 }
 

@@ -22,9 +22,10 @@ checks each edit against what its value asks.
 {{- end -}}
 {{- $cf = replace "__PILLAR__DNS__DOMAIN__" $c.dnsDomain $cf -}}
 {{- $cf = replace ":53 {" (printf ":%d {" (int $c.port.number)) $cf -}}
-{{- /* Listen addresses: every -localip, or the wildcard where that is honoured (no host network). */ -}}
+{{- /* Listen addresses: every -localip, or the wildcard where that is honoured (no host network: on it a wildcard
+listener is not intercepted, so config.bindIp=false binds the addresses too, and NOTES says so). */ -}}
 {{- $bind := "0.0.0.0" -}}
-{{- if $c.bindIp -}}
+{{- if or $c.bindIp $hostNet -}}
 {{- $bind = join " " (include "nld.localIps" . | fromJsonArray) -}}
 {{- end -}}
 {{- $cf = replace "bind __PILLAR__LOCAL__DNS__ __PILLAR__DNS__SERVER__" (printf "bind %s" $bind) $cf -}}

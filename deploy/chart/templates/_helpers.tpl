@@ -1,6 +1,6 @@
 {{/*
-Names, labels and the values every template derives from. The objects themselves come from deploy/base (base/ in
-this chart): see _base.tpl.
+Names, labels and the values every template derives from. The objects themselves come from the kustomize base, base/ in
+this chart (deploy/base is a link to it, so that the chart holds no link, which helm warns about).
 */}}
 
 {{- define "nld.name" -}}
@@ -80,7 +80,7 @@ it is intercepted (host network and dnsServer set), as the standard manifest ord
 {{- define "nld.base" -}}
 {{- $o := .ctx.Files.Get (printf "base/%s" .file) | fromYaml -}}
 {{- if not $o.kind -}}
-{{- fail (printf "chart: base/%s is missing or not one object (the chart's base/ links to deploy/base)" .file) -}}
+{{- fail (printf "chart: base/%s is missing or not one object (the chart's base/ is the kustomize base, deploy/base)" .file) -}}
 {{- end -}}
 {{- $_ := set $o.metadata "name" .name -}}
 {{- $_ := set $o.metadata "namespace" .ctx.Release.Namespace -}}

@@ -7,8 +7,10 @@ Values this chart cannot honour fail the install here, each message naming its k
 {{- if not (has $c.commProtocol (list "force_tcp" "prefer_udp")) -}}
 {{- fail (printf "config.commProtocol: %q is not force_tcp or prefer_udp" $c.commProtocol) -}}
 {{- end -}}
-{{- if and (include "nld.hostNetwork" .) (not $c.bindIp) -}}
-{{- fail "config.bindIp: false (bind 0.0.0.0) cannot be honoured on the host network: nodelocaldns intercepts only addresses a listener is bound to (nodelocaldns_unbound_local_ip), and a wildcard listener on port 53 collides with any resolver the node runs. Remove the key, or use it with config.setupIptables=false (ciliumLocalRedirectPolicy)" -}}
+{{- /* config.bindIp: false (the community chart's default, bind 0.0.0.0) is taken as true on the host network, with
+a line in NOTES: a file that spells out that chart's default must install. */ -}}
+{{- if regexMatch "(^|/)k8s-dns-node-cache$" (toString .Values.image.repository) -}}
+{{- fail (printf "image.repository: %q is node-cache's image, which takes neither this chart's flags nor its probes; set image.repository (and image.tag) to the nodelocaldns image you built and pushed or loaded (README: Install), or leave both out for the default" .Values.image.repository) -}}
 {{- end -}}
 {{- if not (has $c.serveStale.mode (list "verify" "immediate")) -}}
 {{- fail (printf "config.serveStale.mode: %q is not verify or immediate" $c.serveStale.mode) -}}
