@@ -7,7 +7,7 @@ export GOFLAGS ?= -buildvcs=false
 # One build configuration for the binary, the tests and the image: static, and one build cache.
 export CGO_ENABLED = 0
 
-.PHONY: all build deps test test-unit test-race test-fuzz test-arm64 test-arm64-if-possible fuzz demo bench bench-nft bench-reconcile bench-configmap bench-serve clean
+.PHONY: all build deps test test-unit test-race test-fuzz test-arm64 test-arm64-if-possible fuzz demo bench bench-nft bench-reconcile bench-configmap bench-serve docs-pictures clean
 
 all: build
 
@@ -146,6 +146,12 @@ bench-configmap:
 bench-serve:
 	scripts/deps.sh bench
 	$(GO) run ./bench/serve
+
+# Every Mermaid block of docs/*.md rendered by the real renderer (mermaid-cli and Debian's chromium, installed on
+# first use) into out/pictures/, one PNG per block; fails naming each block that does not render. Not part of
+# `make test` (the chromium install is heavy): a docs change runs it.
+docs-pictures:
+	scripts/docs-pictures.sh
 
 clean:
 	rm -rf bin out

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -129,6 +130,71 @@ func TestEveryPackageHasARow(t *testing.T) {
 		}
 		if !rows[pkg] {
 			t.Errorf("%s: package %s is in the import graph but has no row in the parts table", doc, pkg)
+		}
+	}
+}
+
+// The house in docs/pictures.md: one node per floor, `fN["floor N...<br/>pkg · pkg<br/>pkg"]`, the packages
+// after the first line. The build and test tools stand beside it (the page says so), not in it.
+const pictures = "docs/pictures.md"
+
+var (
+	floorNode  = regexp.MustCompile(`^\s*f([0-9])\[/?"([^"]*)"`)
+	besideHome = []string{"archtest", "cmd/mkimage", "cmd/testsummary", "image", "image/imagetest", "nft/nfttest", "testenv"}
+)
+
+// TestPicturesHouse: the house drawn in docs/pictures.md holds every package of the agent, once, and each
+// imports only from floors below its own.
+func TestPicturesHouse(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(root, pictures))
+	if err != nil {
+		t.Fatal(err)
+	}
+	floor := map[string]int{}
+	for _, line := range strings.Split(string(b), "\n") {
+		m := floorNode.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		n := int(m[1][0] - '0')
+		_, rooms, _ := strings.Cut(m[2], "<br/>")
+		for _, pkg := range strings.FieldsFunc(rooms, func(r rune) bool { return r == '·' }) {
+			for _, p := range strings.Split(pkg, "<br/>") {
+				if p = strings.TrimSpace(p); p == "" {
+					continue
+				}
+				if f, dup := floor[p]; dup {
+					t.Errorf("%s: %s is on floors %d and %d", pictures, p, f, n)
+				}
+				floor[p] = n
+			}
+		}
+	}
+	if len(floor) == 0 {
+		t.Fatalf("%s draws no house (no node like f0[\"floor 0...<br/>pkg · pkg\"])", pictures)
+	}
+	imports := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(graph(t)), "\n") {
+		pkg, deps, _ := strings.Cut(line, "->")
+		imports[strings.TrimSpace(pkg)] = strings.Fields(deps)
+	}
+	for pkg := range floor {
+		if _, ok := imports[pkg]; !ok {
+			t.Errorf("%s: the house has %s, which is no package", pictures, pkg)
+		}
+	}
+	for pkg, deps := range imports {
+		f, ok := floor[pkg]
+		if !ok {
+			if !slices.Contains(besideHome, pkg) {
+				t.Errorf("%s: package %s is in no floor of the house", pictures, pkg)
+			}
+			continue
+		}
+		for _, d := range deps {
+			if df, ok := floor[d]; ok && df >= f {
+				t.Errorf("%s: %s (floor %d) imports %s (floor %d): a floor imports only from below", pictures, pkg, f, d, df)
+			}
 		}
 	}
 }
