@@ -44,6 +44,7 @@ type node struct {
 	t *testing.T
 	*harness.Node
 	fam family
+	env []string // more environment for the agents, after (and so over) the service links below
 }
 
 func newNode(t *testing.T) *node {
@@ -81,7 +82,7 @@ func (n *node) startCorefile(localips, corefile string, extra ...string) *harnes
 	return harness.Start(n.t, harness.Config{
 		Args:         args,
 		BaseCorefile: corefile,
-		Env:          []string{"KUBE_DNS_UPSTREAM_SERVICE_HOST=" + n.fam.upstreamClusterIP, "KUBE_DNS_SERVICE_HOST=" + n.fam.clusterIP},
+		Env:          append([]string{"KUBE_DNS_UPSTREAM_SERVICE_HOST=" + n.fam.upstreamClusterIP, "KUBE_DNS_SERVICE_HOST=" + n.fam.clusterIP}, n.env...),
 		Stderr:       stderr,
 	})
 }
