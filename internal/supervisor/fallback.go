@@ -27,6 +27,8 @@ import (
 type fallbackTable interface {
 	Apply(*nft.Fallback) error
 	InSync(*nft.Fallback) (bool, error)
+	Stamp() (nft.FallbackStamp, bool, error)
+	Covers(*nft.Fallback) (bool, error)
 	Lease() (time.Duration, bool, error)
 	Stop() (bool, error)
 	Delete() (bool, error)
@@ -257,6 +259,7 @@ type fallback struct {
 	lease   time.Duration
 	said    string // the last decision logged
 	skipped []netip.AddrPort
+	newer   int // the generation of the newer version's table this instance stands back for (0: none), logged once
 }
 
 // newFallback prepares the fallback keeper for this instance's vote (fallbackVote); a vote of none says why,
@@ -309,28 +312,59 @@ func (f *fallback) ensure(ins []nft.Instance) (string, error) {
 		}
 	}
 	ok, err := f.table.InSync(want)
+	back := false
 	if err == nil && !ok {
+		back, err = f.standBack(want)
+	}
+	switch {
+	case err != nil:
+	case back:
+		err = f.renewAt(want, f.lease/4)
+	case !ok:
+		f.newer = 0
 		err = f.table.Apply(want)
-	} else if err == nil {
-		err = f.renew(want)
+	default:
+		err = f.renewAt(want, f.lease/2)
 	}
 	if err != nil {
 		return "", fmt.Errorf("link-local fallback: %w", err)
 	}
 	covered = len(f.vote) > 0 && len(want.Skipped) == 0
-	if ok {
+	if ok || back {
 		return "", nil
 	}
 	return fmt.Sprintf("fallback table for %v towards %v (lease %v)", want.Covered(), d.spec.Targets, f.lease), nil
 }
 
-// renew writes the table again, in sync as it is, once less than half of this instance's lease is left on some
-// pair: every pair then starts a new lease. Instances of other -fallback-lease values do not fight over it (the
-// content does not name the lease): the one with the longer lease renews more often, the other finds enough
-// left. A renewal is no repair; it is logged at debug level only.
-func (f *fallback) renew(want *nft.Fallback) error {
+// standBack reports whether the kernel's table, out of sync with want, is a later version's writing of the same
+// decision (its stamp's generation is higher, its targets and covered pairs are want's): that version's rules
+// stand, and this instance does not write them back to its own (fallback_stamp.go in internal/nft).
+func (f *fallback) standBack(want *nft.Fallback) (bool, error) {
+	stamp, found, err := f.table.Stamp()
+	if err != nil || !found || !stamp.Newer() || !stamp.SameDecision(want) {
+		return false, err
+	}
+	same, err := f.table.Covers(want)
+	if err != nil || !same {
+		return false, err
+	}
+	if f.newer != stamp.Generation {
+		f.newer = stamp.Generation
+		f.log.Info("a later version's link-local fallback table is in place, for the same decision: left to it",
+			zap.Stringer("stamp", stamp), zap.Stringer("ours", want.Stamp))
+	}
+	return true, nil
+}
+
+// renewAt writes the table again (ours: want) once less than threshold is left of the lease on some pair:
+// every pair then starts a new lease. In sync, at half of this instance's lease. Instances of other
+// -fallback-lease values do not fight over it (the content does not name the lease): the one with the longer
+// lease renews more often, the other finds enough left. Standing back for a later version's table, at a
+// quarter: while that version runs it renews at half, first; once it is gone (a rollback), this one takes the
+// table back before the lease runs out. A renewal is no repair; it is logged at debug level only.
+func (f *fallback) renewAt(want *nft.Fallback, threshold time.Duration) error {
 	left, any, err := f.table.Lease()
-	if err != nil || !any || left >= f.lease/2 {
+	if err != nil || !any || left >= threshold {
 		return err
 	}
 	if err := f.table.Apply(want); err != nil {

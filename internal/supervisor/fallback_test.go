@@ -21,6 +21,8 @@ import (
 // listing of what was applied ("" when there is no table), and counts writes.
 type fakeFallbackTable struct {
 	listing string
+	stamp   nft.FallbackStamp // what the table says of its writer
+	covered []netip.AddrPort  // its covered pairs
 	writes  int
 	stopped bool          // Stop ran since the table was last written
 	left    time.Duration // what is left of the lease (the test lets time pass by lowering it)
@@ -31,8 +33,17 @@ type fakeFallbackTable struct {
 
 func (k *fakeFallbackTable) Apply(f *nft.Fallback) error {
 	k.listing, k.stopped, k.left = f.String(), false, f.Sets[0].Timeout
+	k.stamp, k.covered = f.Stamp, f.Covered()
 	k.writes++
 	return nil
+}
+
+func (k *fakeFallbackTable) Stamp() (nft.FallbackStamp, bool, error) {
+	return k.stamp, k.listing != "", nil
+}
+
+func (k *fakeFallbackTable) Covers(f *nft.Fallback) (bool, error) {
+	return k.listing != "" && slices.Equal(k.covered, f.Covered()), nil
 }
 
 func (k *fakeFallbackTable) InSync(f *nft.Fallback) (bool, error) {
@@ -241,6 +252,50 @@ func TestFallbackKeepsTheDecision(t *testing.T) {
 	if v := failOpenLinkLocal(m); v != 0 {
 		t.Errorf("with an uncovered local IP, fail_open{path=link-local} = %v, want 0", v)
 	}
+}
+
+// TestFallbackStandsBackForALaterVersion: a table a later version wrote for the same decision (other rules, a
+// higher generation in its stamp, the same targets and pairs) is left to it, renewed only once a quarter of
+// the lease is left (that version, while it runs, renews it at half); an earlier version's table, or a later
+// one's for another decision, is replaced at once.
+func TestFallbackStandsBackForALaterVersion(t *testing.T) {
+	k := &fakeFallbackTable{}
+	f, _ := newTestFallback(t, k, "10.96.0.10:53")
+	self := []nft.Instance{instance("nodelocaldns", "10.96.0.10:53", "169.254.20.10", "10.96.0.10")}
+	step := func(what string, wantWrite bool) {
+		t.Helper()
+		before := k.writes
+		if _, err := f.ensure(self); err != nil {
+			t.Fatalf("%s: ensure: %v", what, err)
+		}
+		if wrote := k.writes > before; wrote != wantWrite {
+			t.Errorf("%s: wrote %v, want %v", what, wrote, wantWrite)
+		}
+	}
+	step("first pass", true)
+	ours := k.stamp
+	later := func(targets ...string) {
+		k.listing += "# a later version's rules\n"
+		k.stamp = nft.FallbackStamp{Generation: ours.Generation + 1, Targets: addrs(targets...)}
+	}
+	later("10.96.0.10")
+	step("a later version's table for the same decision", false)
+	step("again, under churn", false)
+	k.left = testLease/2 - time.Second
+	step("half the lease gone: the later version renews it, not this one", false)
+	k.left = testLease/4 - time.Second
+	step("a quarter left: the later version is gone, this one takes it back", true)
+	if k.stamp.Generation != ours.Generation {
+		t.Errorf("the table is of generation %d, want ours, %d", k.stamp.Generation, ours.Generation)
+	}
+	later("10.96.0.20")
+	step("a later version's table towards another target", true)
+	later("10.96.0.10")
+	k.covered = nil
+	step("a later version's table covering other pairs", true)
+	k.listing += "# an earlier version's rules\n"
+	k.stamp.Generation = ours.Generation - 1
+	step("an earlier version's table", true)
 }
 
 // TestFallbackVote: where the kube-dns ClusterIP comes from, why an instance wants no fallback, and where

@@ -45,6 +45,7 @@ type node struct {
 	*harness.Node
 	fam family
 	env []string // more environment for the agents, after (and so over) the service links below
+	bin string   // the agents' binary; "" = harness.Binary's
 }
 
 func newNode(t *testing.T) *node {
@@ -80,6 +81,7 @@ func (n *node) startCorefile(localips, corefile string, extra ...string) *harnes
 		stderr = os.Stderr
 	}
 	return harness.Start(n.t, harness.Config{
+		Bin:          n.bin,
 		Args:         args,
 		BaseCorefile: corefile,
 		Env:          append([]string{"KUBE_DNS_UPSTREAM_SERVICE_HOST=" + n.fam.upstreamClusterIP, "KUBE_DNS_SERVICE_HOST=" + n.fam.clusterIP}, n.env...),
