@@ -14,6 +14,7 @@ var envKnobs = []struct{ name, usage string }{
 	{tuningEnv, "off: leave the Go runtime's GC and memory-limit settings at Go's defaults (default on)"},
 	{nodeNameEnv, "the node's name (the downward API's spec.nodeName), for -startup-taint"},
 	{"<UPSTREAMSVC>_SERVICE_HOST", "the ClusterIP of the -upstreamsvc Service (KUBE_DNS_SERVICE_HOST for kube-dns), set by the kubelet; fills __PILLAR__CLUSTER__DNS__"},
+	{"KUBE_DNS_SERVICE_HOST", "the kube-dns ClusterIP, set by the kubelet: where the link-local fallback sends queries when -kube-dns-ip is not given and -localip names no other ClusterIP of its family (a disagreement is a warning, and -localip's is taken)"},
 }
 
 func writeEnvUsage(w io.Writer) {

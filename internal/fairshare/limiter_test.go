@@ -100,3 +100,117 @@ func TestLimiterUnderContention(t *testing.T) {
 		t.Errorf("in flight %d, waiting %d, sources %d after everything ended; want 0", in, w, s)
 	}
 }
+
+// acquireAsync starts an acquire for src and returns where its result arrives.
+func acquireAsync(l *limiter, src string) chan bool {
+	got := make(chan bool, 1)
+	go func() { got <- l.acquire(context.Background(), src) }()
+	return got
+}
+
+// Many flooding addresses in two prefixes hold the whole bound; a third prefix's source, asking three at a
+// time, waits for each (it is not refused, as it was when each of the flood's forty addresses was a client
+// like it) and gets the next three slots given back, while the flood's next queries are refused.
+func TestLimiterSharesByPrefix(t *testing.T) {
+	l := newLimiter(10, 5*time.Second)
+	ctx := context.Background()
+	var held []string
+	for i := range 40 {
+		src := fmt.Sprintf("10.1.%d.%d", i%2, 1+i)
+		if l.acquire(ctx, src) {
+			held = append(held, src)
+		}
+	}
+	if len(held) != 10 {
+		t.Fatalf("the flood holds %d slots, want the whole bound of 10", len(held))
+	}
+	var got []chan bool
+	for range 3 {
+		got = append(got, acquireAsync(l, "198.18.0.2"))
+	}
+	waitFor(t, l, 3)
+	for i := range 5 {
+		if l.acquire(ctx, fmt.Sprintf("10.1.%d.%d", i%2, 100+i)) {
+			t.Fatal("a flooding prefix over its share got a slot while another waits")
+		}
+	}
+	for i := range 3 {
+		l.release(held[i])
+	}
+	for i := range 3 {
+		if !<-got[i] {
+			t.Fatalf("one of the victim's queries was refused")
+		}
+	}
+	if in, w, _ := l.inFlight(); in != 10 || w != 0 {
+		t.Errorf("in flight %d, waiting %d; want 10, 0", in, w)
+	}
+}
+
+// Within one prefix (pods of one node), addresses share as clients did before prefixes: the heavy one's next
+// query is refused, the light one's waits and gets the slot given back.
+func TestLimiterSharesWithinAPrefix(t *testing.T) {
+	l := newLimiter(4, time.Second)
+	ctx := context.Background()
+	for range 4 {
+		if !l.acquire(ctx, "10.244.1.7") {
+			t.Fatal("a lone source was refused")
+		}
+	}
+	got := acquireAsync(l, "10.244.1.8")
+	waitFor(t, l, 1)
+	if l.acquire(ctx, "10.244.1.7") {
+		t.Fatal("the heavy address got a fifth slot while its neighbour waits")
+	}
+	l.release("10.244.1.7")
+	if !<-got {
+		t.Fatal("the light address was refused")
+	}
+}
+
+// With every waiting place taken, a source that may wait takes the place of the newest waiter of the group
+// that holds and waits for the most: that one is refused, the light one waits.
+func TestLimiterLightSourceTakesAHeavyWaitersPlace(t *testing.T) {
+	l := newLimiter(10, 5*time.Second)
+	ctx := context.Background()
+	for range 10 {
+		l.acquire(ctx, "10.0.0.1") // A holds the bound
+	}
+	var heavy []chan bool
+	for range 5 {
+		heavy = append(heavy, acquireAsync(l, "10.0.1.1")) // B: 2 groups, share 5
+		waitFor(t, l, len(heavy))
+	}
+	for i := range 3 {
+		acquireAsync(l, "10.0.2.1") // C: 3 groups, share 3
+		waitFor(t, l, 6+i)
+	}
+	for i := range 2 {
+		acquireAsync(l, "10.0.3.1") // D: 4 groups, share 2
+		waitFor(t, l, 9+i)
+	}
+	light := acquireAsync(l, "10.0.4.1") // E: the waiting places are all taken
+	select {
+	case ok := <-heavy[4]:
+		if ok {
+			t.Fatal("B's newest waiter got a slot")
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("no waiter of the heaviest group was refused to make room")
+	}
+	if _, w, _ := l.inFlight(); w != 10 {
+		t.Errorf("%d waiting, want 10 (E in B's newest place)", w)
+	}
+	// B, C, D and E all hold nothing: the slots given back go to each in turn, the oldest waiter first.
+	for range 4 {
+		l.release("10.0.0.1")
+	}
+	select {
+	case ok := <-light:
+		if !ok {
+			t.Fatal("E was refused")
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("E did not get one of the four slots given back")
+	}
+}

@@ -65,6 +65,9 @@ type Fallback struct {
 	Chains []Chain[FallbackRule]
 	// Skipped are the pairs the table cannot cover (a family no target has).
 	Skipped []netip.AddrPort
+	// Stamp says which generation of these rules the table is, and towards which targets: the first rule's
+	// comment (fallback_stamp.go).
+	Stamp FallbackStamp
 }
 
 // Covered are the pairs the table falls back for, sorted.
@@ -80,9 +83,6 @@ func (f *Fallback) Covered() []netip.AddrPort {
 type FallbackRule []stmt
 
 func (r FallbackRule) String() string { return stmtsText(r) }
-
-// userData is none: the fallback's rules carry no comment.
-func (r FallbackRule) userData() []byte { return nil }
 
 // Validate reports the first reason the spec cannot be programmed.
 func (s FallbackSpec) Validate() error {
@@ -132,11 +132,12 @@ func (s FallbackSpec) target(ip netip.Addr) (netip.Addr, bool) {
 // a target gets its set and its rules (IPv4 first); a spec with no pair to cover builds them with empty sets,
 // which steer nothing.
 func BuildFallback(s FallbackSpec) *Fallback {
-	f := &Fallback{}
 	var pods, hosts, masq, replies []FallbackRule
 	targets := slices.Clone(s.Targets)
 	slices.SortFunc(targets, netip.Addr.Compare)
-	for _, target := range slices.Compact(targets) {
+	targets = slices.Compact(targets)
+	f := &Fallback{Stamp: FallbackStamp{Generation: fallbackGeneration, Targets: targets}}
+	for _, target := range targets {
 		set := Set{Name: SetCovered4, Concat: true, Timeout: s.Lease}
 		if target.Is6() {
 			set.Name, set.IPv6 = SetCovered6, true
@@ -154,11 +155,18 @@ func BuildFallback(s FallbackSpec) *Fallback {
 		for _, p := range []Proto{ProtoUDP, ProtoTCP} {
 			rewrite := FallbackRule{inPairs(target, DirTo, DirTo, p, set.Name), tracked(), counter(), setAddr(DirTo, target)}
 			pods, hosts = append(pods, rewrite), append(hosts, rewrite)
-			masq = append(masq, FallbackRule{inPairs(target, DirFrom, DirTo, p, set.Name), masquerade()})
+			m := FallbackRule{inPairs(target, DirFrom, DirTo, p, set.Name), masquerade()}
+			if masqueradeCounted {
+				m = FallbackRule{m[0], counter(), m[1]}
+			}
+			masq = append(masq, m)
 			for _, port := range ports {
 				replies = append(replies, FallbackRule{ctDirection(ctReply), matchAddr(DirFrom, target), matchPort(p, DirFrom, port), setAddrToOriginal(target)})
 			}
 		}
+	}
+	if len(pods) > 0 {
+		pods[0] = append(slices.Clone(pods[0]), commentStmt(f.Stamp.String()))
 	}
 	for _, p := range sortedPairs(s.Covered) {
 		if _, ok := s.target(p.Addr()); !ok {

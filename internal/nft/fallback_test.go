@@ -1,9 +1,13 @@
 package nft
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
 	"net/netip"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -129,5 +133,43 @@ func TestNftDuration(t *testing.T) {
 		if got := nftDuration(d); got != want {
 			t.Errorf("nftDuration(%v) = %q, want %q", d, got, want)
 		}
+	}
+}
+
+// TestFallbackGenerationPinsTheRules: the rules of every fallback case, stamp aside, are those pinned for this
+// build's generation. A change to BuildFallback's rules fails here until fallbackGeneration is bumped and the
+// new rules pinned: otherwise two versions of the same generation and different rules would rewrite each
+// other's table for ever (fallback_stamp.go).
+func TestFallbackGenerationPinsTheRules(t *testing.T) {
+	pinned := map[int]string{
+		1: "7613192a2ab120e6",
+		2: "e8cc6c52c27f201f", // fallback_generation_next.go's: the convergence test's build
+	}
+	h := sha256.New()
+	for _, tc := range fallbackCases {
+		f := BuildFallback(tc.spec)
+		if !strings.Contains(f.String(), fmt.Sprintf("%q", f.Stamp.String())) {
+			t.Errorf("%s: the table does not carry its stamp %q", tc.name, f.Stamp)
+		}
+		h.Write([]byte(strings.ReplaceAll(f.String(), fmt.Sprintf(" comment %q", f.Stamp.String()), "")))
+	}
+	if got := hex.EncodeToString(h.Sum(nil))[:16]; got != pinned[fallbackGeneration] {
+		t.Errorf("the fallback's rules are not those pinned for generation %d (sha256 %s): bump fallbackGeneration in fallback_generation.go and pin the new rules here",
+			fallbackGeneration, got)
+	}
+}
+
+func TestFallbackStampRoundTrip(t *testing.T) {
+	f := BuildFallback(fallbackCases[len(fallbackCases)-1].spec)
+	s, ok := parseStamp(f.Stamp.String())
+	if !ok || s.Generation != fallbackGeneration || !s.SameDecision(f) || s.Newer() {
+		t.Errorf("stamp %q read back as %+v (ok %v)", f.Stamp, s, ok)
+	}
+	if _, ok := parseStamp("nodelocaldns-fallback generation x towards 10.96.0.10"); ok {
+		t.Error("a stamp with no number was read")
+	}
+	newer := FallbackStamp{Generation: fallbackGeneration + 1, Targets: f.Stamp.Targets}
+	if !newer.Newer() {
+		t.Error("a later generation is not newer")
 	}
 }

@@ -45,8 +45,8 @@ type Options struct {
 	// no Service backs to the kube-dns ClusterIP while nothing takes them.
 	LinkLocalFallback bool
 	// KubeDNSIPs (-kube-dns-ip) are the kube-dns Service's ClusterIPs the fallback sends queries to, at most
-	// one per family (a dual-stack Service has two); empty: take them from $KUBE_DNS_SERVICE_HOST, else from
-	// -localip (the supervisor's fallbackVote).
+	// one per family (a dual-stack Service has two); empty: take them from -localip, or from
+	// $KUBE_DNS_SERVICE_HOST where -localip cannot contradict it (the supervisor's fallbackVote).
 	KubeDNSIPs []netip.Addr
 	// FallbackLease (-fallback-lease) is how long the fallback covers an address without a live instance
 	// renewing it.
@@ -151,7 +151,7 @@ func Parse(args []string, usage io.Writer) (*Options, error) {
 	fs.BoolVar(&r.printRules, "print-rules", false, "print the nftables ruleset for these flags and exit; touches nothing")
 	fs.BoolVar(&r.teardown, "teardown", false, "remove the interface and the link-local fallback an earlier run left behind (unless an instance is still running) and exit")
 	fs.BoolVar(&o.LinkLocalFallback, "linklocal-fallback", true, "while nothing listens, send queries to the local IPs no Service backs to the kube-dns ClusterIP (an nftables table that outlives the agent for at most -fallback-lease; -teardown removes it); false also removes one an earlier run left")
-	fs.StringVar(&r.kubeDNSIP, "kube-dns-ip", "", "the kube-dns Service's ClusterIP, where the link-local fallback sends queries; a dual-stack Service's two, comma-separated (default $KUBE_DNS_SERVICE_HOST, else the ClusterIP in -localip of each family)")
+	fs.StringVar(&r.kubeDNSIP, "kube-dns-ip", "", "the kube-dns Service's ClusterIP, where the link-local fallback sends queries; a dual-stack Service's two, comma-separated (default the ClusterIP in -localip of each family, else $KUBE_DNS_SERVICE_HOST, which never overrides -localip)")
 	fs.DurationVar(&o.FallbackLease, "fallback-lease", DefaultFallbackLease, "how long the link-local fallback outlives the last instance (renewed on the -syncinterval passes); at least 3 times -syncinterval, which a longer -syncinterval makes the default")
 	fs.BoolVar(&o.StepAside, "foreign-drop-step-aside", true, "while another table's drop on input or output certainly stops DNS to a local IP, leave that IP's queries to kube-dns instead of intercepting them (false: intercept anyway, as before)")
 	fs.StringVar(&r.logLevel, "log-level", "info", "log level: debug, info, warn or error")

@@ -21,6 +21,8 @@ import (
 // listing of what was applied ("" when there is no table), and counts writes.
 type fakeFallbackTable struct {
 	listing string
+	stamp   nft.FallbackStamp // what the table says of its writer
+	covered []netip.AddrPort  // its covered pairs
 	writes  int
 	stopped bool          // Stop ran since the table was last written
 	left    time.Duration // what is left of the lease (the test lets time pass by lowering it)
@@ -31,8 +33,17 @@ type fakeFallbackTable struct {
 
 func (k *fakeFallbackTable) Apply(f *nft.Fallback) error {
 	k.listing, k.stopped, k.left = f.String(), false, f.Sets[0].Timeout
+	k.stamp, k.covered = f.Stamp, f.Covered()
 	k.writes++
 	return nil
+}
+
+func (k *fakeFallbackTable) Stamp() (nft.FallbackStamp, bool, error) {
+	return k.stamp, k.listing != "", nil
+}
+
+func (k *fakeFallbackTable) Covers(f *nft.Fallback) (bool, error) {
+	return k.listing != "" && slices.Equal(k.covered, f.Covered()), nil
 }
 
 func (k *fakeFallbackTable) InSync(f *nft.Fallback) (bool, error) {
@@ -74,7 +85,7 @@ func newTestFallback(t *testing.T, k *fakeFallbackTable, vote string) (*fallback
 		t.Fatal(err)
 	}
 	o := &options.Options{SetupNftables: true, LinkLocalFallback: vote != "", DNSPort: 53, FallbackLease: testLease}
-	return newFallback(zaptest.NewLogger(t), m, k, o, votes(vote), "test"), m
+	return newFallback(zaptest.NewLogger(t), m, k, o, votes(vote), "test", nil), m
 }
 
 func failOpenLinkLocal(m *metrics.Metrics) float64 {
@@ -243,22 +254,85 @@ func TestFallbackKeepsTheDecision(t *testing.T) {
 	}
 }
 
-// TestFallbackVote: where the kube-dns ClusterIP comes from, and why an instance wants no fallback.
+// TestFallbackStandsBackForALaterVersion: a table a later version wrote for the same decision (other rules, a
+// higher generation in its stamp, the same targets and pairs) is left to it, renewed only once a quarter of
+// the lease is left (that version, while it runs, renews it at half); an earlier version's table, or a later
+// one's for another decision, is replaced at once.
+func TestFallbackStandsBackForALaterVersion(t *testing.T) {
+	k := &fakeFallbackTable{}
+	f, _ := newTestFallback(t, k, "10.96.0.10:53")
+	self := []nft.Instance{instance("nodelocaldns", "10.96.0.10:53", "169.254.20.10", "10.96.0.10")}
+	step := func(what string, wantWrite bool) {
+		t.Helper()
+		before := k.writes
+		if _, err := f.ensure(self); err != nil {
+			t.Fatalf("%s: ensure: %v", what, err)
+		}
+		if wrote := k.writes > before; wrote != wantWrite {
+			t.Errorf("%s: wrote %v, want %v", what, wrote, wantWrite)
+		}
+	}
+	step("first pass", true)
+	ours := k.stamp
+	later := func(targets ...string) {
+		k.listing += "# a later version's rules\n"
+		k.stamp = nft.FallbackStamp{Generation: ours.Generation + 1, Targets: addrs(targets...)}
+	}
+	later("10.96.0.10")
+	step("a later version's table for the same decision", false)
+	step("again, under churn", false)
+	k.left = testLease/2 - time.Second
+	step("half the lease gone: the later version renews it, not this one", false)
+	k.left = testLease/4 - time.Second
+	step("a quarter left: the later version is gone, this one takes it back", true)
+	if k.stamp.Generation != ours.Generation {
+		t.Errorf("the table is of generation %d, want ours, %d", k.stamp.Generation, ours.Generation)
+	}
+	later("10.96.0.20")
+	step("a later version's table towards another target", true)
+	later("10.96.0.10")
+	k.covered = nil
+	step("a later version's table covering other pairs", true)
+	k.listing += "# an earlier version's rules\n"
+	k.stamp.Generation = ours.Generation - 1
+	step("an earlier version's table", true)
+}
+
+// TestFallbackVote: where the kube-dns ClusterIP comes from, why an instance wants no fallback, and where
+// $KUBE_DNS_SERVICE_HOST is not taken: it never names a target beside the ClusterIP -localip intercepts (the
+// fallback would cover that ClusterIP and send it elsewhere).
 func TestFallbackVote(t *testing.T) {
 	for _, tc := range []struct {
 		name, flag, env, localip string
 		off                      bool
 		want, why                string // want "" : no vote
+		disagree                 string // "env taken from", space-separated, comma between disagreements
 	}{
 		{name: "from the environment", env: "10.96.0.10", want: "10.96.0.10:53", why: "$KUBE_DNS_SERVICE_HOST"},
-		{name: "the flag wins", flag: "10.96.0.20", env: "10.96.0.10", want: "10.96.0.20:53", why: "-kube-dns-ip"},
-		{name: "the environment before -localip", env: "10.96.0.10", localip: "169.254.20.10,10.43.0.10", want: "10.96.0.10:53", why: "$KUBE_DNS_SERVICE_HOST"},
+		{name: "the flag wins, and the environment's other word is said", flag: "10.96.0.20", env: "10.96.0.10", want: "10.96.0.20:53", why: "-kube-dns-ip",
+			disagree: "10.96.0.10 10.96.0.20 -kube-dns-ip"},
+		{name: "the environment agrees with -localip", env: "10.43.0.10", localip: "169.254.20.10,10.43.0.10", want: "10.43.0.10:53", why: "$KUBE_DNS_SERVICE_HOST"},
+		{name: "a stale environment: -localip's ClusterIP, and the disagreement said", env: "10.96.0.66", localip: "169.254.20.10,10.96.0.10",
+			want: "10.96.0.10:53", why: "-localip", disagree: "10.96.0.66 10.96.0.10 -localip"},
+		{name: "the environment names the link-local address: -localip's ClusterIP", env: "169.254.20.10", localip: "169.254.20.10,10.96.0.10",
+			want: "10.96.0.10:53", why: "-localip", disagree: "169.254.20.10 10.96.0.10 -localip"},
+		{name: "the environment names a link-local address, IPVS mode: nothing to fall back to", env: "169.254.20.11", localip: "169.254.20.10",
+			why: "names no one ClusterIP", disagree: "169.254.20.11 invalid IP -localip"},
 		{name: "no variable: -localip's ClusterIP (a DNS Service of another name)", localip: "169.254.20.10,10.43.0.10", want: "10.43.0.10:53", why: "-localip"},
 		{name: "no variable, IPVS mode's -localip", localip: "169.254.20.10", why: "KUBE_DNS_SERVICE_HOST is not set"},
+		{name: "IPVS mode's -localip: the environment, which nothing contradicts", env: "10.96.0.10", localip: "169.254.20.10", want: "10.96.0.10:53", why: "$KUBE_DNS_SERVICE_HOST"},
 		{name: "no variable, two ClusterIPs in -localip", localip: "169.254.20.10,10.43.0.10,10.43.0.11", why: "names no ClusterIP"},
+		{name: "a stale environment beside two ClusterIPs in -localip: neither is covered, no fallback", env: "10.96.0.66", localip: "169.254.20.10,10.43.0.10,10.43.0.11",
+			why: "names no one ClusterIP", disagree: "10.96.0.66 invalid IP -localip"},
 		{name: "not an address", env: "kube-dns", why: "is not an IP address"},
 		{name: "IPv6", env: "fd00:96::a", want: "[fd00:96::a]:53", why: "$KUBE_DNS_SERVICE_HOST"},
-		{name: "dual-stack flag", flag: "fd00:96::a,10.96.0.10", env: "10.96.0.20", want: "10.96.0.10:53,[fd00:96::a]:53", why: "-kube-dns-ip"},
+		{name: "IPv6, the environment agrees with -localip", env: "fd00:96::a", localip: "fd00::10,fd00:96::a", want: "[fd00:96::a]:53", why: "$KUBE_DNS_SERVICE_HOST"},
+		{name: "IPv6, a stale environment: -localip is ambiguous, no fallback", env: "fd00:96::66", localip: "fd00::10,fd00:96::a",
+			why: "names no one ClusterIP", disagree: "fd00:96::66 invalid IP -localip"},
+		{name: "IPv6 with only a ULA in -localip: the flag names the ClusterIP", flag: "fd00:96::a", env: "fd00:96::a", localip: "fd00::10",
+			want: "[fd00:96::a]:53", why: "-kube-dns-ip"},
+		{name: "dual-stack flag", flag: "fd00:96::a,10.96.0.10", env: "10.96.0.20", want: "10.96.0.10:53,[fd00:96::a]:53", why: "-kube-dns-ip",
+			disagree: "10.96.0.20 10.96.0.10 -kube-dns-ip"},
 		{name: "dual-stack: the environment's family, -localip's other", env: "10.96.0.10", localip: "169.254.20.10,fd00::10,fe80::10",
 			want: "10.96.0.10:53,[fd00::10]:53", why: "$KUBE_DNS_SERVICE_HOST and -localip"},
 		{name: "IPv6 -localip with a local address and a ClusterIP: ambiguous", localip: "fd00::10,fd00:96::a", why: "names no ClusterIP"},
@@ -274,7 +348,7 @@ func TestFallbackVote(t *testing.T) {
 			if tc.flag != "" {
 				o.KubeDNSIPs = addrs(strings.Split(tc.flag, ",")...)
 			}
-			vote, why := fallbackVote(o, func(k string) string {
+			vote, why, dis := fallbackVote(o, func(k string) string {
 				if k == kubeDNSEnv {
 					return tc.env
 				}
@@ -293,6 +367,24 @@ func TestFallbackVote(t *testing.T) {
 			}
 			if !strings.Contains(why, tc.why) {
 				t.Errorf("why %q, want it to say %q", why, tc.why)
+			}
+			var said []string
+			for _, d := range dis {
+				said = append(said, d.env.String()+" "+d.taken.String()+" "+d.from)
+			}
+			if got := strings.Join(said, ","); got != tc.disagree {
+				t.Errorf("disagreements %q, want %q", got, tc.disagree)
+			}
+			// Where the environment disagrees, it covers no address -localip may intercept as a ClusterIP.
+			if tc.flag == "" && len(dis) > 0 && len(vote) > 0 {
+				ins := []nft.Instance{{Table: "self", IPs: o.LocalIPs, Self: true, Voted: true, Fallbacks: vote}}
+				if d := decideFallback(ins, testLease); d.spec != nil {
+					for _, p := range nft.BuildFallback(*d.spec).Covered() {
+						if !p.Addr().IsLinkLocalUnicast() {
+							t.Errorf("the fallback covers %v, which -localip may intercept as a ClusterIP", p)
+						}
+					}
+				}
 			}
 		})
 	}

@@ -26,6 +26,9 @@ const (
 	resultError    = "error"
 )
 
+// reasonSubscribed is the trigger of the pass taken once the nftables watch has subscribed (kind nft).
+const reasonSubscribed = "nft:subscribed"
+
 // reconciler keeps the interface carrying what the live instances need, and the foreign-drop report fresh:
 // one pass per batch of triggers (internal/runner), each recomputing everything.
 type reconciler struct {
@@ -147,11 +150,14 @@ func (r *reconciler) start(ctx context.Context, wg *sync.WaitGroup, k *kernel) {
 
 func (r *reconciler) startWatchers(ctx context.Context, wg *sync.WaitGroup, k *kernel) {
 	// Our table cannot be tampered with; the nftables watch tells us of other tables changing (other
-	// instances registering or leaving, foreign drop policies) and of any change to the fallback table.
+	// instances registering or leaving, foreign drop policies) and of any change to the fallback table. A
+	// change made after the start-up's passes and before the watch joined the group sends no notification
+	// we can read: one pass once subscribed sees it (a resubscription after an overrun asks for one anyway).
 	if k.conn != nil {
 		wg.Go(func() {
 			err := nftwatch.Watch(ctx, r.log, func(reason string) { r.runner.Trigger("nft:" + reason) },
-				nftwatch.IgnoreConn(k.conn), nftwatch.Tables(k.conn.Table(), nft.FallbackTableName))
+				nftwatch.IgnoreConn(k.conn), nftwatch.Tables(k.conn.Table(), nft.FallbackTableName),
+				nftwatch.OnSubscribed(func() { r.runner.Trigger(reasonSubscribed) }))
 			if err != nil && ctx.Err() == nil {
 				r.log.Error("nftables watch stopped; relying on the periodic pass", zap.Error(err))
 			}

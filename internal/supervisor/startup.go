@@ -52,7 +52,7 @@ func (s *Supervisor) openKernel() error {
 	s.node = &node{log: s.log.Named("node"), m: s.m, reg: k.registry(), links: k.linkManager(), ifname: s.opts.InterfaceName, spec: s.spec}
 	tables, ours := k.foreignTables()
 	foreign := newForeignReport(s.log.Named("foreign"), s.m, tables, ours, s.spec, s.opts.StepAside)
-	fb := newFallback(s.log.Named("fallback"), s.m, k.fallbackTable(), s.opts, s.spec.Fallbacks, s.fallbackWhy)
+	fb := newFallback(s.log.Named("fallback"), s.m, k.fallbackTable(), s.opts, s.spec.Fallbacks, s.fallbackWhy, s.fallbackEnv)
 	s.reconcile = newReconciler(s.log.Named("reconcile"), s.m, s.opts.InterfaceName, s.opts.SyncInterval, s.node, fb, foreign)
 	s.node.quiesce = s.lastOut
 	return nil

@@ -105,6 +105,8 @@ type Supervisor struct {
 	dnsOpts   dnsserver.Options // how CoreDNS is embedded (the fast path)
 	// fallbackWhy says why spec.Fallbacks is empty: this instance wants no link-local fallback.
 	fallbackWhy string
+	// fallbackEnv is where $KUBE_DNS_SERVICE_HOST disagreed with the flags, to be logged once.
+	fallbackEnv []disagreement
 	reload      *reloader // ConfigMap changes and SIGUSR1 (reload.go); set by the coredns phase
 	dnsStop     sync.Once // stopDNS (shutdown.go)
 	dnsStopped  chan struct{}
@@ -137,7 +139,7 @@ func New(cfg Config) (*Supervisor, error) {
 		s.dnsOpts.FastPath = cfg.FastPath
 	}
 	s.spec = nft.Spec{LocalIPs: o.LocalIPs, DNSPort: o.DNSPort, HealthPort: o.HealthPort, NoInterception: !o.SetupNftables}
-	s.spec.Fallbacks, s.fallbackWhy = fallbackVote(o, cfg.Getenv)
+	s.spec.Fallbacks, s.fallbackWhy, s.fallbackEnv = fallbackVote(o, cfg.Getenv)
 	if err := s.spec.Validate(); err != nil {
 		return nil, err
 	}

@@ -83,6 +83,7 @@ type LogLine struct {
 
 // Config describes an agent to start.
 type Config struct {
+	Bin          string    // the binary; "" = Binary's
 	Args         []string  // flags; -basecorefile, -conf, -pidfile and -metrics-listen-address are added unless given
 	BaseCorefile string    // content of Corefile.base
 	Env          []string  // extra environment, e.g. KUBE_DNS_UPSTREAM_SERVICE_HOST=...
@@ -93,7 +94,10 @@ type Config struct {
 // Start starts the agent and returns at once; use WaitReady.
 func Start(t testing.TB, cfg Config) *Agent {
 	t.Helper()
-	bin := Binary(t)
+	bin := cfg.Bin
+	if bin == "" {
+		bin = Binary(t)
+	}
 	dir := cfg.Dir
 	if dir == "" {
 		dir = t.TempDir()

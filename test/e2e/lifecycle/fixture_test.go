@@ -44,6 +44,8 @@ type node struct {
 	t *testing.T
 	*harness.Node
 	fam family
+	env []string // more environment for the agents, after (and so over) the service links below
+	bin string   // the agents' binary; "" = harness.Binary's
 }
 
 func newNode(t *testing.T) *node {
@@ -79,9 +81,10 @@ func (n *node) startCorefile(localips, corefile string, extra ...string) *harnes
 		stderr = os.Stderr
 	}
 	return harness.Start(n.t, harness.Config{
+		Bin:          n.bin,
 		Args:         args,
 		BaseCorefile: corefile,
-		Env:          []string{"KUBE_DNS_UPSTREAM_SERVICE_HOST=" + n.fam.upstreamClusterIP, "KUBE_DNS_SERVICE_HOST=" + n.fam.clusterIP},
+		Env:          append([]string{"KUBE_DNS_UPSTREAM_SERVICE_HOST=" + n.fam.upstreamClusterIP, "KUBE_DNS_SERVICE_HOST=" + n.fam.clusterIP}, n.env...),
 		Stderr:       stderr,
 	})
 }
