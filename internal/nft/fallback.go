@@ -27,7 +27,7 @@ import (
 //	postrouting  100 host-masquerade  (type nat) the host's source is the local address itself, which every
 //	                                  node holds: masquerade it, or a kube-dns pod on another node answers
 //	                                  its own node
-//	input        101 host-reply       as pod-reply, after IPVS's own reply un-NAT (99)
+//	input        101 host-reply       as pod-reply, after IPVS's own reply un-NAT (98)
 //
 // "Taken" is "untracked": the fallback leaves alone every query that something before conntrack took
 // (`ct state != untracked`). So pods' queries go to an instance only while it serves and listens on the
