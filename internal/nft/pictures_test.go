@@ -1,7 +1,9 @@
 package nft
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
 	"os"
 	"regexp"
@@ -75,6 +77,11 @@ func picturedRulesets() (map[string]Chain[Rule], map[string]Chain[FallbackRule],
 func readPictures(t *testing.T) (blocks []string, lines []int) {
 	t.Helper()
 	b, err := os.ReadFile(picturesPath)
+	if errors.Is(err, fs.ErrNotExist) && os.Getenv("NODELOCALDNS_VM") == "1" {
+		// The kernel VM carries the test binaries and their testdata, not the docs: `go test ./internal/nft` on
+		// the host, in the same `make test-ci`, checks the pictures.
+		t.Skipf("%s is not in the kernel VM; the host's run checks it", picturesPath)
+	}
 	if err != nil {
 		t.Fatalf("read the pictures: %v", err)
 	}
