@@ -1,0 +1,389 @@
+package upstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// errNoConn says no connection to the upstream could be opened within the query's time.
+var errNoConn = errors.New("upstream: no connection")
+
+// pool holds one kind of flow (TCP or UDP) to one upstream address.
+type pool struct {
+	u      *Upstream
+	stream bool
+	netw   string
+	opts   Options
+
+	conns atomic.Pointer[[]*conn] // copy on write under mu
+	next  atomic.Uint32           // where pick starts scanning, so that ties do not all go to the first
+
+	mu      sync.Mutex
+	dialing int
+	ready   chan struct{} // closed (and replaced) when a connection is added
+	failed  chan struct{} // closed (and replaced) when a dial fails
+	renew   int           // connections waiting for a replacement before they drain
+	stopped bool
+	used    atomic.Int64 // unix nanoseconds of the last query
+	// hedges is the hedge budget, in thousandths of a hedge: each query earns hedgeEarn, a hedge costs
+	// hedgeCost, and the budget holds at most hedgeBurst. An upstream that is slow for everyone is not sent
+	// twice the load; one that is dead for some flows is hedged around.
+	hedges atomic.Int64
+}
+
+const (
+	hedgeEarn  = 100 // a hedge per ten queries
+	hedgeCost  = 1000
+	hedgeBurst = 50 * hedgeCost
+)
+
+// takeHedge spends one hedge from the budget, if there is one.
+func (p *pool) takeHedge() bool {
+	for {
+		h := p.hedges.Load()
+		if h < hedgeCost {
+			return false
+		}
+		if p.hedges.CompareAndSwap(h, h-hedgeCost) {
+			return true
+		}
+	}
+}
+
+// earnHedge adds one query's worth to the hedge budget.
+func (p *pool) earnHedge() {
+	if p.hedges.Load() < hedgeBurst {
+		p.hedges.Add(hedgeEarn)
+	}
+}
+
+func newPool(u *Upstream, stream bool, opts Options) *pool {
+	p := &pool{u: u, stream: stream, netw: "udp", opts: opts, ready: make(chan struct{}), failed: make(chan struct{})}
+	p.hedges.Store(hedgeBurst / 5)
+	if stream {
+		p.netw = "tcp"
+	}
+	p.conns.Store(&[]*conn{})
+	return p
+}
+
+// list is the pool's connections, live or draining.
+func (p *pool) list() []*conn { return *p.conns.Load() }
+
+// pick returns the live connection with the fewest queries in flight, skipping those in skip, or nil.
+func (p *pool) pick(skip []attempt) *conn {
+	cs := p.list()
+	var best *conn
+	start := int(p.next.Add(1))
+	for i := range cs {
+		c := cs[(start+i)%len(cs)]
+		if !c.live() || tried(skip, c) {
+			continue
+		}
+		if best == nil || c.inflight.Load() < best.inflight.Load() {
+			best = c
+		}
+	}
+	return best
+}
+
+func tried(as []attempt, c *conn) bool {
+	for _, a := range as {
+		if a.c == c {
+			return true
+		}
+	}
+	return false
+}
+
+// live counts the connections taking new queries.
+func (p *pool) live() int {
+	n := 0
+	for _, c := range p.list() {
+		if c.live() {
+			n++
+		}
+	}
+	return n
+}
+
+// fill starts dials until live plus dialing connections reach want (at most the pool's size plus its spare).
+func (p *pool) fill(want int) {
+	want = min(want, p.opts.Conns+spareConns)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped {
+		return
+	}
+	for n := p.live() + p.dialing; n < want; n++ {
+		p.dialing++
+		go p.dial()
+	}
+}
+
+// spareConns is how many connections beyond the pool's size a late query may open: a fresh flow reaches a
+// pod of kube-proxy's choosing, most likely another one than the silent connections are on.
+const spareConns = 2
+
+// dial opens one connection, bounded by the upstream's round trips, and adds it to the pool.
+func (p *pool) dial() {
+	bound := p.u.rtt.dialBound()
+	start := time.Now()
+	d := net.Dialer{Timeout: bound}
+	nc, err := d.Dial(p.netw, p.u.addr)
+	p.mu.Lock()
+	p.dialing--
+	if err != nil || p.stopped {
+		close(p.failed)
+		p.failed = make(chan struct{})
+		p.mu.Unlock()
+		if err == nil {
+			_ = nc.Close()
+		} else {
+			p.u.m.dialFailed(p.netw)
+		}
+		return
+	}
+	if p.stream {
+		// A TCP handshake is one round trip to the pod.
+		p.u.rtt.observe(time.Since(start))
+	}
+	c := newConn(p, nc)
+	cs := append(slices.Clone(p.list()), c)
+	p.conns.Store(&cs)
+	if p.renew > 0 {
+		// The new connection replaces the oldest one due: that one drains from now on.
+		for _, old := range cs {
+			if old.live() && old.renewing.Load() {
+				old.draining.Store(true)
+				p.renew--
+				go old.forget(0, nil) // closes it if nothing is in flight
+				break
+			}
+		}
+	}
+	close(p.ready)
+	p.ready = make(chan struct{})
+	p.mu.Unlock()
+	p.u.m.dialed(p.netw)
+	go c.read()
+}
+
+// due says the connection should be replaced: it is past its age, or has carried its share of queries (and is
+// old enough that renewing it does not turn into a connection per query).
+func (c *conn) due(now time.Time) bool {
+	if c.p.opts.MaxAge > 0 && now.After(c.renewAt) {
+		return true
+	}
+	return c.renewAfter > 0 && c.sent.Load() >= c.renewAfter && now.Sub(c.born) >= c.p.opts.MinAge
+}
+
+// replace opens a connection to replace one that is due; the old one drains once the new one is up.
+func (p *pool) replace() {
+	p.mu.Lock()
+	p.renew++
+	p.mu.Unlock()
+	p.fill(p.live() + 1)
+}
+
+// remove takes c out of the pool; a connection that died is replaced at once if the pool is in use.
+func (p *pool) remove(c *conn, died bool) {
+	p.mu.Lock()
+	cs := slices.DeleteFunc(slices.Clone(p.list()), func(x *conn) bool { return x == c })
+	p.conns.Store(&cs)
+	p.mu.Unlock()
+	if died {
+		p.u.m.died(p.netw)
+	}
+	if p.inUse() {
+		p.fill(p.opts.Conns)
+	}
+}
+
+// inUse says a query went through the pool within its expiry: an idle pool lets its connections go.
+func (p *pool) inUse() bool {
+	return time.Since(time.Unix(0, p.used.Load())) < p.opts.Expire
+}
+
+// conn returns a live connection not among skip, waiting (until deadline) for a dial if there is none.
+func (p *pool) conn(skip []attempt, deadline time.Time, t *time.Timer) (*conn, error) {
+	for {
+		if c := p.pick(skip); c != nil {
+			return c, nil
+		}
+		p.mu.Lock()
+		ready, failed := p.ready, p.failed
+		p.mu.Unlock()
+		p.fill(p.live() + 1)
+		wait := time.Until(deadline)
+		if wait <= 0 {
+			return nil, errNoConn
+		}
+		t.Reset(wait)
+		select {
+		case <-ready:
+		case <-failed:
+			if p.pick(skip) == nil && p.dialingNow() == 0 {
+				t.Stop()
+				return nil, fmt.Errorf("%w: dial %s %s failed", errNoConn, p.netw, p.u.addr)
+			}
+		case <-t.C:
+			return nil, errNoConn
+		}
+		t.Stop()
+	}
+}
+
+func (p *pool) dialingNow() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.dialing
+}
+
+// exchange sends q and waits for the first answer until deadline: hedged on another connection when it is late,
+// retried at once on another when the connection it waits on dies.
+func (p *pool) exchange(ctx context.Context, q *query, deadline time.Time) error {
+	p.used.Store(time.Now().UnixNano())
+	p.earnHedge()
+	if p.live() < p.opts.Conns {
+		p.fill(p.opts.Conns)
+	}
+	defer func() {
+		for _, a := range q.attempts[:q.n] {
+			a.c.forget(a.id, q)
+		}
+	}()
+	outstanding := 0
+	var err error
+	send := func(hedge bool) bool {
+		if q.n == maxAttempts {
+			return false
+		}
+		// A hedge or a retry waits for a new connection no longer than a dial may take.
+		wait := deadline
+		if hedge {
+			wait = time.Now().Add(p.u.rtt.dialBound())
+			if wait.After(deadline) {
+				wait = deadline
+			}
+		}
+		c, cerr := p.conn(q.attempts[:q.n], wait, q.timer)
+		if cerr != nil {
+			err = cerr
+			return false
+		}
+		id, serr := c.send(q)
+		if serr != nil {
+			err = serr
+			return true // try the next connection
+		}
+		q.attempts[q.n] = attempt{c: c, id: id, sent: time.Now()}
+		q.n++
+		outstanding++
+		return true
+	}
+	for outstanding == 0 {
+		if !send(false) || time.Now().After(deadline) {
+			if err == nil {
+				err = errNoConn
+			}
+			return err
+		}
+	}
+	hedgeIn := p.u.rtt.hedgeAfter()
+	for {
+		wait := min(time.Until(deadline), hedgeIn)
+		if wait <= 0 {
+			return fmt.Errorf("upstream %s: %w", p.u.addr, context.DeadlineExceeded)
+		}
+		q.timer.Reset(wait)
+		select {
+		case r := <-q.ch:
+			q.timer.Stop()
+			if r.err == nil {
+				p.answered(q, r.c)
+				return nil
+			}
+			err = r.err
+			outstanding--
+			// The connection died under the query: retry at once on another.
+			for outstanding == 0 {
+				if !send(false) {
+					return err
+				}
+			}
+		case <-q.timer.C:
+			if !time.Now().Before(deadline) {
+				return fmt.Errorf("upstream %s: %w", p.u.addr, context.DeadlineExceeded)
+			}
+			// Late: send it again on another connection, and open a fresh flow if there is no other.
+			hedgeIn *= 2
+			if !p.takeHedge() {
+				continue
+			}
+			p.u.m.hedged(p.netw)
+			if p.pick(q.attempts[:q.n]) == nil {
+				p.fill(p.live() + 1)
+			}
+			send(true)
+		case <-ctx.Done():
+			q.timer.Stop()
+			return ctx.Err()
+		}
+	}
+}
+
+// answered records the winning attempt's round trip, and a beat on every connection that held the query longer
+// without answering.
+func (p *pool) answered(q *query, winner *conn) {
+	var won time.Time
+	for _, a := range q.attempts[:q.n] {
+		if a.c == winner {
+			won = a.sent
+			p.u.rtt.observe(time.Since(a.sent))
+			break
+		}
+	}
+	for _, a := range q.attempts[:q.n] {
+		if a.c != winner && a.sent.Before(won) {
+			a.c.beat()
+		}
+	}
+}
+
+// maintain renews and expires the pool's connections; the Upstream calls it on its ticker.
+func (p *pool) maintain(now time.Time) {
+	inUse := p.inUse()
+	for _, c := range p.list() {
+		switch {
+		case c.draining.Load():
+			if now.Sub(time.Unix(0, c.lastUsed.Load())) > drainLimit {
+				c.die(errors.New("upstream: draining connection still silent"))
+			}
+		case !inUse:
+			c.draining.Store(true)
+			c.forget(0, nil)
+		case c.due(now) && c.renewing.CompareAndSwap(false, true):
+			p.replace()
+		}
+	}
+}
+
+// drainLimit bounds how long a draining connection may keep queries unanswered: forward's whole budget.
+const drainLimit = 5 * time.Second
+
+// stop closes every connection; queries in flight get the error.
+func (p *pool) stop() {
+	p.mu.Lock()
+	p.stopped = true
+	p.mu.Unlock()
+	for _, c := range p.list() {
+		c.die(errors.New("upstream: stopped"))
+	}
+}
