@@ -50,7 +50,7 @@ type conn struct {
 	draining atomic.Bool
 	dead     atomic.Bool
 	beaten   atomic.Int32
-	renewing atomic.Bool // a replacement was asked for
+	renewing atomic.Bool  // a replacement was asked for
 	lastUsed atomic.Int64 // unix nanoseconds of the last send
 }
 
