@@ -10,20 +10,21 @@ import (
 	"github.com/coredns/coredns/plugin"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/fairshare"
+	"github.com/nodelocaldns/nodelocaldns/internal/forward"
 
 	// The compiled-in plugins: node-cache's set (kubernetes-sigs/node-local-dns), plus ready. This import list
 	// is the one place they are named; Plugins and Directives read what these packages registered. reload,
 	// health and loop are ours (reload.go, health.go, loop.go): the upstream ones misbehave when CoreDNS is
 	// embedded and reloaded in-process, and upstream's loop exits the process. cache is ours too
 	// (internal/dnscache, CoreDNS's cache with bounded entries and an API the fast path answers from).
-	// fairshare is ours and new (internal/fairshare): it goes just before forward in the order.
+	// fairshare is ours and new (internal/fairshare): it goes just before forward in the order. forward is ours
+	// (internal/forward): CoreDNS's directive over our transport to kube-dns (internal/upstream).
 	_ "github.com/coredns/coredns/plugin/bind"
 	_ "github.com/coredns/coredns/plugin/bufsize"
 	_ "github.com/coredns/coredns/plugin/debug"
 	_ "github.com/coredns/coredns/plugin/dns64"
 	_ "github.com/coredns/coredns/plugin/dnstap"
 	_ "github.com/coredns/coredns/plugin/errors"
-	_ "github.com/coredns/coredns/plugin/forward"
 	_ "github.com/coredns/coredns/plugin/hosts"
 	_ "github.com/coredns/coredns/plugin/loadbalance"
 	_ "github.com/coredns/coredns/plugin/log"
@@ -47,6 +48,8 @@ var register = sync.OnceFunc(func() {
 	plugin.Register("health", setupHealth)
 	plugin.Register("loop", setupLoop)
 	plugin.Register(fairshare.Name, fairshare.Setup)
+	plugin.Register(forward.Name, forward.Setup)
+	forward.RegisterMetrics()
 	registerCache()
 	compiled := registered()
 	dirs := slices.DeleteFunc(slices.Clone(dnsserver.Directives), func(d string) bool {
