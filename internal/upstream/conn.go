@@ -200,6 +200,11 @@ func (c *conn) retire() {
 	c.closed = true
 	c.dead.Store(true)
 	c.mu.Unlock()
+	// Nothing is in flight: close with a reset instead of a FIN, so that renewing a connection every few
+	// queries leaves no TIME_WAIT socket (and no port) behind on the node.
+	if tc, ok := c.nc.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
 	_ = c.nc.Close()
 	c.p.remove(c, false)
 }

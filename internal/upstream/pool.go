@@ -218,8 +218,11 @@ func (p *pool) conn(skip []attempt, deadline time.Time, t *time.Timer) (*conn, e
 			return c, nil
 		}
 		p.mu.Lock()
-		ready, failed := p.ready, p.failed
+		ready, failed, stopped := p.ready, p.failed, p.stopped
 		p.mu.Unlock()
+		if stopped {
+			return nil, fmt.Errorf("%w: transport to %s stopped", errNoConn, p.u.addr)
+		}
 		p.fill(p.live() + 1)
 		wait := time.Until(deadline)
 		if wait <= 0 {
@@ -378,12 +381,19 @@ func (p *pool) maintain(now time.Time) {
 // drainLimit bounds how long a draining connection may keep queries unanswered: forward's whole budget.
 const drainLimit = 5 * time.Second
 
-// stop closes every connection; queries in flight get the error.
+// stop drains every connection: queries in flight are still answered (a reload swaps instances under them),
+// nothing new is sent, and whatever is still unanswered after drainLimit gets an error.
 func (p *pool) stop() {
 	p.mu.Lock()
 	p.stopped = true
 	p.mu.Unlock()
 	for _, c := range p.list() {
-		c.die(errors.New("upstream: stopped"))
+		c.draining.Store(true)
+		c.forget(0, nil)
 	}
+	time.AfterFunc(drainLimit, func() {
+		for _, c := range p.list() {
+			c.die(errors.New("upstream: stopped"))
+		}
+	})
 }

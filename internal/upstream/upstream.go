@@ -15,7 +15,7 @@ import (
 type Options struct {
 	// Conns is how many flows of each kind are held (4).
 	Conns int
-	// RenewQueries renews a connection after it has carried this many queries (16) and is MinAge old (200 ms):
+	// RenewQueries renews a connection after it has carried this many queries (8) and is MinAge old (100 ms):
 	// with kube-proxy placing each new flow on a random pod, the share each pod gets over a few seconds is then
 	// an average over many placements instead of a few long-lived ones. MinAge bounds the renewals to Conns/MinAge
 	// a second.
@@ -33,10 +33,10 @@ func (o Options) withDefaults() Options {
 		o.Conns = 4
 	}
 	if o.RenewQueries == 0 {
-		o.RenewQueries = 16
+		o.RenewQueries = 8
 	}
 	if o.MinAge <= 0 {
-		o.MinAge = 200 * time.Millisecond
+		o.MinAge = 100 * time.Millisecond
 	}
 	if o.MaxAge <= 0 {
 		o.MaxAge = 20 * time.Second

@@ -1,0 +1,59 @@
+package upstream
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// TestDeadPod: under 200 misses/s, a kube-dns pod drops everything (a dead node: no answer, no reset) for 5 s,
+// then leaves the endpoints. Through the cache no more queries fail than from the no-cache control beside it,
+// at most 1% of those sent in the window, and the p99 is at most 200 ms.
+func TestDeadPod(t *testing.T) {
+	const (
+		rate  = 200
+		dead  = 5 * time.Second
+		after = 3 * time.Second
+	)
+	for r := range repeats() {
+		t.Run(fmt.Sprintf("repeat%d", r), func(t *testing.T) {
+			c := newCluster(t)
+			c.startAgent()
+			stop := make(chan struct{})
+			cached := startLoad("c", localIP+":53", rate, stop)
+			control := startLoad("n", clusterIP+":53", rate, stop)
+			time.Sleep(2 * time.Second) // warm: connections open, round trips seen
+			t0 := time.Now()
+			c.silence(1, true)
+			time.Sleep(dead)
+			c.endpoints(0, 2)
+			time.Sleep(after)
+			t1 := time.Now()
+			close(stop)
+			cs := summarize(inWindow(cached.wait(), t0, t1))
+			ns := summarize(inWindow(control.wait(), t0, t1))
+			t.Logf("repeat %d: cache %v; control %v", r, cs, ns)
+			if cs.failed > ns.failed {
+				t.Errorf("repeat %d: %d queries failed through the cache, more than the %d without it", r, cs.failed, ns.failed)
+			}
+			if cs.failed*100 > cs.sent {
+				t.Errorf("repeat %d: %d of %d queries failed through the cache, want at most 1%%", r, cs.failed, cs.sent)
+			}
+			if cs.p99 > 200*time.Millisecond {
+				t.Errorf("repeat %d: p99 through the cache %v, want at most 200ms (control %v)", r, cs.p99, ns.p99)
+			}
+			c.agent.Stop(10 * time.Second)
+		})
+	}
+}
+
+// inWindow keeps the queries sent in [from, to).
+func inWindow(rs []result, from, to time.Time) []result {
+	var out []result
+	for _, r := range rs {
+		if !r.sent.Before(from) && r.sent.Before(to) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
