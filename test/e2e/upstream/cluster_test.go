@@ -70,9 +70,38 @@ func (p *pod) count(prefix string) int {
 	return p.seen[prefix]
 }
 
-// start (re)starts the pod's server.
+// start (re)starts the pod's server: UDP and TCP, with CoreDNS's server settings that matter here (no limit on
+// the queries a TCP connection may carry: core/dnsserver's tcpMaxQueries). stop closes its sockets and its
+// connections.
 func (p *pod) start(t *testing.T) {
-	p.peer.Do(t, func() { _, p.stop = testenv.ServeDNS(t, p.addr+":53", dns.HandlerFunc(p.serve)) })
+	p.peer.Do(t, func() {
+		pc, err := net.ListenPacket("udp", p.addr+":53")
+		if err != nil {
+			t.Fatalf("pod %d: %v", p.i, err)
+		}
+		ln, err := net.Listen("tcp", p.addr+":53")
+		if err != nil {
+			t.Fatalf("pod %d: %v", p.i, err)
+		}
+		h := dns.HandlerFunc(p.serve)
+		servers := []*dns.Server{{PacketConn: pc, Handler: h}, {Listener: ln, Handler: h, MaxTCPQueries: -1}}
+		started := make(chan struct{}, 2)
+		for _, s := range servers {
+			s.NotifyStartedFunc = func() { started <- struct{}{} }
+			go func() { _ = s.ActivateAndServe() }()
+		}
+		<-started
+		<-started
+		var once sync.Once
+		p.stop = func() {
+			once.Do(func() {
+				for _, s := range servers {
+					_ = s.Shutdown()
+				}
+			})
+		}
+		t.Cleanup(p.stop)
+	})
 }
 
 // cluster is the fixture: the pods, the DNAT and the agent.
