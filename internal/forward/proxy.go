@@ -9,6 +9,7 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/proxy"
 	"github.com/coredns/coredns/request"
 	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/upstream"
 )
@@ -40,7 +41,40 @@ func (p *upstreamProxy) Healthcheck() { p.cp.Healthcheck() }
 func (p *upstreamProxy) start(hcInterval time.Duration, opts upstream.Options) {
 	p.cp.Start(hcInterval)
 	if p.native {
+		opts.Observer = newConnSeries(p.addr)
 		p.own = upstream.New(p.addr, opts)
+	}
+}
+
+// connSeries counts our transport into CoreDNS's coredns_proxy_conn_cache_* series: a query sent on an open
+// connection is a hit, a connection opened a miss (CoreDNS counts a miss per dial too).
+type connSeries struct {
+	hitTCP, hitUDP, missTCP, missUDP prometheus.Counter
+}
+
+func newConnSeries(addr string) *connSeries {
+	m := metrics()
+	return &connSeries{
+		hitTCP:  m.connCacheHits.WithLabelValues(proxyName, addr, "tcp"),
+		hitUDP:  m.connCacheHits.WithLabelValues(proxyName, addr, "udp"),
+		missTCP: m.connCacheMisses.WithLabelValues(proxyName, addr, "tcp"),
+		missUDP: m.connCacheMisses.WithLabelValues(proxyName, addr, "udp"),
+	}
+}
+
+func (s *connSeries) Queried(proto string) {
+	if proto == "tcp" {
+		s.hitTCP.Inc()
+	} else {
+		s.hitUDP.Inc()
+	}
+}
+
+func (s *connSeries) Dialed(proto string) {
+	if proto == "tcp" {
+		s.missTCP.Inc()
+	} else {
+		s.missUDP.Inc()
 	}
 }
 

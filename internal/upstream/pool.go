@@ -172,6 +172,9 @@ func (p *pool) dial() {
 	p.ready = make(chan struct{})
 	p.mu.Unlock()
 	p.u.m.dialed(p.netw)
+	if p.opts.Observer != nil {
+		p.opts.Observer.Dialed(p.netw)
+	}
 	go c.read()
 }
 
@@ -289,6 +292,9 @@ func (p *pool) exchange(ctx context.Context, q *query, deadline time.Time) error
 		q.attempts[q.n] = attempt{c: c, id: id, sent: time.Now()}
 		q.n++
 		outstanding++
+		if p.opts.Observer != nil {
+			p.opts.Observer.Queried(p.netw)
+		}
 		return true
 	}
 	for outstanding == 0 {

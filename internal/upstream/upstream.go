@@ -26,6 +26,17 @@ type Options struct {
 	MaxAge time.Duration
 	// Expire closes the connections of a pool unused this long (forward's expire, 10 s).
 	Expire time.Duration
+	// Observer, if set, is told of each query and each connection opened (forward's coredns_proxy_conn_cache_*
+	// series).
+	Observer Observer
+}
+
+// Observer counts what the transport does, per protocol ("tcp" or "udp").
+type Observer interface {
+	// Queried: a query went out on a connection already open.
+	Queried(proto string)
+	// Dialed: a connection was opened.
+	Dialed(proto string)
 }
 
 func (o Options) withDefaults() Options {

@@ -10,6 +10,17 @@ import (
 // then leaves the endpoints. Through the cache no more queries fail than from the no-cache control beside it,
 // at most 1% of those sent in the window, and the p99 is at most 200 ms.
 func TestDeadPod(t *testing.T) {
+	testPodFailure(t, func(c *cluster) { c.silence(1, true) })
+}
+
+// TestCrashedPod: the same with a pod whose process is gone while its node lives: its sockets are closed (its
+// connections end, a new one is refused, a datagram gets a port unreachable) for 5 s before it leaves the
+// endpoints.
+func TestCrashedPod(t *testing.T) {
+	testPodFailure(t, func(c *cluster) { c.pods[1].stop() })
+}
+
+func testPodFailure(t *testing.T, fail func(*cluster)) {
 	const (
 		rate  = 200
 		dead  = 5 * time.Second
