@@ -387,17 +387,19 @@ func (p *pool) maintain(now time.Time) {
 // drainLimit bounds how long a draining connection may keep queries unanswered: forward's whole budget.
 const drainLimit = 5 * time.Second
 
-// stop drains every connection: queries in flight are still answered (a reload swaps instances under them),
-// nothing new is sent, and whatever is still unanswered after drainLimit gets an error.
+// stop drains every connection: queries in flight are still answered, and for drainLimit a query that still
+// arrives (a reload swaps CoreDNS's instances under the queries, and the old one may finish a few) is still
+// sent, on a fresh connection if need be. Then every connection is closed, and whatever is unanswered gets the
+// error.
 func (p *pool) stop() {
-	p.mu.Lock()
-	p.stopped = true
-	p.mu.Unlock()
 	for _, c := range p.list() {
 		c.draining.Store(true)
 		c.forget(0, nil)
 	}
 	time.AfterFunc(drainLimit, func() {
+		p.mu.Lock()
+		p.stopped = true
+		p.mu.Unlock()
 		for _, c := range p.list() {
 			c.die(errors.New("upstream: stopped"))
 		}

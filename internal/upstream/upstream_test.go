@@ -230,3 +230,24 @@ func TestSpreadOverBackends(t *testing.T) {
 		t.Errorf("busiest backend took %.0f%% of the queries, want at most 45%%", 100*share)
 	}
 }
+
+// TestStopDrains: after Stop, a query in flight is still answered, and one that arrives within the drain still
+// goes out (a reload's old instance finishing its last queries).
+func TestStopDrains(t *testing.T) {
+	var seen atomic.Int64
+	addr, _ := testenv.ServeDNS(t, "127.0.0.1:0", answerer(200*time.Millisecond, &seen))
+	u := New(addr, Options{})
+	if _, err := ask(t, u, true, "warm.example."); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 1)
+	go func() { _, err := ask(t, u, true, "inflight.example."); errs <- err }()
+	time.Sleep(50 * time.Millisecond)
+	u.Stop()
+	if _, err := ask(t, u, true, "late.example."); err != nil {
+		t.Errorf("a query just after Stop: %v", err)
+	}
+	if err := <-errs; err != nil {
+		t.Errorf("the query in flight at Stop: %v", err)
+	}
+}
