@@ -251,3 +251,67 @@ func TestStopDrains(t *testing.T) {
 		t.Errorf("the query in flight at Stop: %v", err)
 	}
 }
+
+// TestUDPIgnoresAnotherQuestion: over UDP a datagram with a pending ID but another question is not taken for the
+// answer (anyone can send to our port); the real answer that follows is.
+func TestUDPIgnoresAnotherQuestion(t *testing.T) {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	go func() {
+		buf := make([]byte, 512)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			req := new(dns.Msg)
+			if req.Unpack(buf[:n]) != nil {
+				continue
+			}
+			spoof := new(dns.Msg)
+			spoof.SetReply(req)
+			spoof.Question[0].Name = "other.example."
+			out, _ := spoof.Pack()
+			_, _ = pc.WriteTo(out, from)
+			m := new(dns.Msg)
+			m.SetReply(req)
+			m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: req.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 5}, A: net.IPv4(192, 0, 2, 9)}}
+			out, _ = m.Pack()
+			_, _ = pc.WriteTo(out, from)
+		}
+	}()
+	u := New(pc.LocalAddr().String(), Options{})
+	defer u.Stop()
+	if _, err := ask(t, u, false, "Mixed.Case.example."); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestUDPRefusedIsDeath: a connected UDP socket to a port nobody listens on gets ECONNREFUSED on its read (the
+// port unreachable); the query fails at once instead of waiting out its deadline.
+func TestUDPRefusedIsDeath(t *testing.T) {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := pc.LocalAddr().String()
+	pc.Close()
+	u := New(addr, Options{})
+	defer u.Stop()
+	req := new(dns.Msg)
+	req.SetQuestion("x.example.", dns.TypeA)
+	start := time.Now()
+	_, err = u.Exchange(context.Background(), req, false, time.Now().Add(3*time.Second))
+	if err == nil {
+		t.Fatal("an answer from nowhere")
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("the query failed after %v, want well before its 3 s deadline", d)
+	}
+	if u.m.Deaths.Load() == 0 {
+		t.Errorf("no socket taken out: %v", err)
+	}
+}
