@@ -271,18 +271,20 @@ func (p *pool) exchange(ctx context.Context, q *query, deadline time.Time) error
 		if q.n == maxAttempts {
 			return false
 		}
-		// A hedge or a retry waits for a new connection no longer than a dial may take.
-		wait := deadline
+		var c *conn
 		if hedge {
-			wait = time.Now().Add(p.u.rtt.dialBound())
-			if wait.After(deadline) {
-				wait = deadline
+			// A hedge never waits for a dial (the answer to the first send may be on its way): with no other
+			// connection open, it opens one for the next hedge and lets this one go.
+			if c = p.pick(q.attempts[:q.n]); c == nil {
+				p.fill(p.live() + 1)
+				return false
 			}
-		}
-		c, cerr := p.conn(q.attempts[:q.n], wait, q.timer)
-		if cerr != nil {
-			err = cerr
-			return false
+		} else {
+			var cerr error
+			if c, cerr = p.conn(q.attempts[:q.n], deadline, q.timer); cerr != nil {
+				err = cerr
+				return false
+			}
 		}
 		id, serr := c.send(q)
 		if serr != nil {
@@ -336,11 +338,9 @@ func (p *pool) exchange(ctx context.Context, q *query, deadline time.Time) error
 			if !p.takeHedge() {
 				continue
 			}
-			p.u.m.hedged(p.netw)
-			if p.pick(q.attempts[:q.n]) == nil {
-				p.fill(p.live() + 1)
+			if send(true) {
+				p.u.m.hedged(p.netw)
 			}
-			send(true)
 		case <-ctx.Done():
 			q.timer.Stop()
 			return ctx.Err()
