@@ -77,13 +77,16 @@ func newPool(u *Upstream, stream bool, opts Options) *pool {
 func (p *pool) list() []*conn { return *p.conns.Load() }
 
 // pick returns the live connection with the fewest queries in flight, skipping those in skip, or nil.
-func (p *pool) pick(skip []attempt) *conn {
+func (p *pool) pick(skip []attempt) *conn { return p.pickUnder(skip, 1<<30) }
+
+// pickUnder is pick among the connections with fewer than limit queries in flight.
+func (p *pool) pickUnder(skip []attempt, limit int32) *conn {
 	cs := p.list()
 	var best *conn
 	start := int(p.next.Add(1))
 	for i := range cs {
 		c := cs[(start+i)%len(cs)]
-		if !c.live() || tried(skip, c) {
+		if !c.live() || tried(skip, c) || c.inflight.Load() >= limit {
 			continue
 		}
 		if best == nil || c.inflight.Load() < best.inflight.Load() {
@@ -92,6 +95,29 @@ func (p *pool) pick(skip []attempt) *conn {
 	}
 	return best
 }
+
+// depth is how many queries a connection may carry at once before another is opened. CoreDNS's server (and
+// miekg/dns's) answers the queries of one TCP connection one after the other, so a query queued behind d others
+// waits d of the upstream's service times: a pipeline pays only while those are short. It is deep enough to
+// add at most about pipelineBudget of waiting; UDP has no such queue.
+func (p *pool) depth() int32 {
+	if !p.stream {
+		return 1 << 30
+	}
+	s := p.u.rtt.get()
+	if s <= 0 {
+		return 1
+	}
+	return int32(min(max(1+int64(pipelineBudget/s), 1), maxDepth))
+}
+
+const (
+	pipelineBudget = 2 * time.Millisecond
+	maxDepth       = 8
+	// maxConns bounds a pool's connections: above forward's max_concurrent default that the agent writes (250),
+	// so the bound that sheds load stays forward's.
+	maxConns = 256
+)
 
 func tried(as []attempt, c *conn) bool {
 	for _, a := range as {
@@ -115,7 +141,7 @@ func (p *pool) live() int {
 
 // fill starts dials until live plus dialing connections reach want (at most the pool's size plus its spare).
 func (p *pool) fill(want int) {
-	want = min(want, p.opts.Conns+spareConns)
+	want = min(want, maxConns)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.stopped {
@@ -127,9 +153,6 @@ func (p *pool) fill(want int) {
 	}
 }
 
-// spareConns is how many connections beyond the pool's size a late query may open: a fresh flow reaches a
-// pod of kube-proxy's choosing, most likely another one than the silent connections are on.
-const spareConns = 2
 
 // dial opens one connection, bounded by the upstream's round trips, and adds it to the pool.
 func (p *pool) dial() {
@@ -214,10 +237,12 @@ func (p *pool) inUse() bool {
 	return time.Since(time.Unix(0, p.used.Load())) < p.opts.Expire
 }
 
-// conn returns a live connection not among skip, waiting (until deadline) for a dial if there is none.
+// conn returns a live connection not among skip with room in its pipeline; when every one is full it opens
+// another and waits for it at most a dial's bound, then takes the least loaded anyway. With none at all it waits
+// (until deadline) for a dial.
 func (p *pool) conn(skip []attempt, deadline time.Time, t *time.Timer) (*conn, error) {
 	for {
-		if c := p.pick(skip); c != nil {
+		if c := p.pickUnder(skip, p.depth()); c != nil {
 			return c, nil
 		}
 		p.mu.Lock()
@@ -227,8 +252,15 @@ func (p *pool) conn(skip []attempt, deadline time.Time, t *time.Timer) (*conn, e
 			return nil, fmt.Errorf("%w: transport to %s stopped", errNoConn, p.u.addr)
 		}
 		p.fill(p.live() + 1)
+		busy := p.pick(skip) // a live connection with a full pipeline, if any
 		wait := time.Until(deadline)
+		if busy != nil {
+			wait = min(wait, p.u.rtt.dialBound())
+		}
 		if wait <= 0 {
+			if busy != nil {
+				return busy, nil
+			}
 			return nil, errNoConn
 		}
 		t.Reset(wait)
@@ -240,6 +272,9 @@ func (p *pool) conn(skip []attempt, deadline time.Time, t *time.Timer) (*conn, e
 				return nil, fmt.Errorf("%w: dial %s %s failed", errNoConn, p.netw, p.u.addr)
 			}
 		case <-t.C:
+			if c := p.pick(skip); c != nil {
+				return c, nil
+			}
 			return nil, errNoConn
 		}
 		t.Stop()
@@ -369,8 +404,14 @@ func (p *pool) answered(q *query, winner *conn) {
 // maintain renews and expires the pool's connections; the Upstream calls it on its ticker.
 func (p *pool) maintain(now time.Time) {
 	inUse := p.inUse()
+	extra := p.live() - p.opts.Conns
 	for _, c := range p.list() {
 		switch {
+		case extra > 0 && c.live() && c.inflight.Load() == 0 && now.Sub(time.Unix(0, c.lastUsed.Load())) > idleExtra:
+			// Opened for a burst that has passed.
+			extra--
+			c.draining.Store(true)
+			c.forget(0, nil)
 		case c.draining.Load():
 			if now.Sub(time.Unix(0, c.lastUsed.Load())) > drainLimit {
 				c.die(errors.New("upstream: draining connection still silent"))
@@ -383,6 +424,9 @@ func (p *pool) maintain(now time.Time) {
 		}
 	}
 }
+
+// idleExtra is how long a connection beyond the pool's size may stay unused before it is closed.
+const idleExtra = time.Second
 
 // drainLimit bounds how long a draining connection may keep queries unanswered: forward's whole budget.
 const drainLimit = 5 * time.Second
