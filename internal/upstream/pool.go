@@ -153,7 +153,6 @@ func (p *pool) fill(want int) {
 	}
 }
 
-
 // dial opens one connection, bounded by the upstream's round trips, and adds it to the pool.
 func (p *pool) dial() {
 	bound := p.u.rtt.dialBound()
