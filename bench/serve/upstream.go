@@ -39,7 +39,9 @@ func startUpstream(names int) (*upstream, error) {
 	u.soa = soa
 	for _, netw := range []string{"udp", "tcp"} {
 		started := make(chan error, 1)
-		s := &dns.Server{Addr: upstreamIP + ":53", Net: netw, Handler: u,
+		// No limit on the queries a TCP connection carries, as CoreDNS serves kube-dns (core/dnsserver's
+		// tcpMaxQueries is -1); miekg/dns's default of 128 would close every forward's connections in turn.
+		s := &dns.Server{Addr: upstreamIP + ":53", Net: netw, Handler: u, MaxTCPQueries: -1,
 			NotifyStartedFunc: func() { started <- nil }}
 		go func() { started <- s.ListenAndServe() }()
 		if err := <-started; err != nil {

@@ -10,13 +10,16 @@ import (
 	"github.com/coredns/coredns/plugin"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/fairshare"
+	"github.com/nodelocaldns/nodelocaldns/internal/forward"
 
 	// The compiled-in plugins: node-cache's set (kubernetes-sigs/node-local-dns), plus ready. This import list
 	// is the one place they are named; Plugins and Directives read what these packages registered. reload,
 	// health and loop are ours (reload.go, health.go, loop.go): the upstream ones misbehave when CoreDNS is
 	// embedded and reloaded in-process, and upstream's loop exits the process. cache is ours too
 	// (internal/dnscache, CoreDNS's cache with bounded entries and an API the fast path answers from).
-	// fairshare is ours and new (internal/fairshare): it goes just before forward in the order.
+	// fairshare is ours and new (internal/fairshare): it goes just before forward in the order. CoreDNS's forward
+	// runs by default; ours (internal/forward, CoreDNS's directive over our transport to kube-dns,
+	// internal/upstream) when opted in (forward.go).
 	_ "github.com/coredns/coredns/plugin/bind"
 	_ "github.com/coredns/coredns/plugin/bufsize"
 	_ "github.com/coredns/coredns/plugin/debug"
@@ -48,6 +51,7 @@ var register = sync.OnceFunc(func() {
 	plugin.Register("loop", setupLoop)
 	plugin.Register(metricsDirective, setupPrometheus)
 	plugin.Register(fairshare.Name, fairshare.Setup)
+	plugin.Register(forwardDirective, forward.Setup)
 	registerCache()
 	compiled := registered()
 	dirs := slices.DeleteFunc(slices.Clone(dnsserver.Directives), func(d string) bool {
@@ -58,17 +62,23 @@ var register = sync.OnceFunc(func() {
 	// handler, upstream's, is named prometheus.
 	dirs = slices.Insert(dirs, slices.Index(dirs, userMetrics), metricsDirective)
 	// Just before forward: after cache (only misses take a slot) and after every plugin that answers itself.
-	dnsserver.Directives = slices.Insert(dirs, slices.Index(dirs, "forward"), fairshare.Name)
+	dirs = slices.Insert(dirs, slices.Index(dirs, userForward), fairshare.Name)
+	// Ours, when opted in, in upstream's place (after fairshare), its handler named forward as upstream's is.
+	dnsserver.Directives = slices.Insert(dirs, slices.Index(dirs, userForward), forwardDirective)
+	if pipelinedForward() {
+		forward.RegisterMetrics() // its series exported (at zero) before the first miss, as upstream's are
+	}
 	caddy.AppName, caddy.AppVersion = "CoreDNS", CoreDNSVersion()
 	caddy.Quiet, dnsserver.Quiet = true, true
 })
 
 // registered lists the plugins registered for CoreDNS's server type, by directive name ("prometheus" is the
-// metrics plugin's; ours, metricsDirective, stands for it and is left out), sorted.
+// metrics plugin's and "forward" upstream's; ours, metricsDirective and forwardDirective, stand for them and are
+// left out), sorted.
 func registered() []string {
 	var names []string
 	for _, p := range caddy.ListPlugins()["others"] {
-		if name, ok := strings.CutPrefix(p, "dns."); ok && name != metricsDirective {
+		if name, ok := strings.CutPrefix(p, "dns."); ok && name != metricsDirective && name != forwardDirective {
 			names = append(names, name)
 		}
 	}
@@ -87,5 +97,5 @@ func Plugins() []string {
 // (corefile.Params.Directives), and it fails exactly when CoreDNS would, with the same message.
 func Directives() []string {
 	register()
-	return slices.DeleteFunc(slices.Clone(dnsserver.Directives), func(d string) bool { return d == metricsDirective })
+	return slices.DeleteFunc(slices.Clone(dnsserver.Directives), func(d string) bool { return d == metricsDirective || d == forwardDirective })
 }

@@ -9,45 +9,80 @@ import (
 	"github.com/coredns/caddy/caddyfile"
 )
 
-// corefileForCaddy returns corefile with each `prometheus` directive renamed metricsDirective, on the same line
-// and otherwise unchanged, so that caddy runs our setup (prometheus.go) and its errors name the lines users
-// wrote. A Corefile that does not parse is returned as it is: caddy then reports the same error. A directive
-// that comes from another file (`import` of a path: its tokens name that file; the Corefile's own name none)
-// cannot be renamed, and would run upstream's setup, whose listener nothing bounds: that is an error.
+// rename is a directive users write (user) that caddy is handed under our plugin's name (ours), because
+// upstream's plugin of the user's name is compiled in and caddy's registry takes a name once. imported says
+// whether the directive may come from an imported file, where it cannot be renamed and upstream's plugin runs.
+type rename struct {
+	user, ours string
+	word       *regexp.Regexp
+	imported   bool
+}
+
+// newRename finds the directive's word on its line: the whole word, after the line's start, a blank or a brace
+// (a one-line block), so that a zone or address containing it (prometheus.example.) is left alone.
+func newRename(user, ours string, imported bool) rename {
+	return rename{user: user, ours: ours, imported: imported,
+		word: regexp.MustCompile(`(?:^|[\s{])(` + regexp.QuoteMeta(user) + `)(?:$|[\s}])`)}
+}
+
+// renames are the directives corefileForCaddy renames: prometheus always (its listener must be ours: an
+// imported one is an error), forward when our transport is opted in (pipelinedForward; an imported one stays
+// CoreDNS's).
+func renames() []rename {
+	rs := []rename{newRename(userMetrics, metricsDirective, false)}
+	if pipelinedForward() {
+		rs = append(rs, newRename(userForward, forwardDirective, true))
+	}
+	return rs
+}
+
+// corefileForCaddy returns corefile with each renamed directive (renames) under our plugin's name, on the same
+// line and otherwise unchanged, so that caddy runs our setup and its errors name the lines users wrote. A
+// Corefile that does not parse is returned as it is: caddy then reports the same error. A directive that comes
+// from another file (`import` of a path: its tokens name that file; the Corefile's own name none) cannot be
+// renamed; for prometheus, whose upstream listener nothing bounds, that is an error.
 func corefileForCaddy(corefile []byte, filename string) ([]byte, error) {
+	return rewrite(corefile, filename, renames())
+}
+
+// rewrite is corefileForCaddy with the renames given.
+func rewrite(corefile []byte, filename string, rs []rename) ([]byte, error) {
 	blocks, err := caddyfile.Parse(filename, bytes.NewReader(corefile), Directives())
 	if err != nil {
 		return corefile, nil
 	}
-	var lines []int
-	for _, b := range blocks {
-		for _, t := range b.Tokens[userMetrics] {
-			if t.Text != userMetrics || slices.Contains(lines, t.Line) {
+	out := bytes.SplitAfter(slices.Clone(corefile), []byte("\n"))
+	changed := false
+	for _, r := range rs {
+		var lines []int
+		for _, b := range blocks {
+			for _, t := range b.Tokens[r.user] {
+				if t.Text != r.user || slices.Contains(lines, t.Line) {
+					continue
+				}
+				if t.File != "" && t.File != filename {
+					if r.imported {
+						continue
+					}
+					return nil, fmt.Errorf("%s:%d: %s in an imported file is not supported: write it in the Corefile", t.File, t.Line, r.user)
+				}
+				lines = append(lines, t.Line)
+			}
+		}
+		for _, n := range lines {
+			if n < 1 || n > len(out) {
 				continue
 			}
-			if t.File != "" && t.File != filename {
-				return nil, fmt.Errorf("%s:%d: %s in an imported file is not supported: write it in the Corefile", t.File, t.Line, userMetrics)
+			loc := r.word.FindSubmatchIndex(out[n-1])
+			if loc == nil {
+				continue
 			}
-			lines = append(lines, t.Line)
+			out[n-1] = slices.Concat(out[n-1][:loc[2]], []byte(r.ours), out[n-1][loc[3]:])
+			changed = true
 		}
 	}
-	if len(lines) == 0 {
+	if !changed {
 		return corefile, nil
-	}
-	out := bytes.SplitAfter(slices.Clone(corefile), []byte("\n"))
-	for _, n := range lines {
-		if n < 1 || n > len(out) {
-			continue
-		}
-		loc := metricsWord.FindSubmatchIndex(out[n-1])
-		if loc == nil {
-			continue
-		}
-		out[n-1] = slices.Concat(out[n-1][:loc[2]], []byte(metricsDirective), out[n-1][loc[3]:])
 	}
 	return bytes.Join(out, nil), nil
 }
-
-// metricsWord finds the directive's word on its line: the whole word, after the line's start, a blank or a
-// brace (a one-line block), so that a zone or address containing it (prometheus.example.) is left alone.
-var metricsWord = regexp.MustCompile(`(?:^|[\s{])(` + userMetrics + `)(?:$|[\s}])`)

@@ -1,0 +1,45 @@
+package forward
+
+import (
+	"fmt"
+
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/plugin"
+)
+
+// Setup is the `forward` directive's setup: CoreDNS's syntax and meaning (plugin/forward's README), over our
+// transport for plain DNS upstreams. CoreDNS's plugin keeps the name forward in caddy's registry, so this one is
+// registered under another (internal/dnsserver's forwardDirective) and opted into (Env).
+func Setup(c *caddy.Controller) error {
+	metrics()
+	var fs []*Forward
+	for c.Next() {
+		f, err := parseStanza(c)
+		if err != nil {
+			return plugin.Error(Name, err)
+		}
+		fs = append(fs, f)
+	}
+	for i, f := range fs {
+		if f.toEntries > maxUpstreams {
+			return plugin.Error(Name, fmt.Errorf("more than %d TOs configured: %d", maxUpstreams, f.toEntries))
+		}
+		if i == len(fs)-1 {
+			dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
+				f.Next = next
+				return f
+			})
+		} else {
+			// Several forwards in one block are chained: `next` hands a query to the following one.
+			following := fs[i+1]
+			dnsserver.GetConfig(c).AddPlugin(func(plugin.Handler) plugin.Handler {
+				f.Next = following
+				return f
+			})
+		}
+		c.OnStartup(f.OnStartup)
+		c.OnShutdown(f.OnShutdown)
+	}
+	return nil
+}

@@ -1,0 +1,8 @@
+package upstream
+
+import (
+	"slices"
+	"time"
+)
+
+func sortDurations(d []time.Duration) { slices.Sort(d) }
