@@ -80,8 +80,12 @@ func TestFallbackGenerationsConverge(t *testing.T) {
 	churn(t, 30)
 	time.Sleep(3 * time.Second) // three periodic passes of each, and a renewal of the lease
 	da, db := writes(a)-wa, writes(b)-wb
-	if da != 0 || db != 0 {
-		t.Errorf("under churn the earlier version wrote the fallback table %v times and the next %v, want none", da, db)
+	// On an idle machine neither writes. On a starved one the next version's renewal (at half the lease) can come
+	// late enough that the earlier one's backup renewal (at a quarter) comes first, and the next takes the table
+	// back in its next pass: one write each, by design, so that the address never goes uncovered. Flapping wrote
+	// on every pass of each (435 writes each in 3.7 minutes, a few in these 3 s).
+	if da > 1 || db > 1 {
+		t.Errorf("under churn the earlier version wrote the fallback table %v times and the next %v, want at most one each (a late renewal)", da, db)
 	}
 	if !masqueradeCounted(t) || !covers(t, harness.LocalIP+" . 53") {
 		t.Errorf("under churn the table changed: next version's rules %v, covers %v", masqueradeCounted(t), fallbackElements(t))
