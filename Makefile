@@ -93,7 +93,7 @@ test-race: out/testsummary
 # the arm64 packages are shared with `make image`); warm, it takes about 45 s.
 ARM64_PKGS := ./cmd/... ./internal/...
 # What qemu-user 7.2 does not emulate: TestServeReloadStop's reload needs SO_COOKIE (the fast path tells CoreDNS's
-# sockets from its own by it; qemu answers EINVAL). TestOwnsPeer runs its own test binary as a second process,
+# sockets from its own by it; qemu answers EINVAL). TestPeerOwner runs its own test binary as a second process,
 # which without binfmt_misc the kernel cannot execute (exec format error).
 ARM64_SKIP := ^(TestServeReloadStop|TestPeerOwner)$$
 test-arm64: out/testsummary
