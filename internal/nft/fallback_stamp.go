@@ -124,15 +124,5 @@ func (ft FallbackTable) Covers(f *Fallback) (bool, error) {
 	c := ft.c
 	c.lock()
 	defer c.mu.Unlock()
-	t := tableNamed(FallbackTableName)
-	for _, s := range coveredSets {
-		i := slices.IndexFunc(f.Sets, func(w Set) bool { return w.Name == s.Name })
-		if i >= 0 {
-			s = f.Sets[i]
-		}
-		if ok, err := c.setHolds(t, s, i >= 0); !ok || err != nil {
-			return false, err
-		}
-	}
-	return true, nil
+	return c.holdsCoveredSets(tableNamed(FallbackTableName), f)
 }

@@ -66,14 +66,8 @@ func (ft FallbackTable) InSync(f *Fallback) (bool, error) {
 	c.lock()
 	defer c.mu.Unlock()
 	t := tableNamed(FallbackTableName)
-	for _, s := range coveredSets {
-		i := slices.IndexFunc(f.Sets, func(w Set) bool { return w.Name == s.Name })
-		if i >= 0 {
-			s = f.Sets[i]
-		}
-		if ok, err := c.setHolds(t, s, i >= 0); !ok || err != nil {
-			return false, err
-		}
+	if ok, err := c.holdsCoveredSets(t, f); !ok || err != nil {
+		return false, err
 	}
 	for _, fc := range f.Chains {
 		have, err := c.ops.ListChain(t, fc.Name)
@@ -205,4 +199,19 @@ func (ft FallbackTable) Delete() (bool, error) {
 func sameBaseChain(a, b *nftables.Chain) bool {
 	return a.Type == b.Type && a.Hooknum != nil && b.Hooknum != nil && *a.Hooknum == *b.Hooknum &&
 		a.Priority != nil && b.Priority != nil && *a.Priority == *b.Priority
+}
+
+// holdsCoveredSets reports whether the kernel's table t holds exactly f's covered pairs in each covered set (an
+// empty set where f has none), whatever its rules. The caller holds c's lock.
+func (c *Conn) holdsCoveredSets(t *nftables.Table, f *Fallback) (bool, error) {
+	for _, s := range coveredSets {
+		i := slices.IndexFunc(f.Sets, func(w Set) bool { return w.Name == s.Name })
+		if i >= 0 {
+			s = f.Sets[i]
+		}
+		if ok, err := c.setHolds(t, s, i >= 0); !ok || err != nil {
+			return false, err
+		}
+	}
+	return true, nil
 }
