@@ -23,7 +23,8 @@ if [[ $(id -u) != 0 ]]; then
 	exit 1
 fi
 need=()
-for t in nft:nftables iptables-nft:iptables conntrack:conntrack ip:iproute2 curl:curl openssl:openssl nsenter:util-linux; do
+for t in nft:nftables iptables-nft:iptables conntrack:conntrack ip:iproute2 curl:curl openssl:openssl nsenter:util-linux \
+	busybox:busybox-static; do
 	command -v "${t%%:*}" >/dev/null || need+=("${t#*:}")
 done
 if ((${#need[@]})); then

@@ -21,6 +21,13 @@ func suite(ctx context.Context, c *cluster, r *results) {
 		firstStartCases(ctx, c, r)
 		return
 	}
+	if os.Getenv("CLUSTER_ONLY") == "readme" { // README.md's install, word for word (readme.go)
+		before, err := snapshotKubeProxy(ctx, c)
+		if r.check("kube-proxy tables before (both nodes)", fmt.Sprintf("%d lines", strings.Count(before, "\n")), err) {
+			readmeCases(ctx, c, r, before)
+		}
+		return
+	}
 	// Every overlay and the base validate against the real API server.
 	for _, o := range []string{"base", "iptables-or-nftables", "ipvs", "ipv6", "dual-stack"} {
 		r.check("dry-run=server "+o, "", dryRun(ctx, c, o))
@@ -75,6 +82,8 @@ func suite(ctx context.Context, c *cluster, r *results) {
 	})
 	// The Helm chart, on nodes where nothing of ours is left (helmcases.go).
 	helmCases(ctx, c, r, before)
+	// README.md's install, word for word, on nodes where nothing of ours is left (readme.go).
+	readmeCases(ctx, c, r, before)
 	// Last: a node's first start, emulated, and the start-up gate; node-1 is restarted (firststart.go).
 	firstStartCases(ctx, c, r)
 }
