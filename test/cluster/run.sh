@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make test-cluster: the project's manifests on a real single-node Kubernetes, in a throwaway network namespace,
+# make test-cluster: the project's manifests on a real two-node Kubernetes, in a throwaway network namespace,
 # against kube-proxy in nftables mode and in iptables mode (iptables-nft). Needs root. Everything offline but the Go
 # module proxy and Debian's archive:
 #   - Kubernetes (and etcd) built from their Go modules, cached under .cache/cluster by version (build-k8s.sh);
