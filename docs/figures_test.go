@@ -99,6 +99,15 @@ var figures = []figure{
 		`\[(\d+) s at most\]`,
 		`Worst case (\d+) s from the stop to the kill`,
 	}},
+	{name: "liveness: a reconcile or reload pass that fails /health, seconds", patterns: []string{
+		`reconcile or reload pass has run over (\d+) s`,
+		`\(a pass over (\d+) s\)`,
+		`reconcile pass or reload has run for over (\d+) s`,
+	}},
+	{name: "liveness: the DNS answer /health waits for, ms", patterns: []string{
+		`\*\*TCP\*\* \(its own accept queue, unlike a flooded UDP one\) within (\d+) ms`,
+		`no TCP answer within (\d+) ms`,
+	}},
 	{name: "the link-local fallback's default lease, minutes", code: fmt.Sprint(options.DefaultFallbackLease.Minutes()), patterns: []string{
 		`left it for (\d+) minutes`,
 		"`-fallback-lease` \\| `(\\d+)m`",
