@@ -339,7 +339,10 @@ func standInImages(ctx context.Context, c *cluster, h *helmRun) error {
 	seen := map[string]bool{}
 	for _, m := range chartImageRE.FindAllStringSubmatch(out, -1) {
 		ref := m[1]
-		repo := ref[:strings.LastIndex(ref, ":")]
+		repo := ref
+		if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") {
+			repo = ref[:i]
+		}
 		if seen[ref] || repo == ourImageRepo {
 			continue
 		}
