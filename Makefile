@@ -159,5 +159,5 @@ clean:
 include deploy/deploy.mk
 # test-kernel and test-kernel-if-possible: the kernel tests inside a VM booting Debian's stock kernel.
 include test/kernel/kernel.mk
-# test-cluster: the manifests on a real single-node Kubernetes in a network namespace (both kube-proxy modes).
+# test-cluster: the manifests on a real two-node Kubernetes in a network namespace (both kube-proxy modes).
 include test/cluster/cluster.mk

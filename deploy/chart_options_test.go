@@ -229,6 +229,32 @@ func TestChartCommunityFile(t *testing.T) {
 	checkTeardownHook(t, v.chartRender, v.opts)
 }
 
+// TestChartRefusesNodeCacheImage: a values file that names node-cache's image, as one written for the community
+// chart does, fails the install with one line that names the key and the value and says what to set instead
+// (docs/helm.md, image.repository); the same file with our image installs.
+func TestChartRefusesNodeCacheImage(t *testing.T) {
+	const image = "registry.k8s.io/dns/k8s-dns-node-cache"
+	_, err := helmTemplate(t, []string{"testdata/chart/community.yaml", valuesFile(t, "image: {repository: "+image+", tag: 1.25.0}")})
+	if err == nil {
+		t.Fatal("node-cache's image rendered; want a refusal")
+	}
+	// helm's one error line: everything the user needs is in it.
+	var line string
+	for _, l := range strings.Split(err.Error(), "\n") {
+		if strings.HasPrefix(l, "Error: ") {
+			line = l
+		}
+	}
+	for _, want := range []string{`image.repository: "` + image + `" is node-cache's image`, "set image.repository (and image.tag) to the nodelocaldns image"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("helm's error line lacks %q:\n%v", want, err)
+		}
+	}
+	if _, err := helmTemplate(t, []string{"testdata/chart/community.yaml"}); err != nil {
+		t.Errorf("the same file with our image: %v", err)
+	}
+}
+
 // TestChartBindIPFalseOnTheHostNetwork: config.bindIp false, the community chart's default written out, installs:
 // on the host network it renders the standard bind of the listen addresses (a wildcard listener is not
 // intercepted), exactly as without the key, and the release notes say it was not honoured.

@@ -44,6 +44,11 @@ func Capabilities() []Capability {
 			Cost:       "the agent cannot start: it creates its table with this flag, so that the table goes with the process and nothing else can change it",
 			tableFlags: tableFlagOwner,
 		},
+		// Kernels built without nft_socket, as of December 2026 (each with its source; docs/failure-model.md
+		// names them): Azure Linux 3.0 x86_64, its 6.6 and 6.12 kernels (`# CONFIG_NFT_SOCKET is not set` in
+		// microsoft/azurelinux SPECS/kernel/config, branch 3.0; a module in the release after 3.0,
+		// microsoft/azurelinux#16869); Flatcar main (flatcar/Flatcar#2172, open; flatcar/scripts#4187 closed);
+		// Talos before pkgs v1.14.0 (siderolabs/pkgs#1624, fixed by #1625). Debian 12 builds it as a module.
 		{
 			Name: CapSocket,
 			What: "the socket expression (nft_socket, CONFIG_NFT_SOCKET)",

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make test-cluster: the project's manifests on a real single-node Kubernetes, in a throwaway network namespace,
+# make test-cluster: the project's manifests on a real two-node Kubernetes, in a throwaway network namespace,
 # against kube-proxy in nftables mode and in iptables mode (iptables-nft). Needs root. Everything offline but the Go
 # module proxy and Debian's archive:
 #   - Kubernetes (and etcd) built from their Go modules, cached under .cache/cluster by version (build-k8s.sh);
@@ -23,7 +23,8 @@ if [[ $(id -u) != 0 ]]; then
 	exit 1
 fi
 need=()
-for t in nft:nftables iptables-nft:iptables conntrack:conntrack ip:iproute2 curl:curl openssl:openssl nsenter:util-linux; do
+for t in nft:nftables iptables-nft:iptables conntrack:conntrack ip:iproute2 curl:curl openssl:openssl nsenter:util-linux \
+	busybox:busybox-static; do
 	command -v "${t%%:*}" >/dev/null || need+=("${t#*:}")
 done
 if ((${#need[@]})); then

@@ -117,11 +117,17 @@ func (h *helmRun) uninstall(ctx context.Context, before string) error {
 		objs, _ := h.c.kubectl(ctx, "-n", helmNamespace, "get", "jobs,ds,pods", "-l", "app.kubernetes.io/instance="+helmRelease, "-o", "wide")
 		return fmt.Errorf("%w\nhook objects:\n%s", err, objs)
 	}
-	if err := checkNothingLeft(ctx, h.c, before); err != nil {
+	return releaseGone(ctx, h.c, before)
+}
+
+// releaseGone: after helm uninstall, nothing of ours on either node (the fallback's table included: the hook's
+// -teardown removes it), kube-proxy's tables as before, and no object of the release, hook objects included.
+func releaseGone(ctx context.Context, c *cluster, before string) error {
+	if err := checkNothingLeft(ctx, c, before); err != nil {
 		return err
 	}
 	var problems []string
-	for _, n := range h.c.nodes() {
+	for _, n := range c.nodes() {
 		if t, err := ourTables(ctx, n); err != nil || len(t) > 0 {
 			problems = append(problems, fmt.Sprintf("%s: tables left: %v %v", n.name, t, err))
 		}
@@ -129,7 +135,7 @@ func (h *helmRun) uninstall(ctx context.Context, before string) error {
 	// Helm deletes the hook DaemonSet without waiting for its pods (pause, grace period 1 s): they go shortly after.
 	var left string
 	if err := poll(ctx, 60*time.Second, time.Second, func() (bool, error) {
-		out, err := h.c.kubectl(ctx, "-n", helmNamespace, "get", "jobs,ds,pods,sa,roles,rolebindings,cm,svc",
+		out, err := c.kubectl(ctx, "-n", helmNamespace, "get", "jobs,ds,pods,sa,roles,rolebindings,cm,svc",
 			"-l", "app.kubernetes.io/instance="+helmRelease, "-o", "name")
 		left = strings.TrimSpace(out)
 		return err == nil && left == "", err

@@ -21,6 +21,20 @@ func suite(ctx context.Context, c *cluster, r *results) {
 		firstStartCases(ctx, c, r)
 		return
 	}
+	if os.Getenv("CLUSTER_ONLY") == "helm" { // the chart's cases alone (helmcases.go)
+		before, err := kubeProxyServingKubeDNS(ctx, c)
+		if r.check("kube-proxy tables before (both nodes)", fmt.Sprintf("%d lines", strings.Count(before, "\n")), err) {
+			helmCases(ctx, c, r, before)
+		}
+		return
+	}
+	if os.Getenv("CLUSTER_ONLY") == "readme" { // README.md's install, word for word (readme.go)
+		before, err := kubeProxyServingKubeDNS(ctx, c)
+		if r.check("kube-proxy tables before (both nodes)", fmt.Sprintf("%d lines", strings.Count(before, "\n")), err) {
+			readmeCases(ctx, c, r, before)
+		}
+		return
+	}
 	// Every overlay and the base validate against the real API server.
 	for _, o := range []string{"base", "iptables-or-nftables", "ipvs", "ipv6", "dual-stack"} {
 		r.check("dry-run=server "+o, "", dryRun(ctx, c, o))
@@ -75,8 +89,31 @@ func suite(ctx context.Context, c *cluster, r *results) {
 	})
 	// The Helm chart, on nodes where nothing of ours is left (helmcases.go).
 	helmCases(ctx, c, r, before)
+	// README.md's install, word for word, on nodes where nothing of ours is left (readme.go).
+	readmeCases(ctx, c, r, before)
 	// Last: a node's first start, emulated, and the start-up gate; node-1 is restarted (firststart.go).
 	firstStartCases(ctx, c, r)
+}
+
+// kubeProxyServingKubeDNS is kube-proxy's state once it serves kube-dns's endpoints and has settled: the "before"
+// of a branch that starts its cases at once. Right after setupCluster, kube-proxy may still reject the kube-dns
+// ClusterIP (no endpoints yet), and the uninstall checks would then compare with that passing state.
+func kubeProxyServingKubeDNS(ctx context.Context, c *cluster) (string, error) {
+	var snap string
+	err := poll(ctx, 90*time.Second, time.Second, func() (bool, error) {
+		var err error
+		snap, err = settledKubeProxy(ctx, c)
+		if err != nil {
+			return false, err
+		}
+		for _, l := range strings.Split(snap, "\n") {
+			if strings.Contains(l, "kube-dns") && strings.Contains(strings.ToLower(l), "reject") {
+				return false, fmt.Errorf("kube-proxy still rejects kube-dns: %s", l)
+			}
+		}
+		return true, nil
+	})
+	return snap, err
 }
 
 // leftNote names what the "leaves nothing" cases allow to stay.
