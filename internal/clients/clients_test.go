@@ -1,0 +1,271 @@
+package clients
+
+import (
+	"fmt"
+	"net/netip"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/miekg/dns"
+	"go.uber.org/zap"
+)
+
+// Conventions: clients are 10.0.x.y (heavy ones 10.0.0.x), spoofed ones 10.1.0.0/16 and up; names under
+// example.test.
+
+func addr(s string) netip.AddrPort { return netip.AddrPortFrom(netip.MustParseAddr(s), 5353) }
+
+// fakeClock is a clock a test moves.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+func newTestAccounting(t *testing.T) (*Accounting, *fakeClock) {
+	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	return newAccounting(zap.NewNop(), clk.now), clk
+}
+
+func TestSizesAreWhatTheBoundAssumes(t *testing.T) {
+	if s := unsafe.Sizeof(client{}); s > clientStructBytes {
+		t.Errorf("client is %d bytes; clientStructBytes says %d", s, clientStructBytes)
+	}
+	if s := unsafe.Sizeof(event{}); s != eventBytes {
+		t.Errorf("event is %d bytes; eventBytes says %d", s, eventBytes)
+	}
+}
+
+func TestCountsEachClientsAnswersByKind(t *testing.T) {
+	a, _ := newTestAccounting(t)
+	s := a.NewShard()
+	for range 3 {
+		s.Hit(addr("10.0.0.1"), "a.example.test.", dns.RcodeSuccess)
+	}
+	s.Hit(addr("10.0.0.1"), "nx.example.test.", dns.RcodeNameError)
+	s.Publish()
+	a.Answer(addr("10.0.0.1"), "miss.example.test.", dns.RcodeServerFailure, false, 3*time.Millisecond)
+	a.Answer(addr("10.0.0.1"), "miss.example.test.", dns.RcodeRefused, false, 1*time.Millisecond)
+	a.Answer(netip.AddrPortFrom(netip.MustParseAddr("fd00::1"), 53), "six.example.test.", dns.RcodeNotImplemented, true, 0)
+
+	snap := a.Snapshot(10)
+	if snap.Answers != 7 || snap.Tracked != 2 || snap.TailBound != 0 {
+		t.Fatalf("snapshot %+v: want 7 answers from 2 clients, no tail", snap)
+	}
+	c := find(t, snap, "10.0.0.1")
+	want := Client{Answers: 6, NoError: 3, NXDomain: 1, ServFail: 1, Refused: 1, Hits: 4, Misses: 2, MissLatencyMs: 2}
+	if c.Answers != want.Answers || c.NoError != want.NoError || c.NXDomain != want.NXDomain || c.ServFail != want.ServFail ||
+		c.Refused != want.Refused || c.Hits != want.Hits || c.Misses != want.Misses || c.MissLatencyMs != want.MissLatencyMs {
+		t.Errorf("10.0.0.1: %+v, want %+v", c, want)
+	}
+	if len(c.TopNames) != 3 || c.TopNames[0] != (Name{Name: "a.example.test.", Count: 3}) || c.TopNames[1].Count != 2 {
+		t.Errorf("10.0.0.1's names %+v: want a.example.test. 3, miss.example.test. 2, nx.example.test. 1", c.TopNames)
+	}
+	if c := find(t, snap, "fd00::1"); c.Other != 1 || c.Hits != 1 {
+		t.Errorf("fd00::1: %+v, want one other rcode, a hit", c)
+	}
+}
+
+func find(t *testing.T, s Snapshot, a string) Client {
+	t.Helper()
+	for _, c := range s.Clients {
+		if c.Addr == a {
+			return c
+		}
+	}
+	t.Fatalf("%s not in the snapshot %+v", a, s.Clients)
+	return Client{}
+}
+
+// Space-saving's guarantees, under 100,000 spoofed sources of one query each interleaved with five heavy
+// clients: the heavy ones are in the table with exact counts (they entered before the flood), the table
+// never holds more than MaxClients, and no client outside it got more than the tail bound.
+func TestHeavyClientsStayExactUnderSpoofedSources(t *testing.T) {
+	a, _ := newTestAccounting(t)
+	s := a.NewShard()
+	const spoofed, heavy = 100_000, 5
+	sent := map[string]uint64{}
+	for i := range spoofed {
+		if i%2 == 0 { // each heavy client asks once for every two spoofed sources
+			for h := range heavy {
+				s.Hit(addr(fmt.Sprintf("10.0.0.%d", h+1)), "heavy.example.test.", dns.RcodeSuccess)
+				sent[fmt.Sprintf("10.0.0.%d", h+1)]++
+			}
+		}
+		sp := netip.AddrFrom4([4]byte{10, byte(1 + i>>16), byte(i >> 8), byte(i)})
+		s.Hit(netip.AddrPortFrom(sp, 1), fmt.Sprintf("s%d.example.test.", i), dns.RcodeNameError)
+		s.Publish()
+		if i%256 == 0 {
+			a.Snapshot(0) // drains, as the drain goroutine would
+		}
+	}
+	snap := a.Snapshot(heavy)
+	if snap.Tracked != MaxClients || snap.Answers != spoofed+sum(sent) || snap.Dropped != 0 {
+		t.Fatalf("tracked %d answers %d dropped %d: want %d, %d, 0", snap.Tracked, snap.Answers, snap.Dropped, MaxClients, spoofed+sum(sent))
+	}
+	for h := range heavy {
+		a := fmt.Sprintf("10.0.0.%d", h+1)
+		c := find(t, snap, a)
+		if c.Answers != sent[a] || c.Overcount != 0 {
+			t.Errorf("%s: %d answers (overcount %d), sent %d", a, c.Answers, c.Overcount, sent[a])
+		}
+	}
+	if snap.TailBound == 0 || snap.TailBound > spoofed/MaxClients*2 {
+		t.Errorf("tail bound %d: want above 0 and about spoofed/MaxClients (%d)", snap.TailBound, spoofed/MaxClients)
+	}
+}
+
+func sum(m map[string]uint64) uint64 {
+	var n uint64
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// The bound holds: the heap the table and a full ring keep live, after 100,000 sources each asking a name of
+// the longest length, is under WorstCaseBytes.
+func TestMemoryStaysUnderTheBound(t *testing.T) {
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	a, _ := newTestAccounting(t)
+	s := a.NewShard()
+	long := make([]byte, maxName)
+	for i := range long {
+		long[i] = 'a'
+	}
+	for i := range 100_000 {
+		sp := netip.AddrFrom4([4]byte{10, byte(1 + i>>16), byte(i >> 8), byte(i)})
+		name := string(long[:maxName-8]) + fmt.Sprintf("%08d", i) // a new string each: as a miss's name
+		s.Hit(netip.AddrPortFrom(sp, 1), name, dns.RcodeNameError)
+		s.Publish()
+		if (i+1)%(ringSize/2) == 0 {
+			a.Snapshot(0)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	live := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	bound := WorstCaseBytes(1)
+	t.Logf("100,000 sources: %d bytes live, bound %d (%.1f MiB)", live, bound, float64(bound)/(1<<20))
+	if live > bound {
+		t.Errorf("%d bytes live after 100,000 sources, over the bound %d", live, bound)
+	}
+	runtime.KeepAlive(a)
+	runtime.KeepAlive(s)
+}
+
+func TestAFullRingDropsAndCounts(t *testing.T) {
+	a, _ := newTestAccounting(t)
+	s := a.NewShard()
+	for range ringSize + 10 {
+		s.Hit(addr("10.0.0.1"), "a.example.test.", dns.RcodeSuccess)
+	}
+	s.Publish()
+	snap := a.Snapshot(1)
+	if snap.Answers != ringSize || snap.Dropped != 10 {
+		t.Fatalf("answers %d dropped %d: want %d and 10", snap.Answers, snap.Dropped, ringSize)
+	}
+	s.Hit(addr("10.0.0.1"), "a.example.test.", dns.RcodeSuccess) // room again once drained
+	s.Publish()
+	if snap := a.Snapshot(1); snap.Answers != ringSize+1 {
+		t.Errorf("answers %d after the drain: want %d", snap.Answers, ringSize+1)
+	}
+}
+
+// Writers and the drain run at once (go test -race): nothing is lost while the ring has room.
+func TestConcurrentWritersAndDrain(t *testing.T) {
+	a, _ := newTestAccounting(t)
+	var wg sync.WaitGroup
+	const writers, each = 4, 50_000
+	for w := range writers {
+		s := a.NewShard()
+		wg.Go(func() {
+			defer s.Release()
+			for i := range each {
+				s.Hit(addr(fmt.Sprintf("10.0.0.%d", w+1)), "a.example.test.", dns.RcodeSuccess)
+				if i%16 == 15 {
+					s.Publish()
+				}
+			}
+			s.Publish()
+		})
+	}
+	wg.Go(func() {
+		for range each / 10 {
+			a.Answer(addr("10.0.1.1"), "miss.example.test.", dns.RcodeSuccess, false, time.Millisecond)
+		}
+	})
+	stop := make(chan struct{})
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-a.wakeC:
+				a.Snapshot(0)
+			}
+		}
+	}()
+	wg.Wait()
+	close(stop)
+	<-drained
+	snap := a.Snapshot(10)
+	if got := snap.Answers + snap.Dropped; got != writers*each+each/10 {
+		t.Errorf("answers %d + dropped %d = %d: want %d", snap.Answers, snap.Dropped, got, writers*each+each/10)
+	}
+	a.mu.Lock()
+	a.drain()
+	a.mu.Unlock()
+	if n := len(a.shards); n != 1 {
+		t.Errorf("%d shards left after the writers released theirs: want the handler's alone", n)
+	}
+}
+
+func TestRatesAreOverTheLastWindow(t *testing.T) {
+	a, clk := newTestAccounting(t)
+	s := a.NewShard()
+	for i := range 200 {
+		rc := dns.RcodeNameError
+		if i%4 == 0 {
+			rc = dns.RcodeSuccess
+		}
+		s.Hit(addr("10.0.0.1"), "x.example.test.", rc)
+	}
+	s.Hit(addr("10.0.0.2"), "quiet.example.test.", dns.RcodeSuccess)
+	s.Publish()
+	clk.add(2 * time.Second)
+	a.closeWindow()
+	snap := a.Snapshot(10)
+	if snap.Clients[0].Addr != "10.0.0.1" || snap.Clients[0].Rate != 100 || snap.Clients[0].NXRate != 75 || snap.Clients[0].HitRate != 100 {
+		t.Fatalf("first client %+v: want 10.0.0.1 at 100/s, 75 NXDOMAIN/s", snap.Clients[0])
+	}
+	clk.add(time.Second)
+	a.closeWindow()
+	if c := a.Snapshot(1).Clients[0]; c.Rate != 0 || c.Answers != 200 {
+		t.Errorf("after a quiet window: %+v, want rate 0, 200 answers", c)
+	}
+}
+
+func TestNamesKeepTheMostAsked(t *testing.T) {
+	var ns topNames
+	for i := range 50 {
+		ns.add("hot.example.test.")
+		ns.add(fmt.Sprintf("cold%d.example.test.", i))
+	}
+	if ns[0].name != "hot.example.test." || ns[0].count != 50 || ns[0].over != 0 {
+		t.Errorf("names %+v: want hot.example.test. first with 50, exact", ns)
+	}
+}
