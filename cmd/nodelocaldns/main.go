@@ -20,6 +20,7 @@ import (
 	// and a `forward . tls://` upstream must still verify its server.
 	_ "golang.org/x/crypto/x509roots/fallback"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/clients"
 	"github.com/nodelocaldns/nodelocaldns/internal/dnsserver"
 	"github.com/nodelocaldns/nodelocaldns/internal/fastpath"
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
@@ -118,6 +119,11 @@ func serve(o *options.Options, log *zap.Logger) int {
 	}
 	if taint != nil {
 		cfg.Serving = append(cfg.Serving, *taint)
+	}
+	if clients.Enabled(os.Getenv) {
+		acct := clients.New(log.Named("clients"))
+		cfg.Clients = acct
+		cfg.Serving = append(cfg.Serving, supervisor.Actor{Name: "clients", Run: acct.Run})
 	}
 	sup, err := supervisor.New(cfg)
 	if err != nil {

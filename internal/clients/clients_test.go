@@ -269,3 +269,27 @@ func TestNamesKeepTheMostAsked(t *testing.T) {
 		t.Errorf("names %+v: want hot.example.test. first with 50, exact", ns)
 	}
 }
+
+// The hit path's part: recording a hit and publishing allocate nothing, the ring full or not.
+func TestHitDoesNotAllocate(t *testing.T) {
+	a, _ := newTestAccounting(t)
+	s := a.NewShard()
+	from, name := addr("10.0.0.1"), "a.example.test."
+	if n := testing.AllocsPerRun(3*ringSize, func() { s.Hit(from, name, dns.RcodeSuccess); s.Publish() }); n != 0 {
+		t.Errorf("%v allocations per hit", n)
+	}
+}
+
+// BenchmarkHit is a reader's cost per hit: record and, as per batch of 16, publish.
+func BenchmarkHit(b *testing.B) {
+	a := newAccounting(zap.NewNop(), time.Now)
+	s := a.NewShard()
+	from, name := addr("10.0.0.1"), "a.example.test."
+	go a.Run(b.Context())
+	for i := 0; b.Loop(); i++ {
+		s.Hit(from, name, dns.RcodeSuccess)
+		if i%16 == 15 {
+			s.Publish()
+		}
+	}
+}
