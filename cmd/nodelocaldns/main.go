@@ -59,6 +59,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	case options.ModeProbe:
 		return probe(o.HealthSocket, o.Probe, stdout, stderr)
+	case options.ModeTop:
+		return top(o.HealthSocket, o.TopN, o.TopJSON, stdout, stderr)
 	case options.ModePrintRules:
 		vote, fallback, why := supervisor.PrintFallback(o, os.Getenv)
 		spec := nft.Spec{LocalIPs: o.LocalIPs, DNSPort: o.DNSPort, HealthPort: o.HealthPort, Fallbacks: vote}
@@ -122,6 +124,10 @@ func serve(o *options.Options, log *zap.Logger) int {
 	}
 	if clients.Enabled(os.Getenv) {
 		acct := clients.New(log.Named("clients"))
+		if err := acct.Register(prometheus.DefaultRegisterer); err != nil {
+			log.Error("register metrics", zap.Error(err))
+			return 1
+		}
 		cfg.Clients = acct
 		cfg.Serving = append(cfg.Serving, supervisor.Actor{Name: "clients", Run: acct.Run})
 	}

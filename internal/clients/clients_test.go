@@ -4,13 +4,16 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 	"unsafe"
 
 	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // Conventions: clients are 10.0.x.y (heavy ones 10.0.0.x), spoofed ones 10.1.0.0/16 and up; names under
@@ -291,5 +294,106 @@ func BenchmarkHit(b *testing.B) {
 		if i%16 == 15 {
 			s.Publish()
 		}
+	}
+}
+
+// The gauge set is the last window's top clients, replaced: a client that stops asking leaves it once others
+// outrank it, and the series never number more than publishTop per name.
+func TestMetricsAreTheTopReplaced(t *testing.T) {
+	a, clk := newTestAccounting(t)
+	reg := prometheus.NewRegistry()
+	if err := a.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	s := a.NewShard()
+	round := func(base int) {
+		for c := range 2 * publishTop {
+			for range c + 1 {
+				s.Hit(netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, byte(base), byte(c)}), 1), "a.example.test.", dns.RcodeSuccess)
+			}
+		}
+		s.Publish()
+		clk.add(time.Second)
+		a.closeWindow()
+	}
+	round(1)
+	got := rates(t, reg)
+	if len(got) != publishTop || got["10.0.1.19"] != 20 {
+		t.Fatalf("series after the first window %v: want %d, 10.0.1.19 at 20 a second", got, publishTop)
+	}
+	round(2) // others, all asking; the first ones quiet
+	got = rates(t, reg)
+	if len(got) != publishTop {
+		t.Errorf("%d series: want %d", len(got), publishTop)
+	}
+	for c := range got {
+		if !strings.HasPrefix(c, "10.0.2.") {
+			t.Errorf("%s still in the set after a quiet window", c)
+		}
+	}
+}
+
+// rates is nodelocaldns_top_client_answers_per_second by client, as reg serves it.
+func rates(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() == "nodelocaldns_top_client_answers_per_second" {
+			for _, m := range mf.GetMetric() {
+				out[m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	return out
+}
+
+// One warning names a client that crossed the NXDOMAIN share or the rate, once a minute at most; a quiet
+// client is never named, and a window names at most alertsPerWindow.
+func TestAlertNamesTheClientOnce(t *testing.T) {
+	core, logs := observer.New(zap.WarnLevel)
+	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	a := newAccounting(zap.New(core), clk.now)
+	s := a.NewShard()
+	hits := func(from netip.AddrPort, n int, name string, rcode int) {
+		for i := range n {
+			s.Hit(from, name, rcode)
+			if i%256 == 255 {
+				s.Publish()
+				a.Snapshot(0) // drains, as the drain goroutine would
+			}
+		}
+		s.Publish()
+	}
+	window := func(nx, loud, quiet int, spoofed int) {
+		hits(addr("10.0.0.1"), nx, "api.example.com.default.svc.cluster.local.", dns.RcodeNameError)
+		hits(addr("10.0.0.2"), loud, "a.example.test.", dns.RcodeSuccess)
+		hits(addr("10.0.0.3"), quiet, "a.example.test.", dns.RcodeNameError)
+		for i := range spoofed {
+			hits(netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 1, 0, byte(i)}), 1), alertRate, "x.", dns.RcodeSuccess)
+		}
+		clk.add(time.Second)
+		a.closeWindow()
+	}
+	window(200, alertRate, alertNXMinRate-1, 0)
+	named := map[string]string{}
+	for _, e := range logs.TakeAll() {
+		named[e.ContextMap()["client"].(string)] = e.ContextMap()["crossed"].(string)
+	}
+	if named["10.0.0.1"] != "nxdomain share" || named["10.0.0.2"] != "rate" || len(named) != 2 {
+		t.Errorf("named %v: want 10.0.0.1 for its NXDOMAIN share and 10.0.0.2 for its rate, not the quiet 10.0.0.3", named)
+	}
+	window(200, alertRate, 0, 0)
+	if n := logs.Len(); n != 0 {
+		t.Errorf("%d lines in the next window: want none (a minute apart at most once)", n)
+	}
+	clk.add(alertEvery)
+	a.closeWindow()     // a quiet minute
+	window(0, 0, 0, 10) // ten new loud clients at once
+	if n := logs.Len(); n != alertsPerWindow {
+		t.Errorf("%d lines for ten loud clients in one window: want %d", n, alertsPerWindow)
 	}
 }
