@@ -4,8 +4,8 @@
 // Two kinds of writers feed it. The fast path's readers (internal/fastpath) each own a Shard, a ring they write
 // a hit into without a lock, a system call or an allocation, and publish once per batch (one atomic store).
 // Everything CoreDNS answers (the fast path's misses, TCP, and every query when the fast path is off) is
-// counted by the `clients` handler in front of each cached server block's chain (Handler), through one shared
-// ring behind a mutex: a miss already costs tens of microseconds. One goroutine (Run) drains the rings into the
+// counted by a handler in front of each cached server block's chain (internal/dnsserver's clientsHandler, which
+// calls Answer), through one shared ring behind a mutex: a miss already costs tens of microseconds. One goroutine (Run) drains the rings into the
 // table, when a ring is half full and once a second, when it also closes the rate window and looks for clients
 // worth a log line (alert.go).
 //

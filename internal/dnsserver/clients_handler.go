@@ -1,4 +1,4 @@
-package clients
+package dnsserver
 
 import (
 	"context"
@@ -11,24 +11,24 @@ import (
 	"github.com/coredns/coredns/plugin"
 	"github.com/miekg/dns"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/clients"
 	"github.com/nodelocaldns/nodelocaldns/internal/dnscache"
 )
 
-// HandlerName is the handler's name in CoreDNS's chain.
-const HandlerName = "clients"
-
-// Handler counts what CoreDNS's chain answers: the fast path's misses, TCP, and every query when the fast
-// path is off. internal/dnsserver puts it in front of every block with a cache, so that it sees each query
-// before any plugin, and learns from the cache (dnscache.ReportIn) whether it was a hit. It answers nothing.
-type Handler struct {
+// clientsHandler counts what CoreDNS's chain answers into the per-client accounting (internal/clients): the
+// fast path's misses, TCP, and every query when the fast path is off. withClients (cache.go) puts it in front of
+// every block with a cache, so that it sees each query before any plugin, and learns from the cache
+// (dnscache.ReportIn) whether it was a hit. It answers nothing. Its name, clients, is one the fast path lets
+// run before the cache (fastpath's preCache): its readers count their hits themselves.
+type clientsHandler struct {
 	Next plugin.Handler
 	// To is the accounting it counts into, once the configuration it belongs to serves; nil counts nothing.
-	To *atomic.Pointer[Accounting]
+	To *atomic.Pointer[clients.Accounting]
 }
 
-func (h *Handler) Name() string { return HandlerName }
+func (h *clientsHandler) Name() string { return "clients" }
 
-func (h *Handler) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+func (h *clientsHandler) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
 	a := h.To.Load()
 	if a == nil {
 		return plugin.NextOrFailure(h.Name(), h.Next, ctx, w, r)
