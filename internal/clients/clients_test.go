@@ -397,3 +397,27 @@ func TestAlertNamesTheClientOnce(t *testing.T) {
 		t.Errorf("%d lines for ten loud clients in one window: want %d", n, alertsPerWindow)
 	}
 }
+
+// BenchmarkDrain is the drain's cost per answer, from one address (as the bench's load) and from 1,000
+// interleaved ones (a node's pods: a map lookup each).
+func BenchmarkDrain(b *testing.B) {
+	for _, n := range []int{1, 1000} {
+		b.Run(fmt.Sprintf("sources=%d", n), func(b *testing.B) {
+			a := newAccounting(zap.NewNop(), time.Now)
+			s := a.NewShard()
+			from := make([]netip.AddrPort, n)
+			for i := range from {
+				from[i] = netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}), 1)
+			}
+			for i := 0; b.Loop(); i++ {
+				s.Hit(from[i%n], "a.example.test.", dns.RcodeSuccess)
+				if i%256 == 255 {
+					s.Publish()
+					a.mu.Lock()
+					a.drain()
+					a.mu.Unlock()
+				}
+			}
+		})
+	}
+}
