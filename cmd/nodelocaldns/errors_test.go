@@ -46,6 +46,7 @@ func TestEveryBadValueIsOneLine(t *testing.T) {
 		"metrics-listen-address":    {[]string{"-localip", "169.254.20.10", "-metrics-listen-address", "9353"}, "9353"},
 		"pidfile":                   {append(serve, "-pidfile", filepath.Join(missing, "pid")), filepath.Join(missing, "pid")},
 		"plugins":                   {[]string{"-plugins=often"}, "often"},
+		"pod-identity":              {[]string{"-localip", "169.254.20.10", "-pod-identity=sometimes"}, "sometimes"},
 		"top":                       {[]string{"-top=always"}, "always"},
 		"json":                      {[]string{"-top", "-json=pretty"}, "pretty"},
 		"top-n":                     {[]string{"-top", "-top-n", "many"}, "many"},

@@ -131,6 +131,14 @@ func serve(o *options.Options, log *zap.Logger) int {
 		cfg.Clients = acct
 		cfg.Serving = append(cfg.Serving, supervisor.Actor{Name: "clients", Run: acct.Run})
 	}
+	pods, err := podIdentity(o, os.Getenv, nodetaint.ServiceAccountDir, cfg.Clients, log)
+	if err != nil {
+		log.Error("invalid configuration", zap.Error(err))
+		return 2
+	}
+	if pods != nil {
+		cfg.Serving = append(cfg.Serving, *pods)
+	}
 	sup, err := supervisor.New(cfg)
 	if err != nil {
 		log.Error("invalid configuration", zap.Error(err))

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -102,12 +104,21 @@ func fetch(ctx context.Context, c *http.Client, url string) ([]byte, error) {
 func renderTop(w io.Writer, s clients.Snapshot) {
 	fmt.Fprintf(w, "nodelocaldns -top  %s  answers %d  dropped %d  clients %d/%d  untracked ≤ %d each\n\n",
 		s.At.UTC().Format(time.RFC3339), s.Answers, s.Dropped, s.Tracked, s.Capacity, s.TailBound)
+	named := slices.ContainsFunc(s.Clients, func(c clients.Client) bool { return c.Name != "" }) // -pod-identity
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "CLIENT\tQ/S\tNXDOMAIN\tSERVFAIL\tHIT\tMISS MS\tANSWERS\t TOP NAMES\t")
+	head := "CLIENT\tQ/S\tNXDOMAIN\tSERVFAIL\tHIT\tMISS MS\tANSWERS\t TOP NAMES\t"
+	if named {
+		head = "CLIENT\tPOD\t" + strings.TrimPrefix(head, "CLIENT\t")
+	}
+	fmt.Fprintln(tw, head)
 	for _, c := range s.Clients {
 		nx, sf, hit := share(c.NXRate, c.Rate, c.NXDomain, c.Answers), share(c.SFRate, c.Rate, c.ServFail, c.Answers),
 			share(c.HitRate, c.Rate, c.Hits, c.Hits+c.Misses)
-		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t%.1f\t%d\t %s\t\n", c.Addr, c.Rate, nx, sf, hit, c.MissLatencyMs, c.Answers, names(c.TopNames))
+		who := c.Addr
+		if named {
+			who += "\t" + cmp.Or(c.Name, "-")
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t%.1f\t%d\t %s\t\n", who, c.Rate, nx, sf, hit, c.MissLatencyMs, c.Answers, names(c.TopNames))
 	}
 	tw.Flush()
 }

@@ -39,3 +39,19 @@ func TestTopWithoutAnAgent(t *testing.T) {
 		t.Errorf("exit %d, %q: want 1 and the socket named", code, errs.String())
 	}
 }
+
+// With pod identity, a POD column names each client ("-" when unknown).
+func TestRenderTopNamesPods(t *testing.T) {
+	var b bytes.Buffer
+	renderTop(&b, clients.Snapshot{Clients: []clients.Client{{Addr: "10.244.0.5", Name: "default/web-1", Rate: 5, Answers: 5}, {Addr: "10.0.0.9", Answers: 1}}})
+	lines := strings.Split(b.String(), "\n")
+	if f := strings.Fields(lines[2]); f[0] != "CLIENT" || f[1] != "POD" {
+		t.Errorf("header %q", lines[2])
+	}
+	if f := strings.Fields(lines[3]); f[0] != "10.244.0.5" || f[1] != "default/web-1" {
+		t.Errorf("row %q", lines[3])
+	}
+	if f := strings.Fields(lines[4]); f[0] != "10.0.0.9" || f[1] != "-" {
+		t.Errorf("row %q", lines[4])
+	}
+}

@@ -31,6 +31,15 @@ type Accounting struct {
 	rolled     time.Time // when the current window began
 	alerts     alerts
 	publishers []func(Snapshot) // called after each window with the top clients (the metrics' gauge set)
+	namer      func(netip.Addr) string
+}
+
+// SetNamer makes snapshots, metrics and log lines name each client by namer (internal/podwatch: "namespace/pod"),
+// besides its address. Call it before Run.
+func (a *Accounting) SetNamer(namer func(netip.Addr) string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.namer = namer
 }
 
 // New returns an Accounting counting nothing until its writers write; Run drains it.
@@ -95,7 +104,7 @@ func (a *Accounting) closeWindow() {
 	now := a.now()
 	a.t.roll(now.Sub(a.rolled))
 	a.rolled = now
-	a.alerts.check(now, a.t)
+	a.alerts.check(now, a.t, a.namer)
 	snap := a.snapshot(publishTop)
 	pubs := a.publishers
 	a.mu.Unlock()

@@ -27,7 +27,7 @@ type alerts struct {
 func newAlerts(log *zap.Logger) alerts { return alerts{log: log, last: map[[16]byte]time.Time{}} }
 
 // check logs the clients over a threshold in the window just closed.
-func (al *alerts) check(now time.Time, t *table) {
+func (al *alerts) check(now time.Time, t *table, namer func(netip.Addr) string) {
 	for addr, at := range al.last {
 		if now.Sub(at) >= alertEvery {
 			delete(al.last, addr)
@@ -56,7 +56,12 @@ func (al *alerts) check(now time.Time, t *table) {
 		}
 		al.last[c.addr] = now
 		logged++
-		al.log.Warn("client crossed a threshold", zap.String("client", netip.AddrFrom16(c.addr).Unmap().String()),
+		addr := netip.AddrFrom16(c.addr).Unmap()
+		name := ""
+		if namer != nil {
+			name = namer(addr)
+		}
+		al.log.Warn("client crossed a threshold", zap.String("client", addr.String()), zap.String("pod", name),
 			zap.String("crossed", why), zap.Float64("rate", c.rate), zap.Float64("nxdomainShare", nxShare),
 			zap.Float64("servfailRate", c.sfRate), zap.Strings("topNames", c.topNames()))
 	}

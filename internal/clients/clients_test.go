@@ -421,3 +421,22 @@ func BenchmarkDrain(b *testing.B) {
 		})
 	}
 }
+
+// With a namer (pod identity), snapshots name each client.
+func TestNamerNamesClients(t *testing.T) {
+	a, _ := newTestAccounting(t)
+	a.SetNamer(func(addr netip.Addr) string {
+		if addr == netip.MustParseAddr("10.0.0.1") {
+			return "default/web-1"
+		}
+		return ""
+	})
+	s := a.NewShard()
+	s.Hit(addr("10.0.0.1"), "a.example.test.", dns.RcodeSuccess)
+	s.Hit(addr("10.0.0.2"), "a.example.test.", dns.RcodeSuccess)
+	s.Publish()
+	snap := a.Snapshot(2)
+	if find(t, snap, "10.0.0.1").Name != "default/web-1" || find(t, snap, "10.0.0.2").Name != "" {
+		t.Errorf("clients %+v: want 10.0.0.1 named default/web-1, 10.0.0.2 unnamed", snap.Clients)
+	}
+}

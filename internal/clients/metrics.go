@@ -6,19 +6,20 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// The metrics' view: the publishTop heaviest clients of the last window as gauges labelled by client, a set
-// replaced at every window (a client that leaves the top leaves the scrape), so the series stay bounded by
-// publishTop whatever the sources do; and the accounting's own counters.
+// The metrics' view: the publishTop heaviest clients of the last window as gauges labelled by client (its
+// address) and client_pod (its name with -pod-identity, else empty; not "pod", which a scrape gives the agent's
+// own pod), a set replaced at every window (a client that leaves the top leaves the scrape), so the series stay
+// bounded by publishTop whatever the sources do; and the accounting's own counters.
 var (
 	topRate = prometheus.NewDesc("nodelocaldns_top_client_answers_per_second",
 		"Answers a second over the last window to each of the 10 heaviest clients (by source address; the set is replaced every window).",
-		[]string{"client"}, nil)
+		[]string{"client", "client_pod"}, nil)
 	topNX = prometheus.NewDesc("nodelocaldns_top_client_nxdomain_per_second",
-		"NXDOMAIN answers a second over the last window to each of the 10 heaviest clients.", []string{"client"}, nil)
+		"NXDOMAIN answers a second over the last window to each of the 10 heaviest clients.", []string{"client", "client_pod"}, nil)
 	topSF = prometheus.NewDesc("nodelocaldns_top_client_servfail_per_second",
-		"SERVFAIL answers a second over the last window to each of the 10 heaviest clients.", []string{"client"}, nil)
+		"SERVFAIL answers a second over the last window to each of the 10 heaviest clients.", []string{"client", "client_pod"}, nil)
 	topHits = prometheus.NewDesc("nodelocaldns_top_client_hits_per_second",
-		"Answers from the cache a second over the last window to each of the 10 heaviest clients.", []string{"client"}, nil)
+		"Answers from the cache a second over the last window to each of the 10 heaviest clients.", []string{"client", "client_pod"}, nil)
 	answers = prometheus.NewDesc("nodelocaldns_clients_answers_total",
 		"Answers the per-client accounting counted.", nil, nil)
 	dropped = prometheus.NewDesc("nodelocaldns_clients_dropped_total",
@@ -61,9 +62,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(dropped, prometheus.CounterValue, float64(s.Dropped))
 	ch <- prometheus.MustNewConstMetric(tracked, prometheus.GaugeValue, float64(s.Tracked))
 	for _, cl := range s.Clients {
-		ch <- prometheus.MustNewConstMetric(topRate, prometheus.GaugeValue, cl.Rate, cl.Addr)
-		ch <- prometheus.MustNewConstMetric(topNX, prometheus.GaugeValue, cl.NXRate, cl.Addr)
-		ch <- prometheus.MustNewConstMetric(topSF, prometheus.GaugeValue, cl.SFRate, cl.Addr)
-		ch <- prometheus.MustNewConstMetric(topHits, prometheus.GaugeValue, cl.HitRate, cl.Addr)
+		ch <- prometheus.MustNewConstMetric(topRate, prometheus.GaugeValue, cl.Rate, cl.Addr, cl.Name)
+		ch <- prometheus.MustNewConstMetric(topNX, prometheus.GaugeValue, cl.NXRate, cl.Addr, cl.Name)
+		ch <- prometheus.MustNewConstMetric(topSF, prometheus.GaugeValue, cl.SFRate, cl.Addr, cl.Name)
+		ch <- prometheus.MustNewConstMetric(topHits, prometheus.GaugeValue, cl.HitRate, cl.Addr, cl.Name)
 	}
 }

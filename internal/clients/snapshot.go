@@ -30,6 +30,9 @@ type Snapshot struct {
 // Client is one source address.
 type Client struct {
 	Addr string `json:"addr"`
+	// Name is who the address is when pod identity is on (-pod-identity): "namespace/pod", or "host network
+	// (...)" for the node's own addresses, which its host-network pods share; "" when unknown or off.
+	Name string `json:"name,omitempty"`
 	// Since is when it entered the table; its counts run from there.
 	Since time.Time `json:"since"`
 	// Answers may overstate what it was answered by at most Overcount (the count of the client it replaced).
@@ -81,7 +84,11 @@ func (a *Accounting) snapshot(n int) Snapshot {
 		return cmp.Compare(y.count, x.count)
 	})
 	for _, c := range order[:min(n, len(order))] {
-		s.Clients = append(s.Clients, c.export())
+		cl := c.export()
+		if a.namer != nil {
+			cl.Name = a.namer(netip.AddrFrom16(c.addr).Unmap())
+		}
+		s.Clients = append(s.Clients, cl)
 	}
 	return s
 }

@@ -83,6 +83,9 @@ type Options struct {
 	// StartupTaint (-startup-taint) is the key of the taint the node registers with, which the agent removes
 	// once it serves (internal/nodetaint); "" is off.
 	StartupTaint string
+	// PodIdentity (-pod-identity) names the per-client accounting's sources namespace/pod by watching the pods
+	// on this node through the API server (internal/podwatch).
+	PodIdentity bool
 }
 
 // Defaults, as node-cache has them.
@@ -166,6 +169,7 @@ func Parse(args []string, usage io.Writer) (*Options, error) {
 	fs.DurationVar(&o.FallbackLease, "fallback-lease", DefaultFallbackLease, "how long the link-local fallback outlives the last instance (renewed on the -syncinterval passes); at least 3 times -syncinterval, which a longer -syncinterval makes the default")
 	fs.BoolVar(&o.StepAside, "foreign-drop-step-aside", true, "while another table's drop on input or output certainly stops DNS to a local IP, leave that IP's queries to kube-dns instead of intercepting them (false: intercept anyway, as before)")
 	fs.StringVar(&r.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.BoolVar(&o.PodIdentity, "pod-identity", false, "name DNS clients namespace/pod in -top, the per-client metrics and log lines, by watching the pods on this node (named by $NODE_NAME) through the API server; needs get, list and watch on pods (default off: clients are addresses)")
 	fs.StringVar(&o.StartupTaint, "startup-taint", "", "once serving, remove the taint of this key from the node (named by $NODE_NAME) through the API server, once: the start-up gate for nodes that register with it; needs get and patch on nodes (default off)")
 
 	markCompatibility(fs)
