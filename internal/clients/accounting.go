@@ -40,6 +40,7 @@ func (a *Accounting) SetNamer(namer func(netip.Addr) string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.namer = namer
+	a.t.namer = namer
 }
 
 // New returns an Accounting counting nothing until its writers write; Run drains it.
@@ -103,6 +104,7 @@ func (a *Accounting) closeWindow() {
 	a.drain()
 	now := a.now()
 	a.t.roll(now.Sub(a.rolled))
+	a.t.renameAll()
 	a.rolled = now
 	a.alerts.check(now, a.t, a.namer)
 	snap := a.snapshot(publishTop)

@@ -44,11 +44,16 @@ const (
 const maxName = 255
 
 // clientBytes is what one table slot takes at most: the struct (its names' headers within), each name's
-// bytes, and the map's entry (key, pointer and the swiss table's control byte, over a 7/8 load).
-const clientBytes = clientStructBytes + NamesPerClient*maxName + (16+8+1)*8/7 + 8
+// bytes, the map's entry (key, pointer and the swiss table's control byte, over a 7/8 load), and, with pod
+// identity, a namespace's counters (after each window at most one namespace per slot, namespaces.go).
+const clientBytes = clientStructBytes + NamesPerClient*maxName + (16+8+1)*8/7 + 8 + namespaceBytes
+
+// namespaceBytes is one namespace's counters: its name (at most 63 bytes, a DNS label), its map entry and the
+// counters.
+const namespaceBytes = 63 + (16+8+1)*8/7 + 8 + 24
 
 // clientStructBytes is unsafe.Sizeof(client{}) rounded up (a test checks it).
-const clientStructBytes = 352
+const clientStructBytes = 360
 
 // ReaderShardBytes is a fast path reader's ring: its events. The name a hit's event holds is its fast path
 // entry's (fastpath.StoreWorstCaseBytes counts it); an entry swept while its event waits keeps its name until

@@ -440,3 +440,65 @@ func TestNamerNamesClients(t *testing.T) {
 		t.Errorf("clients %+v: want 10.0.0.1 named default/web-1, 10.0.0.2 unnamed", snap.Clients)
 	}
 }
+
+// With pod identity, answers are counted per namespace: a pod's, the node's host network, and unknown for an
+// address no pod has; a namespace no client belongs to any more leaves at the window's close.
+func TestNamespaceCounters(t *testing.T) {
+	a, clk := newTestAccounting(t)
+	pods := map[netip.Addr]string{
+		netip.MustParseAddr("10.0.0.1"):     "default/web-1",
+		netip.MustParseAddr("10.0.0.2"):     "default/web-2",
+		netip.MustParseAddr("10.0.0.3"):     "shop/cart-1",
+		netip.MustParseAddr("192.168.0.10"): "host network (kube-system/kube-proxy-x)",
+	}
+	var mu sync.Mutex
+	a.SetNamer(func(addr netip.Addr) string { mu.Lock(); defer mu.Unlock(); return pods[addr] })
+	reg := prometheus.NewRegistry()
+	if err := a.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	s := a.NewShard()
+	s.Hit(addr("10.0.0.1"), "a.", dns.RcodeSuccess)
+	s.Hit(addr("10.0.0.2"), "nx.", dns.RcodeNameError)
+	s.Hit(addr("10.0.0.3"), "sf.", dns.RcodeServerFailure)
+	s.Hit(addr("192.168.0.10"), "a.", dns.RcodeSuccess)
+	s.Hit(addr("10.9.9.9"), "a.", dns.RcodeSuccess)
+	s.Publish()
+	clk.add(time.Second)
+	a.closeWindow()
+	want := map[string]Namespace{"default": {Answers: 2, NXDomain: 1}, "shop": {Answers: 1, ServFail: 1},
+		"host network": {Answers: 1}, "unknown": {Answers: 1}}
+	if got := a.Snapshot(0).Namespaces; !equalNS(got, want) {
+		t.Errorf("namespaces %v, want %v", got, want)
+	}
+	mfs, _ := reg.Gather()
+	seen := 0
+	for _, mf := range mfs {
+		if mf.GetName() == "nodelocaldns_namespace_answers_total" {
+			seen = len(mf.GetMetric())
+		}
+	}
+	if seen != 4 {
+		t.Errorf("%d nodelocaldns_namespace_answers_total series, want 4", seen)
+	}
+	mu.Lock()
+	pods[netip.MustParseAddr("10.0.0.3")] = "" // shop's pod left the node
+	mu.Unlock()
+	clk.add(time.Second)
+	a.closeWindow()
+	if got := a.Snapshot(0).Namespaces; got["shop"] != (Namespace{}) || got["unknown"].Answers != 1 || len(got) != 3 {
+		t.Errorf("after shop's pod left: %v, want shop gone", got)
+	}
+}
+
+func equalNS(a, b map[string]Namespace) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}

@@ -24,6 +24,13 @@ var (
 		"Answers the per-client accounting counted.", nil, nil)
 	dropped = prometheus.NewDesc("nodelocaldns_clients_dropped_total",
 		"Answers the per-client accounting could not count (a fast path reader's ring was full).", nil, nil)
+	nsAnswers = prometheus.NewDesc("nodelocaldns_namespace_answers_total",
+		"Answers to the clients of each namespace, with pod identity (-pod-identity): the namespaces of the node's pods, \"host network\" and \"unknown\".",
+		[]string{"namespace"}, nil)
+	nsNX = prometheus.NewDesc("nodelocaldns_namespace_nxdomain_total",
+		"NXDOMAIN answers to the clients of each namespace, with pod identity.", []string{"namespace"}, nil)
+	nsSF = prometheus.NewDesc("nodelocaldns_namespace_servfail_total",
+		"SERVFAIL answers to the clients of each namespace, with pod identity.", []string{"namespace"}, nil)
 	tracked = prometheus.NewDesc("nodelocaldns_clients_tracked",
 		"Client addresses the per-client accounting holds (at most 1024; the rest are bounded by the smallest count).", nil, nil)
 )
@@ -49,7 +56,7 @@ func (a *Accounting) Register(reg prometheus.Registerer) error {
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{topRate, topNX, topSF, topHits, answers, dropped, tracked} {
+	for _, d := range []*prometheus.Desc{topRate, topNX, topSF, topHits, answers, dropped, tracked, nsAnswers, nsNX, nsSF} {
 		ch <- d
 	}
 }
@@ -61,6 +68,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(answers, prometheus.CounterValue, float64(s.Answers))
 	ch <- prometheus.MustNewConstMetric(dropped, prometheus.CounterValue, float64(s.Dropped))
 	ch <- prometheus.MustNewConstMetric(tracked, prometheus.GaugeValue, float64(s.Tracked))
+	for ns, c := range s.Namespaces {
+		ch <- prometheus.MustNewConstMetric(nsAnswers, prometheus.CounterValue, float64(c.Answers), ns)
+		ch <- prometheus.MustNewConstMetric(nsNX, prometheus.CounterValue, float64(c.NXDomain), ns)
+		ch <- prometheus.MustNewConstMetric(nsSF, prometheus.CounterValue, float64(c.ServFail), ns)
+	}
 	for _, cl := range s.Clients {
 		ch <- prometheus.MustNewConstMetric(topRate, prometheus.GaugeValue, cl.Rate, cl.Addr, cl.Name)
 		ch <- prometheus.MustNewConstMetric(topNX, prometheus.GaugeValue, cl.NXRate, cl.Addr, cl.Name)

@@ -25,6 +25,8 @@ type Snapshot struct {
 	Capacity  int      `json:"capacity"`
 	TailBound uint64   `json:"tailBound"`
 	Clients   []Client `json:"clients"`
+	// Namespaces are the answers per namespace of the clients' pods, with pod identity (namespaces.go).
+	Namespaces map[string]Namespace `json:"namespaces,omitempty"`
 }
 
 // Client is one source address.
@@ -75,7 +77,7 @@ func (a *Accounting) Snapshot(n int) Snapshot {
 func (a *Accounting) snapshot(n int) Snapshot {
 	t := a.t
 	s := Snapshot{At: a.now(), Window: window.Seconds(), Answers: t.total, Dropped: t.dropped, Tracked: len(t.heap),
-		Capacity: len(t.slots), TailBound: t.tailBound()}
+		Capacity: len(t.slots), TailBound: t.tailBound(), Namespaces: t.namespaces()}
 	order := slices.Clone(t.heap)
 	slices.SortFunc(order, func(x, y *client) int {
 		if c := cmp.Compare(y.rate, x.rate); c != 0 {

@@ -2,6 +2,7 @@ package clients
 
 import (
 	"container/heap"
+	"net/netip"
 	"time"
 
 	"github.com/miekg/dns"
@@ -46,6 +47,7 @@ type client struct {
 	rate, nxRate, sfRate, hitRate float64
 	prev                          [4]uint64 // answers (count), NXDOMAIN, SERVFAIL and hits at the window's start
 	idx                           int       // in the heap
+	ns                            *nsCount  // its namespace's counters (namespaces.go); nil without pod identity
 }
 
 // topNames are a client's most asked names.
@@ -66,10 +68,13 @@ type table struct {
 	total   uint64  // every answer counted
 	dropped uint64  // answers the writers could not record (their ring was full)
 	now     func() time.Time
+	namer   func(netip.Addr) string // pod identity (Accounting.SetNamer); nil: no namespaces
+	byNS    map[string]*nsCount
 }
 
 func newTable(n int, now func() time.Time) *table {
-	return &table{slots: make([]client, n), byAddr: make(map[[16]byte]*client, n), heap: make(minHeap, 0, n), now: now}
+	return &table{slots: make([]client, n), byAddr: make(map[[16]byte]*client, n), heap: make(minHeap, 0, n), now: now,
+		byNS: map[string]*nsCount{}}
 }
 
 // add counts one answer.
@@ -85,7 +90,17 @@ func (t *table) add(e *event) {
 	}
 	c.count++
 	heap.Fix(&t.heap, c.idx)
-	c.rcodes[rcodeClass(e.rcode)]++
+	rc := rcodeClass(e.rcode)
+	c.rcodes[rc]++
+	if c.ns != nil {
+		c.ns.answers++
+		switch rc {
+		case rcNXDomain:
+			c.ns.nxdomain++
+		case rcServFail:
+			c.ns.servfail++
+		}
+	}
 	if e.hit {
 		c.hits++
 	} else {
@@ -115,6 +130,7 @@ func (t *table) admit(addr [16]byte) *client {
 	}
 	c.addr, c.count, c.over, c.since = addr, over, over, t.now()
 	c.prev[0] = over // its rate starts now, not from the count it inherits
+	c.ns = t.nsFor(addr)
 	t.byAddr[addr] = c
 	return c
 }
