@@ -137,9 +137,13 @@ func TestWatcherFollowsThePodsOnItsNode(t *testing.T) {
 	close(old)
 	named("10.244.0.7", "shop/cart-3")
 	named("192.168.0.10", "")
-	f.mu.Lock()
-	asked := append([]string(nil), f.asked...)
-	f.mu.Unlock()
+	var asked []string
+	testenv.Eventually(t, 5*time.Second, "the watch from the new list", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		asked = append([]string(nil), f.asked...)
+		return len(asked) >= 4
+	})
 	if len(asked) < 4 || asked[0] != "list" || asked[1] != "watch 7" || asked[2] != "list" || asked[3] != "watch 12" {
 		t.Errorf("requests %v: want list, watch 7, list, watch 12", asked)
 	}
