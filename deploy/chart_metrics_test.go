@@ -10,9 +10,11 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
 
 	// The plugins the agent compiles in register CoreDNS's metrics with the default registry, as in the agent
 	// (chart_values_test.go imports the package for its directive list).
+	"github.com/nodelocaldns/nodelocaldns/internal/clients"
 	"github.com/nodelocaldns/nodelocaldns/internal/dnsserver"
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 )
@@ -27,6 +29,9 @@ func TestChartMetricNamesExist(t *testing.T) {
 	dnsserver.Plugins() // registers our plugins, as the agent does at start: our cache's series among them
 	agent := prometheus.NewRegistry()
 	if _, err := metrics.New(agent, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := clients.New(zap.NewNop()).Register(agent); err != nil {
 		t.Fatal(err)
 	}
 	var dash map[string]any
@@ -74,7 +79,8 @@ func TestChartMetricNamesExist(t *testing.T) {
 	}
 	// The panels the issue asks for, on the agent's own series.
 	for _, n := range []string{"nodelocaldns_fail_open", "nodelocaldns_instances", "nodelocaldns_node_capability", "nodelocaldns_foreign_drop_rules", "nodelocaldns_foreign_drop_policy",
-		"coredns_nodecache_setup_errors_total", "coredns_dns_requests_total", "coredns_cache_hits_total", "coredns_proxy_request_duration_seconds_count"} {
+		"coredns_nodecache_setup_errors_total", "coredns_dns_requests_total",
+		"nodelocaldns_top_client_answers_per_second", "nodelocaldns_top_client_nxdomain_per_second", "coredns_cache_hits_total", "coredns_proxy_request_duration_seconds_count"} {
 		if !seen[n] {
 			t.Errorf("no panel or alert queries %s", n)
 		}

@@ -249,6 +249,9 @@ func checkProbes(t *testing.T, ps *corev1.PodSpec, c *corev1.Container, opts *op
 	if opts.HealthSocket == "" {
 		t.Fatalf("args %q: no -health-socket for the probes", c.Args)
 	}
+	if opts.HealthSocket != options.DefaultHealthSocket {
+		t.Errorf("-health-socket %s: want %s, where `kubectl exec ... -- nodelocaldns -top` looks without a flag", opts.HealthSocket, options.DefaultHealthSocket)
+	}
 	inPodVolume := false
 	for _, vm := range c.VolumeMounts {
 		for _, vol := range ps.Volumes {

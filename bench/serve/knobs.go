@@ -4,7 +4,7 @@ package main
 // the table shows what each buys with the fast path in place. (The goroutine stack tuner had rows here,
 // fast+stacks and off+stacks+400, until it was removed for buying nothing: docs/performance.md.)
 func knobVariants() []variant {
-	return []variant{
+	return append([]variant{
 		{name: "fast GOGC=400", mixed: true, miss: true, env: []string{"GOGC=400"}, hint: "the defaults but GOGC=400 (the default before the fast path)"},
-	}
+	}, clientsVariants()...)
 }

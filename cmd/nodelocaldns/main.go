@@ -20,6 +20,7 @@ import (
 	// and a `forward . tls://` upstream must still verify its server.
 	_ "golang.org/x/crypto/x509roots/fallback"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/clients"
 	"github.com/nodelocaldns/nodelocaldns/internal/dnsserver"
 	"github.com/nodelocaldns/nodelocaldns/internal/fastpath"
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
@@ -58,6 +59,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	case options.ModeProbe:
 		return probe(o.HealthSocket, o.Probe, stdout, stderr)
+	case options.ModeTop:
+		return top(o.HealthSocket, o.TopN, o.TopJSON, stdout, stderr)
 	case options.ModePrintRules:
 		vote, fallback, why := supervisor.PrintFallback(o, os.Getenv)
 		spec := nft.Spec{LocalIPs: o.LocalIPs, DNSPort: o.DNSPort, HealthPort: o.HealthPort, Fallbacks: vote}
@@ -118,6 +121,23 @@ func serve(o *options.Options, log *zap.Logger) int {
 	}
 	if taint != nil {
 		cfg.Serving = append(cfg.Serving, *taint)
+	}
+	if clients.Enabled(os.Getenv) {
+		acct := clients.New(log.Named("clients"))
+		if err := acct.Register(prometheus.DefaultRegisterer); err != nil {
+			log.Error("register metrics", zap.Error(err))
+			return 1
+		}
+		cfg.Clients = acct
+		cfg.Serving = append(cfg.Serving, supervisor.Actor{Name: "clients", Run: acct.Run})
+	}
+	pods, err := podIdentity(o, os.Getenv, nodetaint.ServiceAccountDir, cfg.Clients, log)
+	if err != nil {
+		log.Error("invalid configuration", zap.Error(err))
+		return 2
+	}
+	if pods != nil {
+		cfg.Serving = append(cfg.Serving, *pods)
 	}
 	sup, err := supervisor.New(cfg)
 	if err != nil {

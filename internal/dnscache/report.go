@@ -94,3 +94,13 @@ func (f *freq) hitUnlessDue(d time.Duration, now time.Time, due func(int) bool) 
 	f.hits, f.last = hits, now
 	return true
 }
+
+// ReportIn returns ctx and the Report it carries (the fast path's, for a query it handed to CoreDNS), or ctx
+// with a new one: a handler in front of the cache learns whether the cache answered without hiding that from
+// a caller who asked first.
+func ReportIn(ctx context.Context) (context.Context, *Report) {
+	if r, ok := ctx.Value(reportKey{}).(*Report); ok {
+		return ctx, r
+	}
+	return WithReport(ctx)
+}

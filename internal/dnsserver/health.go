@@ -91,7 +91,7 @@ func (s *Server) syncHealth(wanted map[string]bool) error {
 			firstErr = fmt.Errorf("health listener %s: %w", addr, sockholder.Explain(err))
 			continue
 		}
-		hl := s.serveHealth(ln)
+		hl := s.serveHealth(ln, s.healthMux())
 		s.health[addr] = hl
 		s.log.Info("health listening", zap.String("address", ln.Addr().String()))
 	}
@@ -106,9 +106,9 @@ func (s *Server) syncHealth(wanted map[string]bool) error {
 
 // serveHealth serves /health and /ready on ln until the listener is closed. A connection serves one request
 // and closes, so no client holds a connection between requests.
-func (s *Server) serveHealth(ln net.Listener) *httpListener {
+func (s *Server) serveHealth(ln net.Listener, mux *http.ServeMux) *httpListener {
 	hl := &httpListener{ln: ln, srv: &http.Server{
-		Handler:           s.healthMux(),
+		Handler:           mux,
 		ReadHeaderTimeout: healthReadTimeout,
 		ReadTimeout:       healthReadTimeout,
 		WriteTimeout:      healthWriteTimeout,

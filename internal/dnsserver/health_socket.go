@@ -58,7 +58,7 @@ func (s *Server) openHealthSocket() error {
 	if err != nil {
 		return err
 	}
-	s.socket = s.serveHealth(ln)
+	s.socket = s.serveHealth(ln, s.socketMux())
 	s.log.Info("health listening", zap.String("socket", s.socketPath))
 	return nil
 }

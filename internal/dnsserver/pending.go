@@ -1,9 +1,12 @@
 package dnsserver
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/coredns/caddy"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/clients"
 )
 
 // pendingConfig is what the directives of one configuration ask of the Server: health listeners, the longest
@@ -15,6 +18,8 @@ type pendingConfig struct {
 	metrics  map[string]bool // the `prometheus` directives' addresses
 	lameduck time.Duration
 	loops    []*loopHandler
+	// clients is the accounting the `clients` handlers count into (cache.go's withClients), set by commit.
+	clients atomic.Pointer[clients.Accounting]
 }
 
 type pendingKey struct{}

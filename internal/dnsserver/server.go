@@ -25,6 +25,7 @@ import (
 	"github.com/coredns/coredns/core/dnsserver"
 	"go.uber.org/zap"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/clients"
 	"github.com/nodelocaldns/nodelocaldns/internal/connlimit"
 	"github.com/nodelocaldns/nodelocaldns/internal/fastpath"
 	"github.com/nodelocaldns/nodelocaldns/internal/listenlimit"
@@ -37,6 +38,10 @@ type Options struct {
 	// metrics. The agent sets it unless the environment turns the fast path off (fastpath.Enabled); nil,
 	// CoreDNS serves every query itself.
 	FastPath *fastpath.Metrics
+	// Clients, when set, counts every answer per client (internal/clients): the fast path's hits in its readers,
+	// the rest in a handler in front of each cached block's chain; the health socket serves it at /clients.
+	// nil counts nothing.
+	Clients *clients.Accounting
 	// HealthSocket is the path of a Unix socket serving /health and /ready (health_socket.go), for the kubelet's
 	// exec probes; "" serves them on the Corefile's health address only.
 	HealthSocket string
@@ -46,6 +51,8 @@ type Options struct {
 type Server struct {
 	log  *zap.Logger
 	fast *fastpath.Path // nil when Options.FastPath is nil
+	// clients is Options.Clients.
+	clients *clients.Accounting
 	// conns caps the TCP connections CoreDNS holds (internal/connlimit), while it runs.
 	conns *connlimit.Limiter
 
@@ -110,9 +117,12 @@ func New(log *zap.Logger, o Options) (*Server, error) {
 	}
 	s := &Server{log: log, health: map[string]*httpListener{}, metrics: map[string]*httpListener{},
 		socketPath: o.HealthSocket, healthPool: listenlimit.NewPool(listenlimit.Health),
-		metricsPool: listenlimit.NewPool(listenlimit.CoreDNSMetrics)}
+		metricsPool: listenlimit.NewPool(listenlimit.CoreDNSMetrics), clients: o.Clients}
 	if o.FastPath != nil {
 		s.fast = fastpath.New(log.Named("fastpath"), o.FastPath)
+		if o.Clients != nil {
+			s.fast.SetClients(o.Clients)
+		}
 	}
 	routeStdLog(log.Named("coredns"))
 	s.SetReadiness(nil)
@@ -205,6 +215,9 @@ func (s *Server) Reload(corefile []byte) (changed bool, err error) {
 func (s *Server) commit() error {
 	p := pendingOf(s.inst)
 	s.lameduck.Store(int64(p.lameduck))
+	if s.clients != nil {
+		p.clients.Store(s.clients)
+	}
 	// The fast path hands the queries it does not answer to a configuration's handlers: it must follow the new
 	// one before the loop probes go, or a probe it passes to the previous configuration is answered there (no
 	// loop) and a looping reload goes undetected (seen in the lifecycle matrix under load, 1 run in 3).

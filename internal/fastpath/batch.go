@@ -11,6 +11,8 @@ import (
 
 	"github.com/miekg/dns"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/clients"
 )
 
 // A reader receives with recvmmsg and sends its answers with sendmmsg: under load, one system call each way
@@ -52,6 +54,8 @@ type batch struct {
 	nsend int
 
 	answered answered // the entries the batch was answered from, whose metrics are recorded after the send
+
+	clients *clients.Shard // the reader's per-client accounting, published after the send; nil when off
 }
 
 func newBatch(c *net.UDPConn, send int, m *Metrics) (*batch, error) {

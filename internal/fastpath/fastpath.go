@@ -32,6 +32,8 @@ import (
 
 	"github.com/coredns/caddy"
 	"go.uber.org/zap"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/clients"
 )
 
 // Env set to "off" turns the fast path off: CoreDNS serves every query itself.
@@ -44,7 +46,8 @@ func Enabled(getenv func(string) string) bool { return !strings.EqualFold(getenv
 type Path struct {
 	log     *zap.Logger
 	metrics *Metrics
-	now     func() time.Time // the clock entries are judged fresh by (SetClock)
+	now     func() time.Time    // the clock entries are judged fresh by (SetClock)
+	clients *clients.Accounting // what each reader counts its hits into (SetClients); nil: nothing
 
 	mu        sync.Mutex
 	listeners map[netip.AddrPort]*listener
@@ -60,9 +63,16 @@ func New(log *zap.Logger, m *Metrics) *Path {
 // (dnscache.Cache.SetClock), or the two disagree on what is fresh. Call it before the first Sync.
 func (p *Path) SetClock(now func() time.Time) { p.now = now }
 
+// SetClients makes each reader count the answers it gives into a (internal/clients), through a ring of its
+// own. Call it before the first Sync.
+func (p *Path) SetClients(a *clients.Accounting) { p.clients = a }
+
 // socketsPerAddr is how many reuseport sockets (and readers) serve one address: one per CPU the runtime uses,
 // at most 4, so that on a multi-core node the kernel spreads queries over readers.
-func socketsPerAddr() int { return min(runtime.GOMAXPROCS(0), 4) }
+func socketsPerAddr() int { return min(runtime.GOMAXPROCS(0), MaxSocketsPerAddr) }
+
+// MaxSocketsPerAddr bounds socketsPerAddr: the readers (and their per-client rings) one address gets.
+const MaxSocketsPerAddr = 4
 
 // Sync makes the fast path follow inst, a CoreDNS instance that just started (at start-up and after every
 // reload): it takes over the UDP listeners it can serve, hands its entries for the old instance's caches back
@@ -95,7 +105,7 @@ func (p *Path) Sync(inst *caddy.Instance) {
 			l.update(v, core)
 			continue
 		}
-		l, err := openListener(log, p.metrics, cl.addr, core, v, socketsPerAddr())
+		l, err := openListener(log, p.metrics, p.clients, cl.addr, core, v, socketsPerAddr())
 		if err != nil {
 			for _, c := range core {
 				c.Close()

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/clients"
 	"github.com/nodelocaldns/nodelocaldns/internal/handover"
 )
 
@@ -38,6 +39,7 @@ type listener struct {
 	hit     atomic.Pointer[hitFunc] // answers a datagram from the store: answerHit, or a test's
 	panics  panicLog
 	metrics *Metrics
+	clients *clients.Accounting // nil: no per-client accounting
 }
 
 // hitFunc builds the answer to q from the store into out, and returns the entry it answered from (nil: none).
@@ -49,8 +51,8 @@ func (l *listener) answerHit(q []byte, _ netip.AddrPort, out []byte, now time.Ti
 	return l.view.Load().answer(q, out, now)
 }
 
-func openListener(log *zap.Logger, m *Metrics, addr netip.AddrPort, core []*net.UDPConn, v *view, n int) (*listener, error) {
-	l := &listener{log: log, metrics: m, addr: addr, core: core, done: make(chan struct{})}
+func openListener(log *zap.Logger, m *Metrics, acct *clients.Accounting, addr netip.AddrPort, core []*net.UDPConn, v *view, n int) (*listener, error) {
+	l := &listener{log: log, metrics: m, clients: acct, addr: addr, core: core, done: make(chan struct{})}
 	l.view.Store(v)
 	hit := hitFunc(l.answerHit)
 	l.hit.Store(&hit)
@@ -102,6 +104,10 @@ func (l *listener) read(c *net.UDPConn, send int) {
 		l.log.Error("fast path reader", zap.Error(err))
 		return
 	}
+	if l.clients != nil {
+		b.clients = l.clients.NewShard()
+		defer b.clients.Release()
+	}
 	for {
 		n, err := b.recv()
 		if err != nil {
@@ -147,6 +153,9 @@ func (l *listener) serveBatch(b *batch, n int) {
 	}
 	b.flush()
 	b.answered.record(took)
+	if b.clients != nil {
+		b.clients.Publish()
+	}
 }
 
 // serve answers the batch's i-th datagram or hands it to CoreDNS. A panic is contained (panic.go).
@@ -161,6 +170,9 @@ func (l *listener) serve(b *batch, i int, received time.Time) {
 	b.out[i] = out
 	b.queue(i, out)
 	b.answered.add(e)
+	if b.clients != nil {
+		b.clients.Hit(from, e.name, e.rcode)
+	}
 }
 
 // sweep drops what can no longer be served from the current view's store, every sweepEvery.

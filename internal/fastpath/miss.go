@@ -304,7 +304,7 @@ func (v *view) learn(pr *probe, hit *dnscache.Hit, cw *capture) {
 	m.Extra = slices.DeleteFunc(m.Extra, func(rr dns.RR) bool { return rr.Header().Rrtype == dns.TypeOPT })
 	m.Compress = false
 	v.store.put(v.now(), &entry{query: pr.query[2:], answer: append([]byte(nil), cw.data...), ttls: ttls,
-		size: float64(m.Len()), reqLen: float64(pr.reqLen), hit: hit, series: s})
+		size: float64(m.Len()), reqLen: float64(pr.reqLen), hit: hit, series: s, name: pr.qname, rcode: m.Rcode})
 }
 
 // capture is the ResponseWriter CoreDNS answers a probed query through: it packs as miekg/dns's does (no

@@ -19,6 +19,8 @@ type entry struct {
 	reqLen float64  // the request size it records (the query's length)
 	hit    *dnscache.Hit
 	series *series
+	name   string // the question's name, lower case, and the answer's rcode: what internal/clients counts a hit by
+	rcode  int
 }
 
 // EntryWorstCaseBytes is the most memory one stored answer takes: its query (maxQuery) and answer

@@ -14,10 +14,11 @@ import (
 
 // preCache are the plugins that may run before cache in a block the fast path serves: on a cache hit they do
 // nothing per query that a fast-path answer would skip (prometheus's counting is redone in metrics.go, and bufsize
-// only rewrites the query, which the fast path keys by). Any other plugin before cache (log, dnstap, acl, any,
+// only rewrites the query, which the fast path keys by; clients, internal/clients' handler, is counted by the
+// readers themselves). Any other plugin before cache (log, dnstap, acl, any,
 // chaos, loadbalance, rewrite, dns64, metadata, trace, ...) may answer, count or log per query, and its block
 // is left to CoreDNS. Plugins after cache do not matter: what they answered is what the cache holds.
-var preCache = []string{"bind", "bufsize", "debug", "errors", "health", "pprof", "prometheus", "ready", "reload", "timeouts"}
+var preCache = []string{"bind", "bufsize", "clients", "debug", "errors", "health", "pprof", "prometheus", "ready", "reload", "timeouts"}
 
 // block is one server block (a dnsserver.Config with our cache) as the fast path sees it.
 type block struct {

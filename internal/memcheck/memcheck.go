@@ -7,6 +7,7 @@ package memcheck
 import (
 	"fmt"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/clients"
 	"github.com/nodelocaldns/nodelocaldns/internal/connlimit"
 	"github.com/nodelocaldns/nodelocaldns/internal/dnscache"
 	"github.com/nodelocaldns/nodelocaldns/internal/fastpath"
@@ -29,11 +30,23 @@ var ListenersWorstCase = listenlimit.WorstCaseBytes()
 // address, for every block on it, so one per directive over-counts in the usual Corefile: never under).
 const StoreWorstCase = fastpath.StoreWorstCaseBytes
 
+// ClientsWorstCase is the per-client accounting (internal/clients) with the fast path's readers of caches
+// `cache` directives (counted as stores are: one listener address per directive, which over-counts in the
+// usual Corefile). It is counted whether or not the environment turns the accounting off: never under.
+// Without a cache nothing is counted (the handler stands in front of caches), and the empty table is within
+// Baseline.
+func ClientsWorstCase(caches int) int64 {
+	if caches == 0 {
+		return 0
+	}
+	return clients.WorstCaseBytes(caches * fastpath.MaxSocketsPerAddr)
+}
+
 // Estimate is a Corefile's worst case against a limit.
 type Estimate struct {
 	Caches    int   // `cache` directives
 	Entries   int64 // their success + denial capacities
-	WorstCase int64 // bytes: Baseline + TCPWorstCase + ListenersWorstCase + each cache's Entries × dnscache.KeyWorstCaseBytes + Caches × StoreWorstCase
+	WorstCase int64 // bytes: Baseline + TCPWorstCase + ListenersWorstCase + each cache's Entries × dnscache.KeyWorstCaseBytes + Caches × StoreWorstCase + ClientsWorstCase(Caches)
 	Limit     int64 // the cgroup's memory limit; 0 for none
 }
 
@@ -43,7 +56,7 @@ func (e Estimate) Fits() bool { return e.Limit == 0 || e.WorstCase <= e.Limit }
 // New computes the worst case of caches against limit.
 func New(caches []Cache, limit int64) Estimate {
 	e := Estimate{Caches: len(caches), Limit: limit}
-	e.WorstCase = Baseline + TCPWorstCase + ListenersWorstCase + int64(e.Caches)*StoreWorstCase
+	e.WorstCase = Baseline + TCPWorstCase + ListenersWorstCase + int64(e.Caches)*StoreWorstCase + ClientsWorstCase(e.Caches)
 	for _, c := range caches {
 		e.Entries += c.Success + c.Denial
 		e.WorstCase += (c.Success + c.Denial) * dnscache.KeyWorstCaseBytes(c.PreferPositive)

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	coredns "github.com/coredns/coredns/core/dnsserver"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/clients"
 )
 
 func write(t *testing.T, path, content string) {
@@ -110,6 +112,13 @@ func TestEstimate(t *testing.T) {
 	}
 	if e.Fits() {
 		t.Errorf("%s worst case fits 200Mi; four full caches do not", MiB(e.WorstCase))
+	}
+	if e.WorstCase-New(caches[1:], 0).WorstCase <= ClientsWorstCase(4)-ClientsWorstCase(3) {
+		t.Errorf("a cache adds %s: want its entries, its store and its readers' per-client rings (%s)",
+			MiB(e.WorstCase-New(caches[1:], 0).WorstCase), MiB(ClientsWorstCase(4)-ClientsWorstCase(3)))
+	}
+	if ClientsWorstCase(1) < clients.TableBytes {
+		t.Errorf("per-client accounting counted for %d bytes; its table alone takes %d", ClientsWorstCase(1), clients.TableBytes)
 	}
 	if !New(caches, 0).Fits() || !New(caches, e.WorstCase).Fits() {
 		t.Error("no limit, or a limit equal to the worst case, does not fit")

@@ -48,20 +48,31 @@ type Client struct {
 // InCluster builds a Client from the environment the kubelet gives every pod (getenv is os.Getenv) and the
 // service account files in dir (ServiceAccountDir in production). The error names what is missing.
 func InCluster(getenv func(string) string, dir string) (*Client, error) {
+	base, tokenFile, tlsConfig, err := InClusterConfig(getenv, dir)
+	if err != nil {
+		return nil, err
+	}
+	return New(base, tokenFile, tlsConfig), nil
+}
+
+// InClusterConfig is what every in-cluster client of the agent needs (this one, and internal/podwatch's): the
+// API server's address (https://host:port), the token's path and the TLS configuration trusting the cluster's
+// CA. The error names what is missing.
+func InClusterConfig(getenv func(string) string, dir string) (base, tokenFile string, tlsConfig *tls.Config, err error) {
 	host, port := getenv("KUBERNETES_SERVICE_HOST"), getenv("KUBERNETES_SERVICE_PORT")
 	if host == "" || port == "" {
-		return nil, errors.New("$KUBERNETES_SERVICE_HOST and $KUBERNETES_SERVICE_PORT are not both set (the kubelet sets them in every pod)")
+		return "", "", nil, errors.New("$KUBERNETES_SERVICE_HOST and $KUBERNETES_SERVICE_PORT are not both set (the kubelet sets them in every pod)")
 	}
 	caFile := filepath.Join(dir, "ca.crt")
 	ca, err := os.ReadFile(caFile)
 	if err != nil {
-		return nil, fmt.Errorf("read the cluster's CA: %w (is the service account token mounted? automountServiceAccountToken)", err)
+		return "", "", nil, fmt.Errorf("read the cluster's CA: %w (is the service account token mounted? automountServiceAccountToken)", err)
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(ca) {
-		return nil, fmt.Errorf("%s holds no PEM certificate", caFile)
+		return "", "", nil, fmt.Errorf("%s holds no PEM certificate", caFile)
 	}
-	return New("https://"+net.JoinHostPort(host, port), filepath.Join(dir, "token"), &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}), nil
+	return "https://" + net.JoinHostPort(host, port), filepath.Join(dir, "token"), &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
 }
 
 // New is a Client for the API server at base (https://host:port), with the bearer token read from tokenFile.

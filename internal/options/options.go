@@ -29,6 +29,7 @@ const (
 	ModePrintRules             // -print-rules: print the nftables ruleset that would be programmed and exit
 	ModeTeardown               // -teardown: remove what an earlier run left behind and exit
 	ModeProbe                  // -probe: ask the health socket of the agent in this pod, for the kubelet's exec probes
+	ModeTop                    // -top: show the heaviest clients of the agent in this pod, through its health socket
 )
 
 // Options is the validated command line.
@@ -68,6 +69,10 @@ type Options struct {
 	HealthSocket string
 	// Probe (-probe) is the path ModeProbe asks the health socket for: /health or /ready.
 	Probe string
+	// TopJSON (-json) makes ModeTop print one snapshot as JSON and exit; TopN (-top-n) is how many clients it
+	// shows.
+	TopJSON bool
+	TopN    int
 
 	MetricsListenAddress    string // -metrics-listen-address
 	PrometheusListenAddress string // -prometheus-listen-address: fills __PROMETHEUS__ENDPOINT__
@@ -78,6 +83,9 @@ type Options struct {
 	// StartupTaint (-startup-taint) is the key of the taint the node registers with, which the agent removes
 	// once it serves (internal/nodetaint); "" is off.
 	StartupTaint string
+	// PodIdentity (-pod-identity) names the per-client accounting's sources namespace/pod by watching the pods
+	// on this node through the API server (internal/podwatch).
+	PodIdentity bool
 }
 
 // Defaults, as node-cache has them.
@@ -91,6 +99,9 @@ const (
 	DefaultUpstreamSvc             = "kube-dns"
 	DefaultDNSPort                 = "53"
 	DefaultHealthPort              = "8080"
+	// DefaultHealthSocket is the shipped manifests' -health-socket: where -top looks when not told, so that
+	// `kubectl exec ds/node-local-dns -- nodelocaldns -top` needs no flag.
+	DefaultHealthSocket = "/run/nodelocaldns/health.sock"
 	// DefaultFallbackLease outlasts the kubelet's crash-loop back-off (5 minutes) with room for the restart.
 	DefaultFallbackLease = 15 * time.Minute
 )
@@ -102,7 +113,7 @@ var ErrHelp = flag.ErrHelp
 type raw struct {
 	localIP, dnsPort, healthPort, conf, corefile, logLevel, kubeDNSIP string
 	syncInterval                                                      seconds
-	version, plugins, printRules, teardown                            bool
+	version, plugins, printRules, teardown, top                       bool
 	leaseSet                                                          bool // -fallback-lease was given
 	// Parsed for node-cache's manifests and never read (see CompatibilityOnly).
 	reloadWithSignal, quiet bool
@@ -138,6 +149,9 @@ func Parse(args []string, usage io.Writer) (*Options, error) {
 	fs.StringVar(&r.healthPort, "health-port", DefaultHealthPort, "port of the Corefile's health plugin; gets conntrack bypass rules")
 	fs.StringVar(&o.HealthSocket, "health-socket", "", "also serve /health and /ready on this Unix socket (in the pod's own volume, for exec probes that reach this process alone); the directory must exist")
 	fs.StringVar(&o.Probe, "probe", "", "ask the agent's -health-socket for this path (/health or /ready) and exit 0 if it answers 200, 1 otherwise: the kubelet's exec probe")
+	fs.BoolVar(&r.top, "top", false, "show the heaviest DNS clients of the agent in this pod (rate, NXDOMAIN and SERVFAIL shares, hit ratio, top names), refreshed every second, through its -health-socket (default "+DefaultHealthSocket+")")
+	fs.BoolVar(&o.TopJSON, "json", false, "with -top: print one snapshot as JSON and exit")
+	fs.IntVar(&o.TopN, "top-n", 20, "with -top: how many clients to show")
 	fs.BoolVar(&r.reloadWithSignal, "reloadwithsignal", false, "also reload in-process on SIGUSR1 (reloads are event-driven anyway)")
 	// CoreDNS's own flags that node-cache relies on.
 	fs.StringVar(&r.conf, "conf", "", "path the rendered Corefile is written to (CoreDNS -conf)")
@@ -155,6 +169,7 @@ func Parse(args []string, usage io.Writer) (*Options, error) {
 	fs.DurationVar(&o.FallbackLease, "fallback-lease", DefaultFallbackLease, "how long the link-local fallback outlives the last instance (renewed on the -syncinterval passes); at least 3 times -syncinterval, which a longer -syncinterval makes the default")
 	fs.BoolVar(&o.StepAside, "foreign-drop-step-aside", true, "while another table's drop on input or output certainly stops DNS to a local IP, leave that IP's queries to kube-dns instead of intercepting them (false: intercept anyway, as before)")
 	fs.StringVar(&r.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.BoolVar(&o.PodIdentity, "pod-identity", false, "name DNS clients namespace/pod in -top, the per-client metrics and log lines, by watching the pods on this node (named by $NODE_NAME) through the API server; needs get, list and watch on pods (default off: clients are addresses)")
 	fs.StringVar(&o.StartupTaint, "startup-taint", "", "once serving, remove the taint of this key from the node (named by $NODE_NAME) through the API server, once: the start-up gate for nodes that register with it; needs get and patch on nodes (default off)")
 
 	markCompatibility(fs)
@@ -210,6 +225,8 @@ func (r *raw) finish(o *Options) error {
 		o.Mode = ModePrintRules
 	case o.Probe != "":
 		o.Mode = ModeProbe
+	case r.top:
+		o.Mode = ModeTop
 	}
 	var err error
 	o.SyncInterval = time.Duration(r.syncInterval)
@@ -254,6 +271,17 @@ func (r *raw) finish(o *Options) error {
 			return fmt.Errorf("flag -probe needs -health-socket: the socket the agent in this pod serves")
 		}
 	}
+	if o.Mode == ModeTop {
+		if o.HealthSocket == "" {
+			o.HealthSocket = DefaultHealthSocket
+		}
+		if o.TopN < 1 {
+			return fmt.Errorf("invalid value %d for flag -top-n: want at least 1", o.TopN)
+		}
+	}
+	if o.TopJSON && o.Mode != ModeTop {
+		return fmt.Errorf("flag -json needs -top")
+	}
 	if err := validateTaintKey(o.StartupTaint); err != nil {
 		return err
 	}
@@ -269,7 +297,7 @@ func (r *raw) finish(o *Options) error {
 	}
 	// -version, -plugins, -teardown and -probe need no listen address (node-cache refuses -version without
 	// -localip).
-	if o.Mode == ModeVersion || o.Mode == ModePlugins || o.Mode == ModeTeardown || o.Mode == ModeProbe {
+	if o.Mode == ModeVersion || o.Mode == ModePlugins || o.Mode == ModeTeardown || o.Mode == ModeProbe || o.Mode == ModeTop {
 		return nil
 	}
 	o.LocalIPs, err = parseLocalIPs(r.localIP)

@@ -54,6 +54,12 @@ func TestParse(t *testing.T) {
 			return o.Mode == ModeServe && o.HealthSocket == "/run/nodelocaldns/health.sock"
 		}},
 		{"probe without localip", []string{"-probe", "/ready", "-health-socket", "/run/h.sock"}, func(o *Options) bool { return o.Mode == ModeProbe && o.Probe == "/ready" }},
+		{"top on the manifests' socket", []string{"-top"}, func(o *Options) bool {
+			return o.Mode == ModeTop && o.HealthSocket == DefaultHealthSocket && o.TopN == 20 && !o.TopJSON
+		}},
+		{"top -json on a socket", []string{"-top", "-json", "-top-n", "5", "-health-socket", "/run/h.sock"}, func(o *Options) bool {
+			return o.Mode == ModeTop && o.HealthSocket == "/run/h.sock" && o.TopN == 5 && o.TopJSON
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o, err := Parse(tc.args, nil)
@@ -92,6 +98,8 @@ func TestParseErrors(t *testing.T) {
 		{[]string{"-probe", "/metrics", "-health-socket", "/run/h.sock"}, `invalid value "/metrics" for flag -probe: want /health or /ready`},
 		{[]string{"-probe", "/health"}, "flag -probe needs -health-socket"},
 		{[]string{"-localip", "1.2.3.4", "-health-socket", "/" + strings.Repeat("x", 107)}, "for flag -health-socket: a Unix socket path is at most 107 bytes"},
+		{[]string{"-top", "-top-n", "0"}, "invalid value 0 for flag -top-n"},
+		{[]string{"-json"}, "flag -json needs -top"},
 		{[]string{"-nosuchflag"}, "flag provided but not defined: -nosuchflag"},
 		{[]string{"-localip", "1.2.3.4", "stray"}, `unexpected argument "stray"`},
 	} {

@@ -35,6 +35,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/clients"
 	"github.com/nodelocaldns/nodelocaldns/internal/corefile"
 	"github.com/nodelocaldns/nodelocaldns/internal/dnsserver"
 	"github.com/nodelocaldns/nodelocaldns/internal/fastpath"
@@ -80,6 +81,9 @@ type Config struct {
 	// FastPath is what the fast path counts into, registered by the caller (it runs unless the environment
 	// turns it off: fastpath.Enabled).
 	FastPath *fastpath.Metrics
+	// Clients is the per-client accounting CoreDNS and the fast path count into (internal/clients); nil counts
+	// nothing. The caller runs its drain (an Actor in Serving).
+	Clients *clients.Accounting
 	// Gatherer is served on -metrics-listen-address for the agent's whole life; nil serves no endpoint.
 	Gatherer prometheus.Gatherer
 	// Serving runs once the agent serves (interface, table and CoreDNS ready), with the loops, and is stopped
@@ -132,6 +136,7 @@ func New(cfg Config) (*Supervisor, error) {
 			PrometheusEndpoint: o.PrometheusListenAddress, Directives: dnsserver.Directives(),
 		}}
 	s.dnsOpts.HealthSocket = o.HealthSocket
+	s.dnsOpts.Clients = cfg.Clients
 	if fastpath.Enabled(cfg.Getenv) {
 		if cfg.FastPath == nil {
 			return nil, errors.New("the fast path is on, but has no metrics to count into")

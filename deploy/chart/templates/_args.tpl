@@ -46,5 +46,8 @@ that differs from the agent's default (so the default args are the base's exactl
 {{- if .Values.startupTaint.enabled -}}
 {{- $args = append $args (printf "-startup-taint=%s" .Values.startupTaint.key) -}}
 {{- end -}}
+{{- if .Values.podIdentity.enabled -}}
+{{- $args = append $args "-pod-identity" -}}
+{{- end -}}
 {{- toJson $args -}}
 {{- end -}}

@@ -1,0 +1,73 @@
+package dnsserver
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/coredns/coredns/plugin"
+	"github.com/miekg/dns"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/clients"
+	"github.com/nodelocaldns/nodelocaldns/internal/dnscache"
+)
+
+// clientsHandler counts what CoreDNS's chain answers into the per-client accounting (internal/clients): the
+// fast path's misses, TCP, and every query when the fast path is off. withClients (cache.go) puts it in front of
+// every block with a cache, so that it sees each query before any plugin, and learns from the cache
+// (dnscache.ReportIn) whether it was a hit. It answers nothing. Its name, clients, is one the fast path lets
+// run before the cache (fastpath's preCache): its readers count their hits themselves.
+type clientsHandler struct {
+	Next plugin.Handler
+	// To is the accounting it counts into, once the configuration it belongs to serves; nil counts nothing.
+	To *atomic.Pointer[clients.Accounting]
+}
+
+func (h *clientsHandler) Name() string { return "clients" }
+
+func (h *clientsHandler) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+	a := h.To.Load()
+	if a == nil {
+		return plugin.NextOrFailure(h.Name(), h.Next, ctx, w, r)
+	}
+	start := time.Now()
+	ctx, rep := dnscache.ReportIn(ctx)
+	rw := &recorder{ResponseWriter: w, rcode: -1}
+	code, err := plugin.NextOrFailure(h.Name(), h.Next, ctx, rw, r)
+	rcode := rw.rcode
+	if rcode < 0 {
+		rcode = code // not written: the server answers with the chain's rcode (plugin.ClientWrite)
+	}
+	name := ""
+	if len(r.Question) > 0 {
+		name = strings.ToLower(r.Question[0].Name)
+	}
+	a.Answer(addrPort(w.RemoteAddr()), name, rcode, rep.Hit != nil, time.Since(start))
+	return code, err
+}
+
+// recorder keeps the rcode of what the chain wrote.
+type recorder struct {
+	dns.ResponseWriter
+	rcode int
+}
+
+func (r *recorder) WriteMsg(m *dns.Msg) error {
+	if r.rcode < 0 {
+		r.rcode = m.Rcode
+	}
+	return r.ResponseWriter.WriteMsg(m)
+}
+
+func addrPort(a net.Addr) netip.AddrPort {
+	switch a := a.(type) {
+	case *net.UDPAddr:
+		return a.AddrPort()
+	case *net.TCPAddr:
+		return a.AddrPort()
+	}
+	return netip.AddrPort{}
+}
