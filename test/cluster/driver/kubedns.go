@@ -327,8 +327,14 @@ func spreadKubeDNS(ctx context.Context, c *cluster) ([]kubeDNSPod, error) {
 	return pods, nil
 }
 
-// restoreKubeDNS puts kube-dns back as manifests/kube-dns.yaml has it: one pod, on node-2.
+// restoreKubeDNS puts kube-dns back as manifests/kube-dns.yaml has it: one pod, on node-2, and waits until
+// kube-proxy on both nodes sends to that pod and to none of the others: the suite's first kube-proxy snapshot
+// comes next, and every later comparison holds it.
 func restoreKubeDNS(ctx context.Context, c *cluster) error {
+	spread, err := kubeDNSPods(ctx, c)
+	if err != nil {
+		return err
+	}
 	patch := `{"spec":{"replicas":1,"template":{"spec":{"nodeSelector":{"kubernetes.io/hostname":"node-2"},"topologySpreadConstraints":null}}}}`
 	if _, err := c.kubectl(ctx, "-n", "kube-system", "patch", kubeDNSDeploy, "-p", patch); err != nil {
 		return err
@@ -337,7 +343,7 @@ func restoreKubeDNS(ctx context.Context, c *cluster) error {
 		return err
 	}
 	var pods []kubeDNSPod
-	err := poll(ctx, 2*time.Minute, time.Second, func() (bool, error) {
+	err = poll(ctx, 2*time.Minute, time.Second, func() (bool, error) {
 		var err error
 		pods, err = kubeDNSPods(ctx, c)
 		return err == nil && len(pods) == 1 && pods[0].ready && pods[0].node == c.remote.name, err
@@ -345,18 +351,57 @@ func restoreKubeDNS(ctx context.Context, c *cluster) error {
 	if err != nil {
 		return fmt.Errorf("kube-dns back on node-2: %w: %v", err, pods)
 	}
+	return proxySettled(ctx, c, func(rules string) string {
+		if !hasIP(rules, pods[0].ip) {
+			return "no rule for kube-dns's " + pods[0].ip + " yet"
+		}
+		for _, ip := range podIPs(spread) {
+			if ip != pods[0].ip && hasIP(rules, ip) {
+				return "still a rule for " + ip
+			}
+		}
+		return ""
+	})
+}
+
+// proxySettled waits until kube-proxy's rules on each node pass check, which says what is still missing ("" when
+// nothing is).
+func proxySettled(ctx context.Context, c *cluster, check func(rules string) string) error {
+	for _, n := range c.nodes() {
+		var why string
+		err := poll(ctx, time.Minute, time.Second, func() (bool, error) {
+			rules, err := proxySnapshot(ctx, n, c.mode)
+			if err != nil {
+				return false, err
+			}
+			why = check(rules)
+			return why == "", nil
+		})
+		if err != nil {
+			return fmt.Errorf("%s's kube-proxy: %w: %s", n.name, err, why)
+		}
+	}
 	return nil
 }
 
 // deleteManifests removes the user manifests and waits for the agent pods to be gone (what they leave is the
-// uninstall cases' to check, later in the suite).
+// uninstall cases' to check, later in the suite) and for kube-proxy to drop kube-dns-upstream on both nodes (the
+// suite's snapshot of kube-proxy without our manifests comes next).
 func deleteManifests(ctx context.Context, c *cluster) error {
 	if _, err := c.kubectl(ctx, "delete", "-k", kustomizeDir(c.cfg.repo, userOverlay), "--wait=true", "--timeout=120s"); err != nil {
 		return err
 	}
-	return poll(ctx, 90*time.Second, time.Second, func() (bool, error) {
+	if err := poll(ctx, 90*time.Second, time.Second, func() (bool, error) {
 		out, err := c.kubectl(ctx, "-n", "kube-system", "get", "pods", "-l", "k8s-app=node-local-dns", "-o", "name")
 		return err == nil && strings.TrimSpace(out) == "", err
+	}); err != nil {
+		return err
+	}
+	return proxySettled(ctx, c, func(rules string) string {
+		if strings.Contains(rules, "kube-dns-upstream") {
+			return "kube-dns-upstream still in its rules"
+		}
+		return ""
 	})
 }
 
