@@ -112,9 +112,13 @@ const (
 // A load is one `dnsq load` from one client pod.
 type load struct {
 	pod, name string
-	servers   []string
-	protos    string // "udp", "tcp" or "udp,tcp": a load of its own each
-	rate      int
+	// tag tells apart two loads from one pod in their results' keys (" misses").
+	tag     string
+	servers []string
+	protos  string // "udp", "tcp" or "udp,tcp": a load of its own each
+	rate    int
+	// unique: each query asks a name of its own below name, which does not exist (dnsq load -unique).
+	unique bool
 }
 
 // podLoad: a client pod asks the ClusterIP and the local IP for a cluster name, over UDP.
@@ -133,9 +137,13 @@ var hostLoad = load{pod: "dns-client-hostnet", name: "www.example.org", servers:
 func loadKey(pod, server, proto string) string { return pod + " → " + server + "/" + proto }
 
 func (l load) cmd(ctx context.Context, c *cluster, d time.Duration) *exec.Cmd {
-	return c.kubectlCmd(ctx, "exec", l.pod, "--", "/dnsq", "load", "-server", strings.Join(l.servers, ","),
+	args := []string{"exec", l.pod, "--", "/dnsq", "load", "-server", strings.Join(l.servers, ","),
 		"-name", l.name, "-proto", l.protos, "-rate", fmt.Sprint(l.rate), "-timeout", loadTimeout.String(),
-		"-duration", d.String())
+		"-duration", d.String()}
+	if l.unique {
+		args = append(args, "-unique")
+	}
+	return c.kubectlCmd(ctx, args...)
 }
 
 // underLoad runs the loads for d, does action after loadLead, and returns the results by loadKey. The action must
@@ -175,7 +183,7 @@ func underLoad(ctx context.Context, c *cluster, d time.Duration, loads []load, a
 			if err := json.Unmarshal([]byte(line), &lr); err != nil {
 				return nil, took, fmt.Errorf("load output %q: %w", line, err)
 			}
-			res[loadKey(r.l.pod, strings.TrimSuffix(lr.Server, ":53"), lr.Proto)] = lr
+			res[loadKey(r.l.pod+r.l.tag, strings.TrimSuffix(lr.Server, ":53"), lr.Proto)] = lr
 		}
 	}
 	if loadErr != nil {

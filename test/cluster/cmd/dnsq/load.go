@@ -19,7 +19,7 @@ type loadResult struct {
 	Sent    int    `json:"sent"`
 	OK      int    `json:"ok"`
 	Failed  int    `json:"failed"`  // no answer within the timeout, or a socket error
-	Bad     int    `json:"bad"`     // an answer, but not NOERROR with an address
+	Bad     int    `json:"bad"`     // an answer, but not the right one (NOERROR with an address; with -unique, NXDOMAIN)
 	FirstMs int64  `json:"firstMs"` // first failure, milliseconds after the start (-1: none)
 	LastMs  int64  `json:"lastMs"`  // last failure
 	// FailMs are the failures' send times, milliseconds after the start, in no order: the first maxFailTimes.
@@ -40,10 +40,15 @@ func load(args []string) int {
 	duration := fs.Duration("duration", 10*time.Second, "how long to send")
 	timeout := fs.Duration("timeout", time.Second, "how long to wait for each answer")
 	protos := fs.String("proto", "udp", "comma-separated protocols, each a load of its own: udp, tcp")
+	unique := fs.Bool("unique", false, "each query asks a name of its own below -name, which must not exist: "+
+		"a miss for every cache on the way, whose right answer is NXDOMAIN")
 	if err := fs.Parse(args); err != nil || *servers == "" || *name == "" || *rate <= 0 {
-		fmt.Fprintln(os.Stderr, "usage: dnsq load -server S[,S2] -name N [-rate R] [-duration D] [-timeout T] [-proto udp,tcp]")
+		fmt.Fprintln(os.Stderr, "usage: dnsq load -server S[,S2] -name N [-rate R] [-duration D] [-timeout T] [-proto udp,tcp] [-unique]")
 		return 2
 	}
+	// Unique across loads and runs: a name asked before (by an earlier run against the same cluster) could be a
+	// hit in a cache.
+	nonce := time.Now().UnixNano()
 	var wg sync.WaitGroup
 	results := make([]*loadResult, 0)
 	for _, s := range strings.Split(*servers, ",") {
@@ -58,11 +63,15 @@ func load(args []string) int {
 				return 2
 			}
 			r := &loadResult{Server: addr, Proto: proto, FirstMs: -1, LastMs: -1, Answers: map[string]int{}}
+			q := fixedName(dns.Fqdn(*name))
+			if *unique {
+				q = uniqueNames(fmt.Sprintf("u%x-%d", nonce, len(results)), dns.Fqdn(*name))
+			}
 			results = append(results, r)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				runLoad(r, dns.Fqdn(*name), *rate, *duration, *timeout)
+				runLoad(r, q, *rate, *duration, *timeout)
 			}()
 		}
 	}
@@ -74,11 +83,24 @@ func load(args []string) int {
 	return 0
 }
 
+// A question is what the load's i-th query asks, and the rcode of a right answer.
+type question func(i int) (name string, rcode int)
+
+// fixedName asks one name every time: a right answer is NOERROR with an address.
+func fixedName(name string) question {
+	return func(int) (string, int) { return name, dns.RcodeSuccess }
+}
+
+// uniqueNames asks prefix-i.zone for the i-th query: names that do not exist, so a right answer is NXDOMAIN.
+func uniqueNames(prefix, zone string) question {
+	return func(i int) (string, int) { return fmt.Sprintf("%s-%d.%s", prefix, i, zone), dns.RcodeNameError }
+}
+
 // maxFailTimes bounds the failure times a result lists: enough to tell losses at a few instants from losses
 // spread over time.
 const maxFailTimes = 64
 
-func runLoad(r *loadResult, name string, rate int, duration, timeout time.Duration) {
+func runLoad(r *loadResult, q question, rate int, duration, timeout time.Duration) {
 	c := &dns.Client{Timeout: timeout, Net: r.Proto}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -89,6 +111,7 @@ func runLoad(r *loadResult, name string, rate int, duration, timeout time.Durati
 		if now.Sub(start) >= duration {
 			break
 		}
+		name, rcode := q(r.Sent)
 		r.Sent++
 		wg.Add(1)
 		go func(at time.Duration) {
@@ -111,7 +134,7 @@ func runLoad(r *loadResult, name string, rate int, duration, timeout time.Durati
 				if len(r.FailMs) < maxFailTimes {
 					r.FailMs = append(r.FailMs, ms)
 				}
-			case resp.Rcode != dns.RcodeSuccess || len(resp.Answer) == 0:
+			case resp.Rcode != rcode || (rcode == dns.RcodeSuccess && len(resp.Answer) == 0):
 				r.Bad++
 			default:
 				r.OK++
