@@ -216,11 +216,19 @@ func (c *conn) die(err error) {
 // drainLimit with some still unanswered (the pod went silent meanwhile): the limit is a timer armed here, by the
 // renewal or the expiry that drains it.
 func (c *conn) drain() {
-	if !c.draining.CompareAndSwap(false, true) {
-		return
+	if c.startDrain() {
+		c.forget(0, nil) // closes it now if nothing is in flight
 	}
-	c.forget(0, nil) // closes it now if nothing is in flight
+}
+
+// startDrain marks the connection draining and arms its limit; false if it already was. The caller closes it
+// if nothing is in flight (forget), outside any lock of the pool's.
+func (c *conn) startDrain() bool {
+	if !c.draining.CompareAndSwap(false, true) {
+		return false
+	}
 	time.AfterFunc(drainLimit, func() { c.die(errDrainSilent) })
+	return true
 }
 
 // errDrainSilent says a draining connection still held unanswered queries after drainLimit.

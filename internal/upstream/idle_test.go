@@ -117,11 +117,15 @@ func TestRenewalPerPool(t *testing.T) {
 	const queries, every = 600, 12
 	u := New(addr, Options{RenewQueries: every, RenewGap: time.Nanosecond, MaxAge: time.Hour})
 	defer u.Stop()
+	deadline := time.Now().Add(30 * time.Second)
 	for i := range queries {
 		if _, err := ask(t, u, true, fmt.Sprintf("r%d.example.", i)); err != nil {
 			t.Fatal(err)
 		}
-		for deadline := time.Now().Add(5 * time.Second); u.tcp.renew.Load() > 0 && time.Now().Before(deadline); {
+		for u.tcp.renew.Load() > 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("a renewal still pending after query %d: its replacement never came", i)
+			}
 			time.Sleep(100 * time.Microsecond)
 		}
 	}

@@ -189,6 +189,7 @@ func (p *pool) dial() {
 		} else {
 			p.u.m.dialFailed(p.netw)
 		}
+		p.renewFailed()
 		return
 	}
 	if p.stream {
@@ -199,13 +200,20 @@ func (p *pool) dial() {
 	cs := append(slices.Clone(p.list()), c)
 	p.conns.Store(&cs)
 	if p.renew.Load() > 0 {
-		// The new connection replaces the oldest one due: that one drains from now on.
+		// The new connection replaces the oldest one due: that one drains from now on. With none left (it died
+		// meanwhile), no renewal is pending any more.
+		replaced := false
 		for _, old := range cs {
-			if old.live() && old.renewing.Load() {
-				p.renew.Add(-1)
-				go old.drain()
+			if old.live() && old.renewing.Load() && old.startDrain() {
+				go old.forget(0, nil)
+				replaced = true
 				break
 			}
+		}
+		if replaced {
+			p.renew.Add(-1)
+		} else {
+			p.renew.Store(0)
 		}
 	}
 	close(p.ready)
@@ -216,6 +224,17 @@ func (p *pool) dial() {
 		p.opts.Observer.Dialed(p.netw)
 	}
 	go c.read()
+}
+
+// renewFailed forgets the renewals pending when a dial failed: the connections due stay live and are picked
+// again by a later renewal, which then dials again, instead of waiting for a replacement that never comes.
+func (p *pool) renewFailed() {
+	if p.renew.Swap(0) == 0 {
+		return
+	}
+	for _, c := range p.list() {
+		c.renewing.Store(false)
+	}
 }
 
 // replace opens a connection to replace one that is due; the old one drains once the new one is up.
