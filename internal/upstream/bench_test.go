@@ -35,6 +35,7 @@ func BenchmarkExchange(b *testing.B) {
 					}
 				}
 			})
+			b.ReportMetric(float64(b.N)/float64(u.m.Writes.Load()), "queries/write")
 		})
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -97,12 +98,12 @@ func (c *conn) send(q *query, now int64) (uint16, int32, error) {
 	ahead := c.inflight.Add(1) - 1
 	c.mu.Unlock()
 	c.lastUsed.Store(now)
+	if !c.stream {
+		return id, ahead, c.sendDatagram(q, id)
+	}
 
 	c.wmu.Lock()
-	b := c.wbuf
-	if c.stream {
-		b = binary.BigEndian.AppendUint16(b, uint16(len(q.wire)))
-	}
+	b := binary.BigEndian.AppendUint16(c.wbuf, uint16(len(q.wire)))
 	off := len(b)
 	b = append(b, q.wire...)
 	binary.BigEndian.PutUint16(b[off:], id)
@@ -112,6 +113,11 @@ func (c *conn) send(q *query, now int64) (uint16, int32, error) {
 		return id, ahead, nil
 	}
 	c.writing = true
+	// Let the goroutines already runnable (the other misses of the batch the fast path just received) run up to
+	// their own send first: theirs join this write. With none runnable it returns at once.
+	c.wmu.Unlock()
+	runtime.Gosched()
+	c.wmu.Lock()
 	for len(c.wbuf) > 0 {
 		out := c.wbuf
 		c.wbuf = c.wspare[:0]
@@ -121,6 +127,7 @@ func (c *conn) send(q *query, now int64) (uint16, int32, error) {
 		}
 		c.wmu.Unlock()
 		_, err := c.nc.Write(out)
+		c.p.u.m.Writes.Add(1)
 		c.wmu.Lock()
 		if cap(out) <= maxKeptBuf {
 			c.wspare = out[:0]
@@ -136,6 +143,18 @@ func (c *conn) send(q *query, now int64) (uint16, int32, error) {
 	c.writing = false
 	c.wmu.Unlock()
 	return id, ahead, nil
+}
+
+// sendDatagram writes q as a datagram of its own under id. The query's own buffer carries the ID: its attempts
+// are sent one after the other by its own goroutine, and the kernel has copied each before the next.
+func (c *conn) sendDatagram(q *query, id uint16) error {
+	binary.BigEndian.PutUint16(q.wire, id)
+	_, err := c.nc.Write(q.wire)
+	c.p.u.m.Writes.Add(1)
+	if err != nil {
+		c.die(err)
+	}
+	return nil
 }
 
 // maxKeptBuf bounds the write buffers a connection keeps for reuse: a burst's larger one is let go.

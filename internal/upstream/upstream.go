@@ -135,6 +135,8 @@ func (u *Upstream) Exchange(ctx context.Context, req *dns.Msg, tcp bool, deadlin
 // Stats count what the transport did, for tests and for the operator's metrics.
 type Stats struct {
 	Dials, DialFailures, Deaths, Hedges, Renewals atomic.Uint64
+	// Writes counts the writes on connections: fewer than the queries sent when several share one.
+	Writes atomic.Uint64
 }
 
 func (s *Stats) dialed(string)     { s.Dials.Add(1) }
