@@ -19,11 +19,16 @@ import (
 // Name is the directive's name: ours replaces CoreDNS's under the same one.
 const Name = "forward"
 
-// Env opts the agent into this forward: "pipelined". Anything else keeps CoreDNS's.
-const Env = "NODELOCALDNS_FORWARD"
+// Env chooses the transport under the forward directive: Pipelined ("pipelined") opts into this forward;
+// anything else keeps CoreDNS's (CoreDNS, "coredns", names it).
+const (
+	Env           = "NODELOCALDNS_FORWARD"
+	PipelinedName = "pipelined"
+	CoreDNS       = "coredns"
+)
 
 // Pipelined says whether the environment opts into this forward.
-func Pipelined(getenv func(string) string) bool { return getenv(Env) == "pipelined" }
+func Pipelined(getenv func(string) string) bool { return getenv(Env) == PipelinedName }
 
 // CoreDNS's forward's constants, with their meaning (plugin/forward/forward.go).
 const (
