@@ -19,16 +19,16 @@ import (
 // Name is the directive's name: ours replaces CoreDNS's under the same one.
 const Name = "forward"
 
-// Env chooses the transport under the forward directive: Pipelined ("pipelined") opts into this forward;
-// anything else keeps CoreDNS's (CoreDNS, "coredns", names it).
+// Env chooses the transport under the forward directive: this forward by default (PipelinedName, "pipelined",
+// or unset), CoreDNS's with CoreDNS ("coredns"), the way back.
 const (
 	Env           = "NODELOCALDNS_FORWARD"
 	PipelinedName = "pipelined"
 	CoreDNS       = "coredns"
 )
 
-// Pipelined says whether the environment opts into this forward.
-func Pipelined(getenv func(string) string) bool { return getenv(Env) == PipelinedName }
+// Pipelined says whether the forward directive runs this forward: unless the environment asks for CoreDNS's.
+func Pipelined(getenv func(string) string) bool { return getenv(Env) != CoreDNS }
 
 // CoreDNS's forward's constants, with their meaning (plugin/forward/forward.go).
 const (
