@@ -24,7 +24,7 @@ const (
 // variants are the nodelocaldns configurations measured: the default, the default without the fast path,
 // node-cache's way of running the same engine, and (with -variants) the default with one knob changed, so the
 // table shows what each buys. only, when not empty, keeps the named ones.
-func variants(withKnobs bool, compare string, only map[string]bool) []variant {
+func variants(withKnobs, withForward bool, compare string, only map[string]bool) []variant {
 	vs := []variant{
 		{name: tunedName, mixed: true, miss: true, hint: "the defaults: fast path on (internal/fastpath), default tuning (cmd/nodelocaldns/tuning.go)"},
 		{name: fastOffName, mixed: true, miss: true, env: []string{"NODELOCALDNS_FASTPATH=off"}, hint: "NODELOCALDNS_FASTPATH=off: CoreDNS answers every query, default tuning"},
@@ -37,6 +37,9 @@ func variants(withKnobs bool, compare string, only map[string]bool) []variant {
 	}
 	if withKnobs {
 		vs = append(vs, knobVariants()...)
+	}
+	if withForward {
+		vs = append(vs, forwardVariants()...)
 	}
 	if len(only) > 0 {
 		vs = slices.DeleteFunc(vs, func(v variant) bool { return !only[v.name] })
@@ -85,7 +88,7 @@ func bench(p params) (err error) {
 	defer os.RemoveAll(work)
 	// Build before pinning this process to one CPU.
 	bins := map[string]string{"|": harness.Binary(tb{})}
-	for i, v := range variants(p.variants, p.compare, p.only) {
+	for i, v := range variants(p.variants, p.forward, p.compare, p.only) {
 		if _, ok := bins[v.buildKey()]; !ok && v.bin == "" {
 			if bins[v.buildKey()], err = buildBinary(work, fmt.Sprintf("nodelocaldns-%d", i), v.pgo, v.tags); err != nil {
 				return err
@@ -110,7 +113,7 @@ func bench(p params) (err error) {
 		}
 	}()
 	hints := map[string]string{}
-	for i, v := range variants(p.variants, p.compare, p.only) {
+	for i, v := range variants(p.variants, p.forward, p.compare, p.only) {
 		bin := bins[v.buildKey()]
 		if v.bin != "" {
 			bin = v.bin

@@ -37,6 +37,7 @@ type params struct {
 	compare  string          // another nodelocaldns binary, run with the defaults as one more row
 	skip     map[string]bool // workloads not to run: "mixed", "miss"
 	pgoMiss  bool            // with -pgo: profile the miss workload instead of hits and mixed
+	forward  bool            // also run the forward rows (forward.go)
 }
 
 func run() int {
@@ -61,6 +62,7 @@ func run() int {
 	pgoEnv := flag.String("pgo-env", "", "with -pgo: extra environment of the profiled instance, e.g. NODELOCALDNS_FASTPATH=off")
 	flag.StringVar(&p.compare, "compare", "", "also run this nodelocaldns binary (e.g. one built from main) with the defaults, as the row \""+compareName+"\"")
 	skip := flag.String("skip", "", "comma-separated workloads not to run: hit, mixed, miss")
+	flag.BoolVar(&p.forward, "forward-rows", false, "also run the defaults with CoreDNS's forward instead of ours in the miss workload (forward.go)")
 	flag.BoolVar(&p.pgoMiss, "pgo-miss", false, "with -pgo: profile the miss workload (every query a new name) instead of the cache-hit and mixed ones")
 	pgo := flag.String("pgo", "", "instead of the comparison, write a CPU profile of nodelocaldns under both workloads here (for cmd/nodelocaldns/default.pgo)")
 	flag.Parse()

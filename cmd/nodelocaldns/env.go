@@ -16,7 +16,7 @@ var envKnobs = []struct{ name, usage string }{
 	{clients.Env, "off: count nothing per client (no -top, no per-client metrics or log lines); default on, at most a few MiB (internal/clients)"},
 	{tuningEnv, "off: leave the Go runtime's GC and memory-limit settings at Go's defaults (default on)"},
 	{nodeNameEnv, "the node's name (the downward API's spec.nodeName), for -startup-taint and -pod-identity"},
-	{forward.Env, "pipelined: the Corefile's forward runs over our transport (several connections spread over every kube-dns pod, queries pipelined, hedged, never waiting on a dead pod) instead of CoreDNS's; opt-in while a miss costs more CPU (default CoreDNS's)"},
+	{forward.Env, "coredns: the Corefile's forward runs CoreDNS's own transport instead of ours (the way back); by default (pipelined) ours: several connections spread over every kube-dns pod, queries pipelined, hedged, never waiting on a dead pod"},
 	{"<UPSTREAMSVC>_SERVICE_HOST", "the ClusterIP of the -upstreamsvc Service (KUBE_DNS_SERVICE_HOST for kube-dns), set by the kubelet; fills __PILLAR__CLUSTER__DNS__"},
 	{"KUBE_DNS_SERVICE_HOST", "the kube-dns ClusterIP, set by the kubelet: where the link-local fallback sends queries when -kube-dns-ip is not given and -localip names no other ClusterIP of its family (a disagreement is a warning, and -localip's is taken)"},
 }

@@ -9,10 +9,10 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/forward"
 )
 
-// Our forward (internal/forward over internal/upstream) is opted in with forward.Env: it spreads misses over
-// every kube-dns pod and never waits on a dead one, but for now costs more CPU per miss than CoreDNS's (see
-// docs/performance.md). CoreDNS's forward stays compiled in and is what a Corefile's `forward` runs by default;
-// opted in, ours is registered as forwardDirective and the Corefile handed to caddy names it (translate.go).
+// Our forward (internal/forward over internal/upstream) runs by default: it spreads misses over every kube-dns
+// pod, never waits on a dead one, and costs less CPU per miss than CoreDNS's (docs/performance.md). CoreDNS's
+// forward stays compiled in, and forward.Env=coredns runs it instead (the way back); otherwise ours is
+// registered as forwardDirective and the Corefile handed to caddy names it (translate.go).
 const (
 	forwardDirective = "forward_nodelocaldns"
 	userForward      = "forward"

@@ -17,9 +17,9 @@ import (
 	// health and loop are ours (reload.go, health.go, loop.go): the upstream ones misbehave when CoreDNS is
 	// embedded and reloaded in-process, and upstream's loop exits the process. cache is ours too
 	// (internal/dnscache, CoreDNS's cache with bounded entries and an API the fast path answers from).
-	// fairshare is ours and new (internal/fairshare): it goes just before forward in the order. CoreDNS's forward
-	// runs by default; ours (internal/forward, CoreDNS's directive over our transport to kube-dns,
-	// internal/upstream) when opted in (forward.go).
+	// fairshare is ours and new (internal/fairshare): it goes just before forward in the order. Our forward
+	// (internal/forward, CoreDNS's directive over our transport to kube-dns, internal/upstream) runs by default,
+	// CoreDNS's when NODELOCALDNS_FORWARD=coredns asks for it (forward.go).
 	_ "github.com/coredns/coredns/plugin/bind"
 	_ "github.com/coredns/coredns/plugin/bufsize"
 	_ "github.com/coredns/coredns/plugin/debug"
@@ -63,7 +63,7 @@ var register = sync.OnceFunc(func() {
 	dirs = slices.Insert(dirs, slices.Index(dirs, userMetrics), metricsDirective)
 	// Just before forward: after cache (only misses take a slot) and after every plugin that answers itself.
 	dirs = slices.Insert(dirs, slices.Index(dirs, userForward), fairshare.Name)
-	// Ours, when opted in, in upstream's place (after fairshare), its handler named forward as upstream's is.
+	// Ours (unless CoreDNS's is asked for) in upstream's place (after fairshare), its handler named forward as upstream's is.
 	dnsserver.Directives = slices.Insert(dirs, slices.Index(dirs, userForward), forwardDirective)
 	if pipelinedForward() {
 		forward.RegisterMetrics() // its series exported (at zero) before the first miss, as upstream's are

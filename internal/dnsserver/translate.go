@@ -26,7 +26,7 @@ func newRename(user, ours string, imported bool) rename {
 }
 
 // renames are the directives corefileForCaddy renames: prometheus always (its listener must be ours: an
-// imported one is an error), forward when our transport is opted in (pipelinedForward; an imported one stays
+// imported one is an error), forward unless CoreDNS's is asked for (pipelinedForward; an imported one stays
 // CoreDNS's).
 func renames() []rename {
 	rs := []rename{newRename(userMetrics, metricsDirective, false)}

@@ -19,11 +19,16 @@ import (
 // Name is the directive's name: ours replaces CoreDNS's under the same one.
 const Name = "forward"
 
-// Env opts the agent into this forward: "pipelined". Anything else keeps CoreDNS's.
-const Env = "NODELOCALDNS_FORWARD"
+// Env chooses the transport under the forward directive: this forward by default (PipelinedName, "pipelined",
+// or unset), CoreDNS's with CoreDNS ("coredns"), the way back.
+const (
+	Env           = "NODELOCALDNS_FORWARD"
+	PipelinedName = "pipelined"
+	CoreDNS       = "coredns"
+)
 
-// Pipelined says whether the environment opts into this forward.
-func Pipelined(getenv func(string) string) bool { return getenv(Env) == "pipelined" }
+// Pipelined says whether the forward directive runs this forward: unless the environment asks for CoreDNS's.
+func Pipelined(getenv func(string) string) bool { return getenv(Env) != CoreDNS }
 
 // CoreDNS's forward's constants, with their meaning (plugin/forward/forward.go).
 const (

@@ -10,7 +10,7 @@ import (
 
 // Setup is the `forward` directive's setup: CoreDNS's syntax and meaning (plugin/forward's README), over our
 // transport for plain DNS upstreams. CoreDNS's plugin keeps the name forward in caddy's registry, so this one is
-// registered under another (internal/dnsserver's forwardDirective) and opted into (Env).
+// registered under another (internal/dnsserver's forwardDirective), run unless Env asks for CoreDNS's.
 func Setup(c *caddy.Controller) error {
 	metrics()
 	var fs []*Forward

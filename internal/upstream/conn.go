@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,21 +33,24 @@ type conn struct {
 	p      *pool
 	nc     net.Conn
 	stream bool
-	born   time.Time
-	// renewAt is when the connection is replaced whatever its load; renewAfter is the number of queries after
-	// which it is replaced once it is older than the pool's minimum age.
-	renewAt    time.Time
-	renewAfter uint64
+	born   int64 // unix nanoseconds
 
-	wmu  sync.Mutex // one writer at a time; wbuf is the frame being written
-	wbuf []byte
+	// Frames are written by whichever sender finds no write under way: the others append theirs to wbuf and
+	// return, and the writer takes them along in its next write (one system call, one segment, for a burst of
+	// queries). wdeadline is the write deadline last set: a write blocks only when the peer stopped reading
+	// (its window is full), a dead pod rather than a slow one, and the deadline ends it; it is moved only when
+	// half of it is used up, not on every write (each move is a timer update in the runtime's poller).
+	wmu       sync.Mutex
+	wbuf      []byte
+	wspare    []byte
+	writing   bool
+	wdeadline int64
 
 	mu      sync.Mutex
 	pending map[uint16]*query
 	closed  bool
 
 	inflight atomic.Int32
-	sent     atomic.Uint64
 	draining atomic.Bool
 	dead     atomic.Bool
 	beaten   atomic.Int32
@@ -54,20 +58,18 @@ type conn struct {
 	lastUsed atomic.Int64 // unix nanoseconds of the last send
 }
 
-func newConn(p *pool, nc net.Conn) *conn {
-	now := time.Now()
+func newConn(p *pool, nc net.Conn, now int64) *conn {
 	c := &conn{
 		p: p, nc: nc, stream: p.stream, born: now,
-		renewAt:    now.Add(jitter(p.opts.MaxAge)),
-		renewAfter: p.opts.RenewQueries,
-		pending:    make(map[uint16]*query, 16),
-		wbuf:       make([]byte, 0, 512),
+		pending: make(map[uint16]*query, 16),
+		wbuf:    make([]byte, 0, 512),
+		wspare:  make([]byte, 0, 512),
 	}
-	c.lastUsed.Store(now.UnixNano())
+	c.lastUsed.Store(now)
 	return c
 }
 
-// jitter spreads d over [d/2, 3d/2), so that connections opened together are not renewed together.
+// jitter spreads d over [d/2, 3d/2), so that renewals do not fall in step.
 func jitter(d time.Duration) time.Duration {
 	if d <= 0 {
 		return d
@@ -78,46 +80,85 @@ func jitter(d time.Duration) time.Duration {
 // live says the connection takes new queries.
 func (c *conn) live() bool { return !c.dead.Load() && !c.draining.Load() }
 
-// send registers q under a fresh ID and writes it. An error here means nothing was sent and nothing will be
-// delivered for this attempt; a failure after registration is delivered to q as a result.
-func (c *conn) send(q *query) (uint16, error) {
+// send registers q under a fresh ID and writes it (now is the time of the send, unix nanoseconds). It returns
+// the ID and how many queries were in flight on the connection before this one. An error here means nothing was
+// sent and nothing will be delivered for this attempt; a failure after registration is delivered to q as a
+// result.
+func (c *conn) send(q *query, now int64) (uint16, int32, error) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return 0, errClosed
+		return 0, 0, errClosed
 	}
 	id := uint16(rand.Uint32())
 	for c.pending[id] != nil {
 		id++
 	}
 	c.pending[id] = q
-	c.inflight.Add(1)
+	ahead := c.inflight.Add(1) - 1
 	c.mu.Unlock()
-	now := time.Now()
-	c.lastUsed.Store(now.UnixNano())
-	if c.sent.Add(1) >= c.renewAfter && c.renewAfter > 0 && now.Sub(c.born) >= c.p.opts.MinAge && c.renewing.CompareAndSwap(false, true) {
-		c.p.replace()
+	c.lastUsed.Store(now)
+	if !c.stream {
+		return id, ahead, c.sendDatagram(q, id)
 	}
 
 	c.wmu.Lock()
-	b := c.wbuf[:0]
-	if c.stream {
-		b = binary.BigEndian.AppendUint16(b, uint16(len(q.wire)))
-	}
+	b := binary.BigEndian.AppendUint16(c.wbuf, uint16(len(q.wire)))
 	off := len(b)
 	b = append(b, q.wire...)
 	binary.BigEndian.PutUint16(b[off:], id)
 	c.wbuf = b
-	// A write blocks only when the peer stopped reading (its window is full): that is a dead pod, not a slow
-	// one, and the bound keeps it from holding the query.
-	_ = c.nc.SetWriteDeadline(time.Now().Add(maxDialBound))
-	_, err := c.nc.Write(b)
+	if c.writing {
+		c.wmu.Unlock() // the writer under way takes it along
+		return id, ahead, nil
+	}
+	c.writing = true
+	// Let the goroutines already runnable (the other misses of the batch the fast path just received) run up to
+	// their own send first: theirs join this write. With none runnable it returns at once.
 	c.wmu.Unlock()
+	runtime.Gosched()
+	c.wmu.Lock()
+	for len(c.wbuf) > 0 {
+		out := c.wbuf
+		c.wbuf = c.wspare[:0]
+		if now > c.wdeadline-int64(maxDialBound/2) {
+			c.wdeadline = now + int64(maxDialBound)
+			_ = c.nc.SetWriteDeadline(time.Unix(0, c.wdeadline))
+		}
+		c.wmu.Unlock()
+		_, err := c.nc.Write(out)
+		c.p.u.m.Writes.Add(1)
+		c.wmu.Lock()
+		if cap(out) <= maxKeptBuf {
+			c.wspare = out[:0]
+		}
+		if err != nil {
+			c.writing = false
+			c.wbuf = c.wbuf[:0]
+			c.wmu.Unlock()
+			c.die(err)
+			return id, ahead, nil
+		}
+	}
+	c.writing = false
+	c.wmu.Unlock()
+	return id, ahead, nil
+}
+
+// sendDatagram writes q as a datagram of its own under id. The query's own buffer carries the ID: its attempts
+// are sent one after the other by its own goroutine, and the kernel has copied each before the next.
+func (c *conn) sendDatagram(q *query, id uint16) error {
+	binary.BigEndian.PutUint16(q.wire, id)
+	_, err := c.nc.Write(q.wire)
+	c.p.u.m.Writes.Add(1)
 	if err != nil {
 		c.die(err)
 	}
-	return id, nil
+	return nil
 }
+
+// maxKeptBuf bounds the write buffers a connection keeps for reuse: a burst's larger one is let go.
+const maxKeptBuf = 64 << 10
 
 // forget drops q's attempt id if it is still pending (the query was answered elsewhere or gave up), and closes
 // a draining connection once nothing is left in flight.
@@ -190,6 +231,31 @@ func (c *conn) die(err error) {
 	c.p.remove(c, true)
 }
 
+// drain stops new queries on the connection and closes it once those in flight are answered, or after
+// drainLimit with some still unanswered (the pod went silent meanwhile): the limit is a timer armed here, by the
+// renewal or the expiry that drains it.
+func (c *conn) drain() {
+	if c.startDrain() {
+		c.forget(0, nil) // closes it now if nothing is in flight
+	}
+}
+
+// startDrain marks the connection draining and arms its limit; false if it already was. The caller closes it
+// if nothing is in flight (forget), outside any lock of the pool's.
+func (c *conn) startDrain() bool {
+	if !c.draining.CompareAndSwap(false, true) {
+		return false
+	}
+	time.AfterFunc(drainLimit, func() { c.die(errDrainSilent) })
+	return true
+}
+
+// errDrainSilent says a draining connection still held unanswered queries after drainLimit.
+var errDrainSilent = errors.New("upstream: draining connection still silent")
+
+// drainLimit bounds how long a draining connection may keep queries unanswered: forward's whole budget.
+const drainLimit = 5 * time.Second
+
 // retire closes a drained connection: nothing is in flight and nothing new is sent on it.
 func (c *conn) retire() {
 	c.mu.Lock()
@@ -218,8 +284,20 @@ func (c *conn) read() {
 	}
 }
 
+// Readers' buffers are pooled: connections are renewed every few queries, and each would otherwise allocate its
+// own.
+var (
+	streamReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, readBufSize) }}
+	datagramBufs  = sync.Pool{New: func() any { b := make([]byte, 65535); return &b }}
+)
+
 func (c *conn) readStream() {
-	br := bufio.NewReaderSize(c.nc, readBufSize)
+	br := streamReaders.Get().(*bufio.Reader)
+	br.Reset(c.nc)
+	defer func() {
+		br.Reset(nil)
+		streamReaders.Put(br)
+	}()
 	var big []byte
 	for {
 		hdr, err := br.Peek(2)
@@ -251,7 +329,9 @@ func (c *conn) readStream() {
 }
 
 func (c *conn) readDatagrams() {
-	buf := make([]byte, 65535)
+	bp := datagramBufs.Get().(*[]byte)
+	defer datagramBufs.Put(bp)
+	buf := *bp
 	for {
 		n, err := c.nc.Read(buf)
 		if err != nil {

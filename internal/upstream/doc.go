@@ -8,10 +8,11 @@
 // connection, and answers are matched by ID (and, over UDP, by question) by one reader goroutine per
 // connection. A query goes to the least-loaded live connection.
 //
-// It never hangs on a dead pod: a dial is bounded by the upstream's smoothed round-trip time; a query that is
-// late is sent again on another connection (a hedge) and the first answer wins; a connection is taken out at
-// its first sign of death (a read error, EOF, a reset, or hedges that keep beating it while it stays silent) and
-// what it held is retried at once elsewhere. Connections are renewed on a jittered schedule (the new one is
-// opened first, the old one drains: no new queries, closed once its queries are answered), so a node reaches
-// new pods after a scale-up and its load stays even.
+// It never hangs on a dead pod: a dial is bounded by the p99 of the upstream's recent round trips; a query that
+// is late by them is sent again on another connection (a hedge) and the first answer wins; a connection is taken
+// out at its first sign of death (a read error, EOF, a reset, or hedges that keep beating it while it stays
+// silent) and what it held is retried at once elsewhere. A pool renews one connection per few queries it carries
+// (the new one is opened first, the old one drains: no new queries, closed once its queries are answered), so a
+// node's misses are spread over many placements, and reach new pods after a scale-up. Nothing runs while nothing
+// is asked: renewal is done on the query path, and expiry by timers that queries arm.
 package upstream

@@ -28,9 +28,22 @@ type pool struct {
 	dialing int
 	ready   chan struct{} // closed (and replaced) when a connection is added
 	failed  chan struct{} // closed (and replaced) when a dial fails
-	renew   int           // connections waiting for a replacement before they drain
 	stopped bool
-	used    atomic.Int64 // unix nanoseconds of the last query
+
+	used atomic.Int64 // unix nanoseconds of the last query
+	// renew counts the connections waiting for a replacement before they drain; a renewal waits until the
+	// previous one's replacement is up.
+	renew atomic.Int32
+	// Renewal (Options.RenewQueries): queries since the last renewal, when it was, and when the oldest
+	// connection is due whatever the count (MaxAge), all in unix nanoseconds.
+	sinceRenew atomic.Uint64
+	lastRenew  atomic.Int64
+	ageDue     atomic.Int64
+	// expiry closes the pool's connections once it has been unused for Options.Expire. A query arms it when it
+	// is not armed; when it fires on a pool still in use, it re-arms itself for the rest of the time.
+	expiry      *time.Timer
+	expiryArmed atomic.Bool
+
 	// hedges is the hedge budget, in thousandths of a hedge: each query earns hedgeEarn, a hedge costs
 	// hedgeCost, and the budget holds at most hedgeBurst. An upstream that is slow for everyone is not sent
 	// twice the load; one that is dead for some flows is hedged around.
@@ -70,6 +83,8 @@ func newPool(u *Upstream, stream bool, opts Options) *pool {
 		p.netw = "tcp"
 	}
 	p.conns.Store(&[]*conn{})
+	p.expiry = time.AfterFunc(time.Hour, p.expire)
+	p.expiry.Stop()
 	return p
 }
 
@@ -99,12 +114,15 @@ func (p *pool) pickUnder(skip []attempt, limit int32) *conn {
 // depth is how many queries a connection may carry at once before another is opened. CoreDNS's server (and
 // miekg/dns's) answers the queries of one TCP connection one after the other, so a query queued behind d others
 // waits d of the upstream's service times: a pipeline pays only while those are short. It is deep enough to
-// add at most about pipelineBudget of waiting; UDP has no such queue.
+// add at most about pipelineBudget of waiting; UDP has no such queue. The service time is a low percentile of
+// round trips divided by the queries ahead (latency.serviceTime), not the round trip itself: under load the
+// round trip grows with queues (ours, the kernel's) that a deeper pipeline shortens, and a depth taken from it
+// would open a connection per query just when reading several answers at once pays most.
 func (p *pool) depth() int32 {
 	if !p.stream {
 		return 1 << 30
 	}
-	s := p.u.rtt.get()
+	s := p.u.lat.serviceTime()
 	if s <= 0 {
 		return 1
 	}
@@ -113,7 +131,7 @@ func (p *pool) depth() int32 {
 
 const (
 	pipelineBudget = 2 * time.Millisecond
-	maxDepth       = 8
+	maxDepth       = 32
 	// maxConns bounds a pool's connections: above forward's max_concurrent default that the agent writes (250),
 	// so the bound that sheds load stays forward's.
 	maxConns = 256
@@ -155,13 +173,14 @@ func (p *pool) fill(want int) {
 
 // dial opens one connection, bounded by the upstream's round trips, and adds it to the pool.
 func (p *pool) dial() {
-	bound := p.u.rtt.dialBound()
+	bound := p.u.lat.dialBound()
 	start := time.Now()
 	d := net.Dialer{Timeout: bound}
 	nc, err := d.Dial(p.netw, p.u.addr)
 	p.mu.Lock()
 	p.dialing--
-	if err != nil || p.stopped {
+	// A dial that ends after the pool expired (nobody asked for Expire) is not kept: no timer would close it.
+	if err != nil || p.stopped || !p.inUse() {
 		close(p.failed)
 		p.failed = make(chan struct{})
 		p.mu.Unlock()
@@ -170,24 +189,31 @@ func (p *pool) dial() {
 		} else {
 			p.u.m.dialFailed(p.netw)
 		}
+		p.renewFailed()
 		return
 	}
 	if p.stream {
 		// A TCP handshake is one round trip to the pod.
-		p.u.rtt.observe(time.Since(start))
+		p.u.lat.observeDial(time.Since(start))
 	}
-	c := newConn(p, nc)
+	c := newConn(p, nc, time.Now().UnixNano())
 	cs := append(slices.Clone(p.list()), c)
 	p.conns.Store(&cs)
-	if p.renew > 0 {
-		// The new connection replaces the oldest one due: that one drains from now on.
+	if p.renew.Load() > 0 {
+		// The new connection replaces the oldest one due: that one drains from now on. With none left (it died
+		// meanwhile), no renewal is pending any more.
+		replaced := false
 		for _, old := range cs {
-			if old.live() && old.renewing.Load() {
-				old.draining.Store(true)
-				p.renew--
-				go old.forget(0, nil) // closes it if nothing is in flight
+			if old.live() && old.renewing.Load() && old.startDrain() {
+				go old.forget(0, nil)
+				replaced = true
 				break
 			}
+		}
+		if replaced {
+			p.renew.Add(-1)
+		} else {
+			p.renew.Store(0)
 		}
 	}
 	close(p.ready)
@@ -200,20 +226,20 @@ func (p *pool) dial() {
 	go c.read()
 }
 
-// due says the connection should be replaced: it is past its age, or has carried its share of queries (and is
-// old enough that renewing it does not turn into a connection per query).
-func (c *conn) due(now time.Time) bool {
-	if c.p.opts.MaxAge > 0 && now.After(c.renewAt) {
-		return true
+// renewFailed forgets the renewals pending when a dial failed: the connections due stay live and are picked
+// again by a later renewal, which then dials again, instead of waiting for a replacement that never comes.
+func (p *pool) renewFailed() {
+	if p.renew.Swap(0) == 0 {
+		return
 	}
-	return c.renewAfter > 0 && c.sent.Load() >= c.renewAfter && now.Sub(c.born) >= c.p.opts.MinAge
+	for _, c := range p.list() {
+		c.renewing.Store(false)
+	}
 }
 
 // replace opens a connection to replace one that is due; the old one drains once the new one is up.
 func (p *pool) replace() {
-	p.mu.Lock()
-	p.renew++
-	p.mu.Unlock()
+	p.renew.Add(1)
 	p.fill(p.live() + 1)
 }
 
@@ -236,6 +262,71 @@ func (p *pool) inUse() bool {
 	return time.Since(time.Unix(0, p.used.Load())) < p.opts.Expire
 }
 
+// expire runs on the pool's expiry timer: a pool unused for Options.Expire drains its connections and stays
+// unarmed until the next query; one still in use re-arms for the rest of the time.
+func (p *pool) expire() {
+	p.expiryArmed.Store(false)
+	idle := time.Since(time.Unix(0, p.used.Load()))
+	if idle < p.opts.Expire {
+		if p.expiryArmed.CompareAndSwap(false, true) {
+			p.expiry.Reset(p.opts.Expire - idle)
+		}
+		return
+	}
+	for _, c := range p.list() {
+		c.drain()
+	}
+}
+
+// renewIfDue renews one connection when the pool has carried RenewQueries queries since the last renewal, or
+// when its oldest is due by MaxAge, and RenewGap has passed since the last one. It runs on the query path, so
+// a pool renews only while it is asked.
+func (p *pool) renewIfDue(now int64) {
+	if p.sinceRenew.Add(1) < p.opts.RenewQueries && now < p.ageDue.Load() || p.renew.Load() > 0 {
+		return
+	}
+	last := p.lastRenew.Load()
+	if now-last < int64(p.opts.RenewGap) || !p.lastRenew.CompareAndSwap(last, now) {
+		return
+	}
+	p.sinceRenew.Store(0)
+	p.ageDue.Store(now + int64(jitter(p.opts.MaxAge/time.Duration(p.opts.Conns))))
+	p.renewOne(now)
+}
+
+// renewOne drains a connection opened for a burst that has passed (beyond the pool's size, idle for
+// idleExtra), or else replaces the oldest live one: the replacement is opened first, and the old one drains
+// once it is up.
+func (p *pool) renewOne(now int64) {
+	cs := p.list()
+	var oldest *conn
+	live := 0
+	for _, c := range cs {
+		if !c.live() {
+			continue
+		}
+		live++
+		if !c.renewing.Load() && (oldest == nil || c.born < oldest.born) {
+			oldest = c
+		}
+	}
+	if live > p.opts.Conns {
+		for _, c := range cs {
+			if c.live() && c.inflight.Load() == 0 && now-c.lastUsed.Load() > int64(idleExtra) {
+				c.drain()
+				return
+			}
+		}
+	}
+	if oldest != nil && oldest.renewing.CompareAndSwap(false, true) {
+		p.u.m.Renewals.Add(1)
+		p.replace()
+	}
+}
+
+// idleExtra is how long a connection beyond the pool's size may stay unused before a renewal closes it.
+const idleExtra = time.Second
+
 // conn returns a live connection not among skip with room in its pipeline; when every one is full it opens
 // another and waits for it at most a dial's bound, then takes the least loaded anyway. With none at all it waits
 // (until deadline) for a dial.
@@ -254,7 +345,7 @@ func (p *pool) conn(skip []attempt, deadline time.Time, t *time.Timer) (*conn, e
 		busy := p.pick(skip) // a live connection with a full pipeline, if any
 		wait := time.Until(deadline)
 		if busy != nil {
-			wait = min(wait, p.u.rtt.dialBound())
+			wait = min(wait, p.u.lat.dialBound())
 		}
 		if wait <= 0 {
 			if busy != nil {
@@ -289,11 +380,16 @@ func (p *pool) dialingNow() int {
 // exchange sends q and waits for the first answer until deadline: hedged on another connection when it is late,
 // retried at once on another when the connection it waits on dies.
 func (p *pool) exchange(ctx context.Context, q *query, deadline time.Time) error {
-	p.used.Store(time.Now().UnixNano())
+	now := time.Now().UnixNano()
+	p.used.Store(now)
+	if !p.expiryArmed.Load() && p.expiryArmed.CompareAndSwap(false, true) {
+		p.expiry.Reset(p.opts.Expire)
+	}
 	p.earnHedge()
 	if p.live() < p.opts.Conns {
 		p.fill(p.opts.Conns)
 	}
+	p.renewIfDue(now)
 	defer func() {
 		for _, a := range q.attempts[:q.n] {
 			a.c.forget(a.id, q)
@@ -320,12 +416,13 @@ func (p *pool) exchange(ctx context.Context, q *query, deadline time.Time) error
 				return false
 			}
 		}
-		id, serr := c.send(q)
+		sent := time.Now()
+		id, ahead, serr := c.send(q, sent.UnixNano())
 		if serr != nil {
 			err = serr
 			return true // try the next connection
 		}
-		q.attempts[q.n] = attempt{c: c, id: id, sent: time.Now()}
+		q.attempts[q.n] = attempt{c: c, id: id, ahead: ahead, sent: sent}
 		q.n++
 		outstanding++
 		if p.opts.Observer != nil {
@@ -341,7 +438,7 @@ func (p *pool) exchange(ctx context.Context, q *query, deadline time.Time) error
 			return err
 		}
 	}
-	hedgeIn := p.u.rtt.hedgeAfter()
+	hedgeIn := p.u.lat.hedgeAfter()
 	for {
 		wait := min(time.Until(deadline), hedgeIn)
 		if wait <= 0 {
@@ -389,7 +486,7 @@ func (p *pool) answered(q *query, winner *conn) {
 	for _, a := range q.attempts[:q.n] {
 		if a.c == winner {
 			won = a.sent
-			p.u.rtt.observe(time.Since(a.sent))
+			p.u.lat.observe(time.Since(a.sent), int(a.ahead))
 			break
 		}
 	}
@@ -400,44 +497,14 @@ func (p *pool) answered(q *query, winner *conn) {
 	}
 }
 
-// maintain renews and expires the pool's connections; the Upstream calls it on its ticker.
-func (p *pool) maintain(now time.Time) {
-	inUse := p.inUse()
-	extra := p.live() - p.opts.Conns
-	for _, c := range p.list() {
-		switch {
-		case extra > 0 && c.live() && c.inflight.Load() == 0 && now.Sub(time.Unix(0, c.lastUsed.Load())) > idleExtra:
-			// Opened for a burst that has passed.
-			extra--
-			c.draining.Store(true)
-			c.forget(0, nil)
-		case c.draining.Load():
-			if now.Sub(time.Unix(0, c.lastUsed.Load())) > drainLimit {
-				c.die(errors.New("upstream: draining connection still silent"))
-			}
-		case !inUse:
-			c.draining.Store(true)
-			c.forget(0, nil)
-		case c.due(now) && c.renewing.CompareAndSwap(false, true):
-			p.replace()
-		}
-	}
-}
-
-// idleExtra is how long a connection beyond the pool's size may stay unused before it is closed.
-const idleExtra = time.Second
-
-// drainLimit bounds how long a draining connection may keep queries unanswered: forward's whole budget.
-const drainLimit = 5 * time.Second
-
 // stop drains every connection: queries in flight are still answered, and for drainLimit a query that still
 // arrives (a reload swaps CoreDNS's instances under the queries, and the old one may finish a few) is still
 // sent, on a fresh connection if need be. Then every connection is closed, and whatever is unanswered gets the
 // error.
 func (p *pool) stop() {
+	p.expiry.Stop()
 	for _, c := range p.list() {
-		c.draining.Store(true)
-		c.forget(0, nil)
+		c.drain()
 	}
 	time.AfterFunc(drainLimit, func() {
 		p.mu.Lock()

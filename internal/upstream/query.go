@@ -3,6 +3,7 @@ package upstream
 import (
 	"encoding/binary"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -21,9 +22,10 @@ type result struct {
 
 // attempt is one send of a query.
 type attempt struct {
-	c    *conn
-	id   uint16
-	sent time.Time
+	c     *conn
+	id    uint16
+	ahead int32 // queries in flight on c before this one
+	sent  time.Time
 }
 
 // query is one question in flight across its attempts. Queries are pooled: a steady stream of misses allocates
@@ -31,7 +33,7 @@ type attempt struct {
 type query struct {
 	wire     []byte // the packed request; each attempt's ID is written into the connection's copy
 	qend     int    // end of the question section in wire
-	won      atomicBool
+	won      atomic.Bool
 	ch       chan result
 	ans      []byte // the winning answer, written once by the reader that won
 	attempts [maxAttempts]attempt

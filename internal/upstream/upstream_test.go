@@ -202,11 +202,11 @@ func TestDeadBackendNeverHangs(t *testing.T) {
 	}
 }
 
-// TestSpreadOverBackends: with connections renewed after a few queries, three backends share the load about
+// TestSpreadOverBackends: with a connection renewed every few queries, three backends share the load about
 // evenly.
 func TestSpreadOverBackends(t *testing.T) {
 	b := newBalancer(t, 3)
-	u := New(b.ln.Addr().String(), Options{MinAge: time.Millisecond})
+	u := New(b.ln.Addr().String(), Options{RenewGap: time.Millisecond})
 	defer u.Stop()
 	// Enough queries for a few hundred placements: the busiest of three then stays within a few points of a
 	// third (a binomial spread), far from the bar.

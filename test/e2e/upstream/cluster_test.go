@@ -168,7 +168,8 @@ func (c *cluster) startAgent() {
 		BaseCorefile: harness.StandardCorefile(localIP, "", "cluster.local"),
 		Args: []string{"-localip", localIP, "-setupinterface=false", "-setupiptables=false",
 			"-upstreamsvc", "kube-dns-upstream", "-kubednscm", vol.Dir},
-		// Our forward is opted in (CoreDNS's runs by default); NODELOCALDNS_BIN runs another build for a before.
+		// Our forward (the default, named so that NODELOCALDNS_BIN may run a build from before it was, for a
+		// before).
 		Env: []string{"KUBE_DNS_UPSTREAM_SERVICE_HOST=" + clusterIP, forward.Env + "=pipelined"},
 	})
 	c.agent.WaitReady()

@@ -1,0 +1,140 @@
+package upstream
+
+import (
+	"fmt"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
+)
+
+// countingListener counts the TCP connections accepted, and those the client closed (the server's read of
+// them ended), as the upstream sees them.
+type countingListener struct {
+	net.Listener
+	accepted, closed atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.accepted.Add(1)
+	return &countingConn{Conn: c, l: l}, nil
+}
+
+type countingConn struct {
+	net.Conn
+	l    *countingListener
+	once sync.Once
+}
+
+func (c *countingConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if err != nil {
+		c.once.Do(func() { c.l.closed.Add(1) })
+	}
+	return n, err
+}
+
+// serveCounting serves h over TCP on a loopback port, counting connections.
+func serveCounting(t *testing.T, h dns.Handler) *countingListener {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := &countingListener{Listener: ln}
+	s := &dns.Server{Listener: cl, Handler: h, MaxTCPQueries: -1}
+	go func() { _ = s.ActivateAndServe() }()
+	t.Cleanup(func() { _ = s.Shutdown(); ln.Close() })
+	return cl
+}
+
+// goroutinesSettle waits (bounded) until the process runs at most want goroutines and returns the count seen.
+func goroutinesSettle(want int) int {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n := runtime.NumGoroutine()
+		if n <= want || time.Now().After(deadline) {
+			return n
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestIdleCostsNothing: a transport that is asked nothing runs nothing (no goroutine, no ticker); once asked,
+// its connections close after Expire without a query, and with them every goroutine it started. Nothing is
+// renewed while it is idle.
+func TestIdleCostsNothing(t *testing.T) {
+	var seen atomic.Int64
+	cl := serveCounting(t, answerer(0, &seen))
+	base := runtime.NumGoroutine()
+	u := New(cl.Addr().String(), Options{Expire: 300 * time.Millisecond, MaxAge: 100 * time.Millisecond})
+	defer u.Stop()
+	if n := runtime.NumGoroutine(); n > base {
+		t.Errorf("New started %d goroutines before any query", n-base)
+	}
+	for i := range 50 {
+		if _, err := ask(t, u, true, fmt.Sprintf("idle%d.example.", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if cl.accepted.Load() == 0 {
+		t.Fatal("no connection reached the upstream")
+	}
+	// Expire (300 ms) passes with no query: every connection is closed and its reader gone.
+	deadline := time.Now().Add(5 * time.Second)
+	for cl.closed.Load() < cl.accepted.Load() && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if c, a := cl.closed.Load(), cl.accepted.Load(); c < a {
+		t.Fatalf("%d of %d connections still open after the pool expired", a-c, a)
+	}
+	opened := cl.accepted.Load()
+	if n := goroutinesSettle(base); n > base {
+		t.Errorf("%d goroutines more than before New, with every connection closed", n-base)
+	}
+	// MaxAge (100 ms) passes several times over: nothing is opened on a pool nobody asks.
+	time.Sleep(time.Second)
+	if a := cl.accepted.Load(); a != opened {
+		t.Errorf("%d connections opened while idle", a-opened)
+	}
+}
+
+// TestRenewalPerPool: a pool renews one connection per RenewQueries queries it carries (not per connection),
+// so the flows opened follow the queries: Conns plus queries/RenewQueries. A renewal waits for the previous
+// one's replacement; the test waits for it too (bounded), so the count does not depend on the machine's speed.
+func TestRenewalPerPool(t *testing.T) {
+	var seen atomic.Int64
+	addr, _ := testenv.ServeDNS(t, "127.0.0.1:0", answerer(0, &seen))
+	const queries, every = 600, 12
+	u := New(addr, Options{RenewQueries: every, RenewGap: time.Nanosecond, MaxAge: time.Hour})
+	defer u.Stop()
+	deadline := time.Now().Add(30 * time.Second)
+	for i := range queries {
+		if _, err := ask(t, u, true, fmt.Sprintf("r%d.example.", i)); err != nil {
+			t.Fatal(err)
+		}
+		for u.tcp.renew.Load() > 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("a renewal still pending after query %d: its replacement never came", i)
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+	r, d := u.m.Renewals.Load(), u.m.Dials.Load()
+	t.Logf("%d queries: %d renewals, %d dials", queries, r, d)
+	if want := uint64(queries / every); r < want-1 || r > want+1 {
+		t.Errorf("%d renewals for %d queries, want about %d (one per %d queries of the pool)", r, queries, want, every)
+	}
+	if d > r+uint64(u.tcp.opts.Conns)+2 {
+		t.Errorf("%d dials for %d renewals and %d connections", d, r, u.tcp.opts.Conns)
+	}
+}
