@@ -17,6 +17,10 @@ type Limits struct {
 // Default are the caps the agent runs with.
 var Default = Limits{PerSource: 100, Total: 1000}
 
+// Margin is how many connections over PerSource one source can hold for a moment while it floods: those
+// accepted while a pass runs (see the package doc).
+const Margin = 10
+
 // ConnWorstCaseBytes is what one held connection is counted for in the memory check: 7.4 KiB of RSS measured
 // (goroutine, buffers; test/e2e/outage TestTCPConnectionFlood) and the kernel's socket, charged to the cgroup.
 const ConnWorstCaseBytes = 16 << 10
@@ -24,9 +28,12 @@ const ConnWorstCaseBytes = 16 << 10
 // WorstCaseBytes is the most the connections take under these caps.
 func (l Limits) WorstCaseBytes() int64 { return int64(l.Total) * ConnWorstCaseBytes }
 
-// conn is one connection CoreDNS holds.
+// conn is one connection on a listener's address.
 type conn struct {
-	fd            int
+	family        uint8
+	id            diagID // in the kernel's socket table
+	inode         uint32 // 0 while in a listener's queue
+	fd            int    // ours for inode, when a pass looked (-1: not found)
 	local, remote netip.AddrPort
 	idle          time.Duration // since data was last received
 }
