@@ -108,15 +108,24 @@ func diagAddr(family uint8, b []byte) netip.Addr {
 	return netip.AddrFrom16([16]byte(b)).Unmap()
 }
 
+// destroyer resets connections through one sock_diag socket, for one pass.
+type destroyer struct{ fd int }
+
+func newDestroyer() (*destroyer, error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
+	if err != nil {
+		return nil, fmt.Errorf("open sock_diag: %w", err)
+	}
+	return &destroyer{fd: fd}, nil
+}
+
+func (d *destroyer) Close() error { return unix.Close(d.fd) }
+
 // destroy resets c (SOCK_DESTROY: tcp_abort, so its holder's next read fails with ECONNABORTED and the
 // client gets a reset). It needs CONFIG_INET_DIAG_DESTROY (EOPNOTSUPP without) and CAP_NET_ADMIN (EPERM).
 // ENOENT: c is gone already.
-func destroy(c conn) error {
-	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
-	if err != nil {
-		return fmt.Errorf("open sock_diag: %w", err)
-	}
-	defer unix.Close(fd)
+func (d *destroyer) destroy(c conn) error {
+	fd := d.fd
 	req := make([]byte, unix.NLMSG_HDRLEN+reqLen)
 	binary.NativeEndian.PutUint32(req[0:], uint32(len(req)))
 	binary.NativeEndian.PutUint16(req[4:], unix.SOCK_DESTROY)

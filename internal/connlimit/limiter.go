@@ -162,9 +162,19 @@ func (l *Limiter) pass() (int, time.Duration) {
 		return 0, pollEvery
 	}
 	n := 0
-	for _, c := range choose(conns, l.lim) {
-		if l.kill(c) {
-			n++
+	if over := choose(conns, l.lim); len(over) > 0 {
+		var d *destroyer
+		if !l.noDestroy {
+			if d, err = newDestroyer(); err != nil {
+				l.log.Warn("open sock_diag", zap.Error(err))
+			} else {
+				defer d.Close()
+			}
+		}
+		for _, c := range over {
+			if l.kill(d, c) {
+				n++
+			}
 		}
 	}
 	if n > 0 {
@@ -182,9 +192,9 @@ func (l *Limiter) pass() (int, time.Duration) {
 // kill closes c: SOCK_DESTROY, or where the kernel refuses it (built without CONFIG_INET_DIAG_DESTROY, or the
 // agent without CAP_NET_ADMIN), the shutdown of its reading side through its descriptor, which cannot reach
 // a connection still in a listener's queue: a pass after CoreDNS accepts it does (the queue check asks for one).
-func (l *Limiter) kill(c conn) bool {
-	if !l.noDestroy {
-		err := destroy(c)
+func (l *Limiter) kill(d *destroyer, c conn) bool {
+	if !l.noDestroy && d != nil {
+		err := d.destroy(c)
 		switch {
 		case err == nil:
 			return true
