@@ -17,10 +17,6 @@ type Limits struct {
 // Default are the caps the agent runs with.
 var Default = Limits{PerSource: 100, Total: 1000}
 
-// Margin is how many connections over PerSource one source can hold for a moment while it floods: those
-// accepted while a pass runs (see the package doc).
-const Margin = 10
-
 // ConnWorstCaseBytes is what one held connection is counted for in the memory check: 7.4 KiB of RSS measured
 // (goroutine, buffers; test/e2e/outage TestTCPConnectionFlood) and the kernel's socket, charged to the cgroup.
 const ConnWorstCaseBytes = 16 << 10
