@@ -29,9 +29,10 @@
 // that is not small: the pass is one goroutine among the flood's (CoreDNS starts one per connection, each
 // `go` statement queued ahead of a woken goroutine), so under a one-source flood of 7,000-9,000 connections a
 // second on two busy cores one source held up to 522-825 open at once in four runs (818 in one run of the
-// 100 ms polling it replaced: no better beyond noise). A bound at the cap itself needs the kernel to refuse the connection (issue 39 item 4
-// is open on it). CoreDNS's own timeouts still close a connection that stays idle: 3 s before its first
-// query, 10 s between queries (its defaults; the `timeouts` directive changes them).
+// 100 ms polling it replaced: no better beyond noise). A bound at the cap itself needs the kernel to refuse
+// the connection (issue 39 item 4 is open on it). CoreDNS's own timeouts still close a connection that stays
+// idle: 3 s before its first query, 10 s between queries (its defaults; the `timeouts` directive changes
+// them).
 //
 // Touches: the listening sockets' file flags (O_ASYNC and owner), the kernel's socket table of this network
 // namespace (dump; destroy of connections on our listeners' addresses only), and this process's descriptor
