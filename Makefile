@@ -143,9 +143,10 @@ bench-reconcile:
 bench-configmap:
 	$(GO) run ./bench/configmap
 
+# BENCH_SERVE_FLAGS passes flags: -idle-only measures only the idle CPU (about 3 minutes).
 bench-serve:
 	scripts/deps.sh bench
-	$(GO) run ./bench/serve
+	$(GO) run ./bench/serve $(BENCH_SERVE_FLAGS)
 
 # Every Mermaid block of docs/*.md rendered by the real renderer (mermaid-cli and Debian's chromium, installed on
 # first use) into out/pictures/, one PNG per block; fails naming each block that does not render. Not part of

@@ -167,6 +167,11 @@ func bench(p params) (err error) {
 		return err
 	}
 
+	if p.idle > 0 && p.idleRuns > 0 {
+		if err := idleCPU(os.Stdout, servers, p.idle, p.idleRuns); err != nil {
+			return err
+		}
+	}
 	var tables []table
 	if p.runs > 0 {
 		if tables, err = workloads(work, p, servers, hints, hits, warm); err != nil {

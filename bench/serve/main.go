@@ -38,6 +38,8 @@ type params struct {
 	skip     map[string]bool // workloads not to run: "mixed", "miss"
 	pgoMiss  bool            // with -pgo: profile the miss workload instead of hits and mixed
 	forward  bool            // also run the forward rows (forward.go)
+	idle     time.Duration   // idle CPU window (idle.go); 0: skip
+	idleRuns int
 }
 
 func run() int {
@@ -64,6 +66,9 @@ func run() int {
 	skip := flag.String("skip", "", "comma-separated workloads not to run: hit, mixed, miss")
 	flag.BoolVar(&p.forward, "forward-rows", false, "also run the defaults with CoreDNS's forward instead of ours in the miss workload (forward.go)")
 	flag.BoolVar(&p.pgoMiss, "pgo-miss", false, "with -pgo: profile the miss workload (every query a new name) instead of the cache-hit and mixed ones")
+	flag.DurationVar(&p.idle, "idle", 60*time.Second, "idle CPU: one window with every server started and no query (0 = skip)")
+	flag.IntVar(&p.idleRuns, "idle-runs", 3, "idle CPU: windows, the table shows medians")
+	idleOnly := flag.Bool("idle-only", false, "measure only the idle CPU of nodelocaldns and node-cache-like (and -compare's binary): no workload, no soak")
 	pgo := flag.String("pgo", "", "instead of the comparison, write a CPU profile of nodelocaldns under both workloads here (for cmd/nodelocaldns/default.pgo)")
 	flag.Parse()
 	p.only = map[string]bool{}
@@ -71,6 +76,10 @@ func run() int {
 		if n = strings.TrimSpace(n); n != "" {
 			p.only[n] = true
 		}
+	}
+	if *idleOnly {
+		p.runs, p.soak = 0, 0
+		p.only = map[string]bool{tunedName: true, untunedName: true, compareName: true}
 	}
 	p.skip = map[string]bool{}
 	for _, n := range strings.Split(*skip, ",") {

@@ -24,9 +24,12 @@ const ConnWorstCaseBytes = 16 << 10
 // WorstCaseBytes is the most the connections take under these caps.
 func (l Limits) WorstCaseBytes() int64 { return int64(l.Total) * ConnWorstCaseBytes }
 
-// conn is one connection CoreDNS holds.
+// conn is one connection on a listener's address.
 type conn struct {
-	fd            int
+	family        uint8
+	id            diagID // in the kernel's socket table
+	inode         uint32 // 0 while in a listener's queue
+	fd            int    // ours for inode, when a pass looked (-1: not found)
 	local, remote netip.AddrPort
 	idle          time.Duration // since data was last received
 }

@@ -1,8 +1,10 @@
 package connlimit
 
 import (
+	"errors"
 	"net"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -41,61 +43,235 @@ func TestChoose(t *testing.T) {
 	}
 }
 
-// Real sockets on loopback: a pass closes the connections over the cap on a watched listener, and only those;
-// the client sees them end.
+// Real sockets on loopback: a pass closes the connections over the cap on a watched listener, and only those,
+// by SOCK_DESTROY and by the fallback through the descriptor; the client sees them end.
 func TestPassClosesOverTheCap(t *testing.T) {
+	for _, noDestroy := range []bool{false, true} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		var open atomic.Int64
+		go serve(ln, &open)
+		var clients []net.Conn
+		for range 5 {
+			c, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			clients = append(clients, c)
+		}
+		for deadline := time.Now().Add(5 * time.Second); open.Load() != 5; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the server accepted %d of 5", open.Load())
+			}
+		}
+		l := &Limiter{log: zaptest.NewLogger(t), lim: Limits{PerSource: 3, Total: 10}, noDestroy: noDestroy}
+		l.Watch([]netip.AddrPort{ln.Addr().(*net.TCPAddr).AddrPort()})
+		if n, _ := l.pass(); n != 2 {
+			t.Errorf("destroy %v: pass closed %d, want 2 of 5 over a cap of 3", !noDestroy, n)
+		}
+		ended := 0
+		for _, c := range clients {
+			c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+			if _, err := c.Read(make([]byte, 1)); err != nil {
+				if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
+					ended++
+				}
+			}
+		}
+		if ended != 2 {
+			t.Errorf("destroy %v: %d client connections ended, want 2", !noDestroy, ended)
+		}
+		for deadline := time.Now().Add(5 * time.Second); open.Load() != 3; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("destroy %v: the server holds %d, want 3", !noDestroy, open.Load())
+			}
+		}
+		if n, _ := l.pass(); n != 0 {
+			t.Errorf("destroy %v: second pass closed %d, want 0", !noDestroy, n)
+		}
+	}
+}
+
+// serve accepts on ln until it is closed, reading each connection until it ends, as CoreDNS does, and counts
+// the connections it holds.
+func serve(ln net.Listener, open *atomic.Int64) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		open.Add(1)
+		go func() {
+			buf := make([]byte, 64)
+			for {
+				if _, err := c.Read(buf); err != nil {
+					c.Close()
+					open.Add(-1)
+					return
+				}
+			}
+		}()
+	}
+}
+
+// settle waits (bounded) until the limiter has not run a pass for a while, and returns how many it ran.
+func settle(t *testing.T, l *Limiter) int64 {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		n := l.passes.Load()
+		time.Sleep(300 * time.Millisecond)
+		if l.passes.Load() == n {
+			return n
+		}
+	}
+	t.Fatal("the limiter never stopped running passes")
+	return 0
+}
+
+// A running Limiter on a real listener: connections over the cap are closed without any pass on a timer
+// (the listener's signal wakes it), including after the listener is handed on the way caddy's reload does
+// (File, then FileListener), and an idle limiter runs no pass at all.
+func TestWakesOnConnections(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var open atomic.Int64
+	go serve(ln, &open)
+	addr := ln.Addr().(*net.TCPAddr).AddrPort()
+	const perSource = 3
+	l := Start(zaptest.NewLogger(t), Limits{PerSource: perSource, Total: 10})
+	defer l.Stop()
+	l.Watch([]netip.AddrPort{addr})
+
+	flood := func(what string) {
+		t.Helper()
+		var clients []net.Conn
+		defer func() {
+			for _, c := range clients {
+				c.Close()
+			}
+		}()
+		for range 30 {
+			c, err := net.Dial("tcp", addr.String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			clients = append(clients, c)
+		}
+		for deadline := time.Now().Add(10 * time.Second); open.Load() != perSource; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the server holds %d connections of one source, want the cap of %d", what, open.Load(), perSource)
+			}
+		}
+		// Idle: no pass at all. Polling every 100 ms, as before, ran 20 in these 2 s.
+		before := settle(t, l)
+		time.Sleep(2 * time.Second)
+		if n := l.passes.Load() - before; n > 0 {
+			t.Errorf("%s: %d passes in 2 s without a connection", what, n)
+		}
+	}
+	settle(t, l)
+	flood("listener")
+	for deadline := time.Now().Add(10 * time.Second); open.Load() != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections still open after the clients closed", open.Load())
+		}
+	}
+
+	// caddy's reload: the new server's listener is a copy of the old one's descriptor, the old one closed.
+	f, err := ln.(*net.TCPListener).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln2, err := net.FileListener(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.Close()
+	defer ln2.Close()
+	go serve(ln2, &open)
+	l.Watch([]netip.AddrPort{addr})
+	flood("listener handed on")
+}
+
+// The kernel contract the limiter relies on to know that connections are not yet among CoreDNS's descriptors:
+// a listener's TCP_INFO counts its accept queue, on the MPTCP listener Go opens as on a plain TCP one.
+func TestQueuedCountsTheAcceptQueue(t *testing.T) {
+	for _, mptcp := range []bool{false, true} {
+		var lc net.ListenConfig
+		lc.SetMultipathTCP(mptcp)
+		ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		addr := ln.Addr().(*net.TCPAddr).AddrPort()
+		a, missing, err := arm(map[netip.AddrPort]bool{addr: true})
+		if err != nil || len(missing) > 0 || len(a) != 1 {
+			t.Fatalf("mptcp %v: arm: %v, missing %v, %d armed", mptcp, err, missing, len(a))
+		}
+		for range 2 {
+			c, err := net.Dial("tcp", addr.String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+		}
+		// The client's connect returns when its SYN-ACK arrives; the server's side joins the queue with the
+		// final ACK, just after.
+		n, err := a[0].queued()
+		for deadline := time.Now().Add(5 * time.Second); err == nil && n != 2 && time.Now().Before(deadline); n, err = a[0].queued() {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err != nil || n != 2 {
+			t.Errorf("mptcp %v: queued %d, %v; want 2", mptcp, n, err)
+		}
+		c, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+		if n, err := a[0].queued(); err != nil || n != 1 {
+			t.Errorf("mptcp %v: after one accept, queued %d, %v; want 1", mptcp, n, err)
+		}
+		ln.Close()
+		if _, err := a[0].queued(); !errors.Is(err, errNotListening) {
+			t.Errorf("mptcp %v: after close: %v, want errNotListening", mptcp, err)
+		}
+	}
+}
+
+// Connections still in the listener's queue count and are reset there, before the server accepts them.
+func TestPassClosesQueued(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	accepted := make(chan net.Conn, 16)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted <- c
-			go func() { // as CoreDNS does: read until the connection ends, then close it
-				buf := make([]byte, 64)
-				for {
-					if _, err := c.Read(buf); err != nil {
-						c.Close()
-						return
-					}
-				}
-			}()
-		}
-	}()
-	var clients []net.Conn
+	l := &Limiter{log: zaptest.NewLogger(t), lim: Limits{PerSource: 3, Total: 10}}
+	l.Watch([]netip.AddrPort{ln.Addr().(*net.TCPAddr).AddrPort()})
 	for range 5 {
 		c, err := net.Dial("tcp", ln.Addr().String())
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		clients = append(clients, c)
-		<-accepted
 	}
-	l := &Limiter{log: zaptest.NewLogger(t), lim: Limits{PerSource: 3, Total: 10}}
-	l.Watch([]netip.AddrPort{ln.Addr().(*net.TCPAddr).AddrPort()})
-	if n := l.pass(); n != 2 {
-		t.Errorf("pass closed %d, want 2 of 5 over a cap of 3", n)
+	n, err := l.armed[0].queued()
+	for deadline := time.Now().Add(5 * time.Second); err == nil && n != 5 && time.Now().Before(deadline); n, err = l.armed[0].queued() {
+		time.Sleep(10 * time.Millisecond)
 	}
-	ended := 0
-	for _, c := range clients {
-		c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
-		if _, err := c.Read(make([]byte, 1)); err != nil {
-			if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
-				ended++
-			}
-		}
+	if n, _ := l.pass(); n != 2 {
+		t.Errorf("pass closed %d queued connections, want 2 of 5 over a cap of 3", n)
 	}
-	if ended != 2 {
-		t.Errorf("%d client connections ended, want 2", ended)
-	}
-	if n := l.pass(); n != 0 {
-		t.Errorf("second pass closed %d, want 0", n)
+	conns, err := held(l.listeners)
+	if err != nil || len(conns) != 3 {
+		t.Errorf("after the pass %d established, %v; want 3", len(conns), err)
 	}
 }

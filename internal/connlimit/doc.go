@@ -4,14 +4,37 @@
 // exceeded the 512Mi limit).
 //
 // CoreDNS's server accepts every connection (miekg/dns: one goroutine each) and gives an embedder no handle on
-// its listeners or connections, so the cap cannot sit at accept. It is kept the way the fast path finds
-// CoreDNS's UDP sockets: in the process's own fd table. A pass lists our TCP sockets connected on a listener's
-// address, and when a source holds more than PerSource, or all together more than Total, closes the idlest
-// (the source holding the most first, for the total): it shuts the socket's reading side, so CoreDNS's read
-// ends and CoreDNS closes it, with a reset (SO_LINGER 0) that frees the kernel's side at once. Passes run every
-// 100 ms (a pass over a hundred descriptors costs about 0.3 ms), and every 20 ms while they find something to
-// close, so a flood overshoots the cap by what it opens in 100 ms, then in 20 ms. CoreDNS's own timeouts still close a connection that stays idle: 3 s before its first query,
-// 10 s between queries (its defaults; the `timeouts` directive changes them).
+// its listeners or connections, so the cap cannot sit in its accept loop. It sits just beside it, and runs
+// only when a connection arrives:
 //
-// Only reads of the fd table and of our own sockets, and shutdown of ones CoreDNS accepted.
+//   - wake (wake.go): each listening socket is set O_ASYNC, owned by this process, so the kernel sends SIGIO
+//     when a connection joins its accept queue. An idle agent runs no pass at all (it polled every 100 ms
+//     before: 10 scans of /proc/self/fd and hundreds of getsockopt a second, issue 39).
+//   - list (diag.go): a pass asks the kernel's socket table (NETLINK_SOCK_DIAG) for the established TCP
+//     connections on the listeners' ports, filtered in the kernel by state and port: one dump, accepted
+//     connections and those still queued alike. Only when a source holds more than PerSource, or all together
+//     more than Total, does it read the descriptor table, to count only ours (a listener's address is shared
+//     with another instance's during a rollout, through SO_REUSEPORT; queued connections, not yet anyone's,
+//     count as ours).
+//   - close: the idlest over the cap (per source; then, while more than Total remain, the idlest of the source
+//     holding the most) are reset by SOCK_DESTROY (CONFIG_INET_DIAG_DESTROY, CAP_NET_ADMIN), at once and in
+//     the kernel: the client gets a reset, CoreDNS's read fails and it closes its side. Where the kernel
+//     refuses SOCK_DESTROY, the socket's reading side is shut through its descriptor with SO_LINGER 0 instead,
+//     which reaches only accepted connections: a queued one waits for the pass after CoreDNS accepts it (a
+//     pass that sees a listener's queue not empty asks for another, 20 ms later).
+//
+// Passes are at least 2 ms apart and recount everything; a burst of signals is one pending pass. After a
+// flood, what is left is within the caps (test/e2e/outage TestTCPConnectionFlood: 100-102 of 15,000 held
+// 500 ms after). During it, the bound is what CoreDNS accepts between the signal and the pass's resets, and
+// that is not small: the pass is one goroutine among the flood's (CoreDNS starts one per connection, each
+// `go` statement queued ahead of a woken goroutine), so under a one-source flood of 7,000-9,000 connections a
+// second on two busy cores one source held up to 522-825 open at once in four runs (818 in one run of the
+// 100 ms polling it replaced: no better beyond noise). A bound at the cap itself needs the kernel to refuse
+// the connection (issue 39 item 4 is open on it). CoreDNS's own timeouts still close a connection that stays
+// idle: 3 s before its first query, 10 s between queries (its defaults; the `timeouts` directive changes
+// them).
+//
+// Touches: the listening sockets' file flags (O_ASYNC and owner), the kernel's socket table of this network
+// namespace (dump; destroy of connections on our listeners' addresses only), and this process's descriptor
+// table (read, and shutdown of connections CoreDNS accepted).
 package connlimit

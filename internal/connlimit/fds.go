@@ -1,69 +1,103 @@
 package connlimit
 
 import (
+	"cmp"
+	"fmt"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
-	"time"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
 
-// held lists this process's TCP sockets connected on one of listeners (a listener on the unspecified
-// address covers its port on every address). A descriptor may be closed or reused meanwhile: kill checks again.
+// held lists the established connections on listeners (a listener on the unspecified address covers its
+// port on every address), accepted or still queued, whoever holds them: one filtered dump per family and port.
 func held(listeners map[netip.AddrPort]bool) ([]conn, error) {
+	type key struct {
+		family uint8
+		port   uint16
+	}
+	var dumps []key
+	for a := range listeners {
+		k := key{unix.AF_INET6, a.Port()}
+		if a.Addr().Is4() {
+			k.family = unix.AF_INET
+		}
+		if !slices.Contains(dumps, k) {
+			dumps = append(dumps, k)
+		}
+	}
+	slices.SortFunc(dumps, func(a, b key) int { return cmp.Or(cmp.Compare(a.family, b.family), cmp.Compare(a.port, b.port)) })
+	var out []conn
+	for _, k := range dumps {
+		cs, err := established(k.family, k.port)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range cs {
+			if listeners[c.local] || listeners[wildcard(c.local)] {
+				out = append(out, c)
+			}
+		}
+	}
+	return out, nil
+}
+
+// ours keeps of conns those this process holds, or that wait in a listener's queue (no holder yet: in a
+// reuseport group, not necessarily ours), and finds each one's descriptor. It reads the descriptor table, so
+// a pass calls it only when something is over a cap.
+func ours(conns []conn) ([]conn, error) {
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("list descriptors: %w", err)
 	}
-	var out []conn
+	fds := map[uint32]int{}
 	for _, e := range ents {
 		fd, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		c, ok := connected(fd)
-		if !ok || !(listeners[c.local] || listeners[wildcard(c.local)]) {
+		l, err := os.Readlink("/proc/self/fd/" + e.Name())
+		if err != nil {
 			continue
 		}
-		if info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO); err == nil {
-			c.idle = time.Duration(info.Last_data_recv) * time.Millisecond
+		if ino, ok := strings.CutPrefix(l, "socket:["); ok {
+			if n, err := strconv.ParseUint(strings.TrimSuffix(ino, "]"), 10, 32); err == nil {
+				fds[uint32(n)] = fd
+			}
+		}
+	}
+	var out []conn
+	for _, c := range conns {
+		c.fd = -1
+		if c.inode != 0 {
+			fd, ok := fds[c.inode]
+			if !ok {
+				continue // another process's (another instance in the reuseport group)
+			}
+			c.fd = fd
 		}
 		out = append(out, c)
 	}
 	return out, nil
 }
 
-// connected says whether fd is a connected TCP socket (not a listener: it has no peer), and its addresses.
-func connected(fd int) (conn, bool) {
-	if t, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE); err != nil || t != unix.SOCK_STREAM {
-		return conn{}, false
+// shut closes c through its descriptor, when SOCK_DESTROY cannot: on a duplicate (so that the number cannot
+// be reused under us), checked to still be c, a reset on close (SO_LINGER 0) and the reading side shut, which
+// ends CoreDNS's read; CoreDNS closes it.
+func shut(c conn) bool {
+	if c.fd < 0 {
+		return false
 	}
-	if p, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PROTOCOL); err != nil || p != unix.IPPROTO_TCP {
-		return conn{}, false
-	}
-	ls, err := unix.Getsockname(fd)
-	if err != nil {
-		return conn{}, false
-	}
-	rs, err := unix.Getpeername(fd)
-	if err != nil {
-		return conn{}, false
-	}
-	local, ok1 := addrPort(ls)
-	remote, ok2 := addrPort(rs)
-	return conn{fd: fd, local: local, remote: remote}, ok1 && ok2
-}
-
-// kill closes c if its descriptor still is c: on a duplicate (so that the number cannot be reused under us),
-// a reset on close (SO_LINGER 0) and the reading side shut, which ends CoreDNS's read; CoreDNS closes it.
-func kill(c conn) bool {
 	dup, err := unix.FcntlInt(uintptr(c.fd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		return false
 	}
 	defer unix.Close(dup)
-	if now, ok := connected(dup); !ok || now.local != c.local || now.remote != c.remote {
+	var st unix.Stat_t
+	if unix.Fstat(dup, &st) != nil || st.Ino != uint64(c.inode) {
 		return false
 	}
 	unix.SetsockoptLinger(dup, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})

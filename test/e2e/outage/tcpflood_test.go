@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/connlimit"
 	"github.com/nodelocaldns/nodelocaldns/internal/memcheck"
@@ -52,6 +54,33 @@ func TestTCPConnectionFlood(t *testing.T) {
 			c.Close()
 		}
 	})
+	// Through the flood, sampled: the connections the agent holds open, accepted and not reset (those it
+	// reset leave its descriptor table when CoreDNS's goroutine for each gets to run: counted apart), so that
+	// what is measured is its worst, not only what is left after.
+	stopSampling, peaks := make(chan struct{}), make(chan [2]int)
+	go func() {
+		var peak [2]int // open connections, descriptors
+		for {
+			select {
+			case <-stopSampling:
+				peaks <- peak
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			if ss, err := netlink.SocketDiagTCP(unix.AF_INET); err == nil {
+				n := 0
+				for _, s := range ss {
+					if s.ID.SourcePort == 53 && s.State == unix.BPF_TCP_ESTABLISHED && s.INode != 0 {
+						n++
+					}
+				}
+				peak[0] = max(peak[0], n)
+			}
+			if ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", a.Cmd.Process.Pid)); err == nil {
+				peak[1] = max(peak[1], len(ents)-idleFDs)
+			}
+		}
+	}()
 	start := time.Now()
 	var dialErrs int
 	flooder.Do(t, func() {
@@ -68,6 +97,9 @@ func TestTCPConnectionFlood(t *testing.T) {
 	})
 	opened := time.Since(start)
 	time.Sleep(500 * time.Millisecond)
+	close(stopSampling)
+	peak2 := <-peaks
+	heldPeak, fdPeak := peak2[0], peak2[1]
 	rss, peak := procKiB(t, a.Cmd.Process.Pid, "VmRSS"), procKiB(t, a.Cmd.Process.Pid, "VmHWM")
 	var victimErr error
 	victim.Do(t, func() {
@@ -78,8 +110,8 @@ func TestTCPConnectionFlood(t *testing.T) {
 		}
 	})
 	held := fds(t, a.Cmd.Process.Pid) - idleFDs
-	t.Logf("%d connections opened from one pod in %s (%d dials failed), the agent holds %d of them; agent RSS idle %d KiB, with them %d KiB (+%d KiB, %.1f KiB a connection), peak %d KiB; other pod's TCP query: %v",
-		len(conns), opened.Round(time.Millisecond), dialErrs, held, idle, rss, rss-idle, float64(rss-idle)/float64(max(1, len(conns))), peak, victimErr)
+	t.Logf("%d connections opened from one pod in %s (%d dials failed), the agent holds %d of them (%d open at most, %d descriptors at most); agent RSS idle %d KiB, with them %d KiB (+%d KiB, %.1f KiB a connection), peak %d KiB; other pod's TCP query: %v",
+		len(conns), opened.Round(time.Millisecond), dialErrs, held, heldPeak, fdPeak, idle, rss, rss-idle, float64(rss-idle)/float64(max(1, len(conns))), peak, victimErr)
 	if testing.Verbose() {
 		for _, l := range a.Lines() {
 			if strings.Contains(fmt.Sprint(l), "connlimit") {
@@ -94,6 +126,8 @@ func TestTCPConnectionFlood(t *testing.T) {
 		t.Errorf("peak RSS %d KiB with %d idle connections from one pod, over the %d KiB the memory check counts without caches",
 			peak, len(conns), bound)
 	}
+	// The peak is logged, not judged: it depends on how the agent's goroutines are scheduled against the
+	// flood's (internal/connlimit's doc); what is left after is the cap.
 	if slack := 10; held > connlimit.Default.PerSource+slack {
 		t.Errorf("the agent holds %d connections from one pod, over the per-source cap of %d", held, connlimit.Default.PerSource)
 	}
