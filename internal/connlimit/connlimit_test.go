@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -158,6 +159,11 @@ func TestWakesOnConnections(t *testing.T) {
 		}()
 		for range 30 {
 			c, err := net.Dial("tcp", addr.String())
+			if errors.Is(err, syscall.ECONNRESET) {
+				// The pass reset it while still queued, before the handshake's end reached the dialer: the
+				// cap at work on a source dialing faster than the pass runs.
+				continue
+			}
 			if err != nil {
 				t.Fatal(err)
 			}

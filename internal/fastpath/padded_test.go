@@ -17,8 +17,9 @@ import (
 
 // Queries padded to 60 KB towards an upstream that never answers: CoreDNS reads 512 bytes of each and waits
 // for the upstream, and the fast path hands each over with no more than that (it once held the whole
-// datagram: 52 MiB for 800 of them). While the storm waits, the live heap has grown by less than 4 MiB and the
-// peak RSS by less than 10 MiB beyond CoreDNS's goroutine stacks.
+// datagram: 52 MiB for 800 of them). While the storm waits, the live heap has grown by less than 6 MiB and the
+// peak RSS by less than 10 MiB beyond CoreDNS's goroutine stacks. The heap holds each query's state in the
+// forward: 2.0-2.6 MiB for 800 with CoreDNS's, 2.6-3.9 MiB with ours (its pending entries and hedge timers).
 func TestPaddedQueriesHoldNoMemory(t *testing.T) {
 	silent, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
@@ -44,6 +45,14 @@ func TestPaddedQueriesHoldNoMemory(t *testing.T) {
 
 	const storm, size = 800, 60_000
 	padded := make([]byte, size) // a query, then zeros: CoreDNS reads the query and ignores what follows
+	// One query first, so that what the first query allocates once (the per-client accounting's table and ring,
+	// bounded whatever comes: internal/clients) is in the baseline, not counted as held by the storm.
+	copy(padded, packed(t, "warm-up.example.", 65535))
+	if _, err := client.Write(padded); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 5*time.Second, "the warm-up query to reach the silent upstream", func() bool { return forwarded.Load() >= 1 })
+	forwarded.Store(0)
 	start := liveMemory()
 	resetPeakRSS(t)
 	before := peakRSS(t)
@@ -67,8 +76,8 @@ func TestPaddedQueriesHoldNoMemory(t *testing.T) {
 	t.Logf("%d padded queries in flight: peak RSS +%.1f MiB, of which stacks +%.1f MiB (CoreDNS's goroutine per query); live heap +%.1f MiB",
 		forwarded.Load(), float64(grown)/1024, stacks, heap)
 	// What the issue measured: the heap held while the queries wait (52 MiB when every datagram was held whole).
-	if heap >= 4 {
-		t.Errorf("live heap grew by %.1f MiB with %d padded queries in flight, want < 4 MiB", heap, storm)
+	if heap >= 6 {
+		t.Errorf("live heap grew by %.1f MiB with %d padded queries in flight, want < 6 MiB", heap, storm)
 	}
 	// The RSS, apart from the stacks of the goroutines CoreDNS's UDP server runs for each query in flight
 	// (CoreDNS alone has them too: about 7 MiB for 800 queries). Not under the race detector (make test-race),
