@@ -128,17 +128,26 @@ func clientsCases(ctx context.Context, c *cluster, r *results, before string) {
 	r.check("clients: helm uninstall leaves nothing of ours", fmt.Sprintf("%.1f s", time.Since(start).Seconds()), err)
 }
 
-// agentPod is the name of the agent's pod on node-1.
+// agentPod is the name of the agent's pod on node-1, once it is the only one there (after an upgrade, the old
+// one may still be terminating).
 func agentPod(ctx context.Context, c *cluster) (string, error) {
-	out, err := c.kubectl(ctx, "-n", helmNamespace, "get", "pods", "-l", "k8s-app=node-local-dns",
-		"--field-selector", "spec.nodeName="+c.local.name, "-o", "jsonpath={.items[*].metadata.name}")
+	var live []string
+	err := poll(ctx, 60*time.Second, time.Second, func() (bool, error) {
+		out, err := c.kubectl(ctx, "-n", helmNamespace, "get", "pods", "-l", "k8s-app=node-local-dns",
+			"--field-selector", "spec.nodeName="+c.local.name,
+			"-o", `jsonpath={range .items[*]}{.metadata.name} {.metadata.deletionTimestamp}{"\n"}{end}`)
+		live = nil
+		for _, l := range strings.Split(out, "\n") {
+			if f := strings.Fields(l); len(f) == 1 {
+				live = append(live, f[0])
+			}
+		}
+		return err == nil && len(live) == 1 && !strings.Contains(strings.TrimSpace(out), "\n"), err
+	})
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("want one agent pod on %s, got %v: %w", c.local.name, live, err)
 	}
-	if f := strings.Fields(out); len(f) == 1 {
-		return f[0], nil
-	}
-	return "", fmt.Errorf("want one agent pod on %s, got %q", c.local.name, out)
+	return live[0], nil
 }
 
 func agentServiceAccount(ctx context.Context, c *cluster) (string, error) {
@@ -301,6 +310,9 @@ func topCase(ctx context.Context, c *cluster, r *results, prefix string, identit
 	r.check(prefix+"the noisy pod is first in -top as "+who+", the quiet pod below it", fmt.Sprintf("%.1f s", took.Seconds()), err)
 	if err == nil {
 		r.figure(prefix+"noisy pod's first answer to the top of -top", "%.1f s", took.Seconds())
+	} else {
+		logs, _ := c.kubectl(ctx, "-n", helmNamespace, "logs", agent, "--tail=20")
+		fmt.Printf("     agent log:\n%s\n", logs)
 	}
 	for _, l := range []*lookups{noisy, quiet} {
 		res, err := l.wait()
