@@ -68,7 +68,7 @@ type topClient struct {
 	NXDomain uint64    `json:"nxdomain"`
 	Rate     float64   `json:"rate"`
 	NXRate   float64   `json:"nxdomainRate"`
-	HitRate  float64   `json:"hitRate"`
+	HitRate  float64   `json:"hitRate"` // hits a second, not a share
 	TopNames []topName `json:"topNames"`
 }
 
@@ -231,7 +231,7 @@ func podRights(ctx context.Context, c *cluster, sa string, identity bool) error 
 }
 
 // topCase: the quiet pod asks until -top shows it, then the noisy pod starts; -top -json is read in the agent's
-// pod on node-1 until the noisy pod is first. The time to top is the agent's own: the snapshot's time minus when
+// pod on node-1 until the noisy pod is first by its rate. The time to top is the agent's own: the snapshot's time minus when
 // the noisy address entered the table (its first answer), so kubectl's latency counts only through how often
 // the snapshots come (one kubectl exec each).
 func topCase(ctx context.Context, c *cluster, r *results, prefix string, identity bool) {
@@ -270,7 +270,9 @@ func topCase(ctx context.Context, c *cluster, r *results, prefix string, identit
 	noisy := startLookups(ctx, c, "noisy", noisyName, noisyLookups, 20*time.Second)
 	err = poll(ctx, 30*time.Second, 100*time.Millisecond, func() (bool, error) {
 		s, err = top()
-		return err == nil && len(s.Clients) > 0 && s.Clients[0].Addr == ips["noisy"], err
+		// First by its rate over a closed second, not only by the tie-break on answers (every rate is 0 until
+		// the noisy pod's first second closes).
+		return err == nil && len(s.Clients) > 0 && s.Clients[0].Addr == ips["noisy"] && s.Clients[0].Rate > 0, err
 	})
 	var took time.Duration
 	if err == nil {
@@ -292,8 +294,8 @@ func topCase(ctx context.Context, c *cluster, r *results, prefix string, identit
 			err = fmt.Errorf("the noisy pod's NXDOMAIN %d, top names %v: want its search expansion %s", n.NXDomain, n.TopNames, expansion)
 		}
 		for i, cl := range s.Clients {
-			fmt.Printf("     top %d: %s %q %.0f q/s, %.0f NXDOMAIN/s, hits %.0f%%, %d answers, top name %s\n",
-				i+1, cl.Addr, cl.Name, cl.Rate, cl.NXRate, 100*cl.HitRate, cl.Answers, firstName(cl))
+			fmt.Printf("     top %d: %s %q %.0f q/s, %.0f NXDOMAIN/s, %.0f hits/s, %d answers, top name %s\n",
+				i+1, cl.Addr, cl.Name, cl.Rate, cl.NXRate, cl.HitRate, cl.Answers, firstName(cl))
 		}
 	}
 	// The table as an operator sees it: -top runs until interrupted, so its first screen is read and it is stopped.
@@ -301,7 +303,7 @@ func topCase(ctx context.Context, c *cluster, r *results, prefix string, identit
 	screen, _ := c.exec(tctx, helmNamespace, agent, "nodelocaldns", "-top")
 	cancel()
 	if lines := strings.Split(strings.TrimSpace(screen), "\n"); len(lines) > 0 {
-		fmt.Printf("     nodelocaldns -top:\n       %s\n", strings.Join(lines[:min(len(lines), 8)], "\n       "))
+		fmt.Printf("     nodelocaldns -top:\n       %s\n", strings.Join(lines[:min(len(lines), 12)], "\n       "))
 	}
 	who := "its address " + ips["noisy"]
 	if identity {
