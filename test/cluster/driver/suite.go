@@ -28,6 +28,13 @@ func suite(ctx context.Context, c *cluster, r *results) {
 		}
 		return
 	}
+	if os.Getenv("CLUSTER_ONLY") == "clients" { // who is asking, without and with pod identity (clients.go)
+		before, err := kubeProxyServingKubeDNS(ctx, c)
+		if r.check("kube-proxy tables before (both nodes)", fmt.Sprintf("%d lines", strings.Count(before, "\n")), err) {
+			clientsCases(ctx, c, r, before)
+		}
+		return
+	}
 	if os.Getenv("CLUSTER_ONLY") == "readme" { // README.md's install, word for word (readme.go)
 		before, err := kubeProxyServingKubeDNS(ctx, c)
 		if r.check("kube-proxy tables before (both nodes)", fmt.Sprintf("%d lines", strings.Count(before, "\n")), err) {
@@ -100,6 +107,8 @@ func suite(ctx context.Context, c *cluster, r *results) {
 	})
 	// The Helm chart, on nodes where nothing of ours is left (helmcases.go).
 	helmCases(ctx, c, r, before)
+	// Who is asking: -top without and with pod identity, and its RBAC, through the chart (clients.go).
+	clientsCases(ctx, c, r, before)
 	// README.md's install, word for word, on nodes where nothing of ours is left (readme.go).
 	readmeCases(ctx, c, r, before)
 	// Last: a node's first start, emulated, and the start-up gate; node-1 is restarted (firststart.go).

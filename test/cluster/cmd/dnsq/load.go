@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -19,7 +22,7 @@ type loadResult struct {
 	Sent    int    `json:"sent"`
 	OK      int    `json:"ok"`
 	Failed  int    `json:"failed"`  // no answer within the timeout, or a socket error
-	Bad     int    `json:"bad"`     // an answer, but not the right one (NOERROR with an address; with -unique, NXDOMAIN)
+	Bad     int    `json:"bad"`     // an answer, but not NOERROR with an address
 	FirstMs int64  `json:"firstMs"` // first failure, milliseconds after the start (-1: none)
 	LastMs  int64  `json:"lastMs"`  // last failure
 	// FailMs are the failures' send times, milliseconds after the start, in no order: the first maxFailTimes.
@@ -42,8 +45,11 @@ func load(args []string) int {
 	protos := fs.String("proto", "udp", "comma-separated protocols, each a load of its own: udp, tcp")
 	unique := fs.Bool("unique", false, "each query asks a name of its own below -name, which must not exist: "+
 		"a miss for every cache on the way, whose right answer is NXDOMAIN")
-	if err := fs.Parse(args); err != nil || *servers == "" || *name == "" || *rate <= 0 {
-		fmt.Fprintln(os.Stderr, "usage: dnsq load -server S[,S2] -name N [-rate R] [-duration D] [-timeout T] [-proto udp,tcp] [-unique]")
+	resolver := fs.Bool("resolver", false, "each query is a lookup through /etc/resolv.conf (search list, ndots) by Go's resolver, "+
+		"as an application makes it; -rate is then of lookups, and -server and -proto are not used")
+	if err := fs.Parse(args); err != nil || (*servers == "" && !*resolver) || *name == "" || *rate <= 0 {
+		fmt.Fprintln(os.Stderr, "usage: dnsq load -server S[,S2] -name N [-rate R] [-duration D] [-timeout T] [-proto udp,tcp] [-unique]\n"+
+			"       dnsq load -resolver -name N [-rate R] [-duration D] [-timeout T]")
 		return 2
 	}
 	// Unique across loads and runs: a name asked before (by an earlier run against the same cluster) could be a
@@ -51,7 +57,14 @@ func load(args []string) int {
 	nonce := time.Now().UnixNano()
 	var wg sync.WaitGroup
 	results := make([]*loadResult, 0)
-	for _, s := range strings.Split(*servers, ",") {
+	list := strings.Split(*servers, ",")
+	if *resolver {
+		r := &loadResult{Server: "resolv.conf", Proto: "udp", FirstMs: -1, LastMs: -1, Answers: map[string]int{}}
+		results = append(results, r)
+		runLoad(r, lookupAsker(*name, *timeout), *rate, *duration)
+		list = nil
+	}
+	for _, s := range list {
 		addr, err := serverAddr(s)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -71,7 +84,7 @@ func load(args []string) int {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				runLoad(r, q, *rate, *duration, *timeout)
+				runLoad(r, exchangeAsker(r, q, *timeout), *rate, *duration)
 			}()
 		}
 	}
@@ -100,8 +113,65 @@ func uniqueNames(prefix, zone string) question {
 // spread over time.
 const maxFailTimes = 64
 
-func runLoad(r *loadResult, q question, rate int, duration, timeout time.Duration) {
+// outcome is how one query of a load went.
+type outcome int
+
+const (
+	answered outcome = iota // the right answer (first is its address, if it has one)
+	failed                  // no answer within the timeout, or a socket error
+	bad                     // an answer, but not the right one
+)
+
+// asker makes the i-th query of a load.
+type asker func(i int) (o outcome, first string)
+
+// exchangeAsker asks the server directly, from a fresh socket.
+func exchangeAsker(r *loadResult, q question, timeout time.Duration) asker {
 	c := &dns.Client{Timeout: timeout, Net: r.Proto}
+	return func(i int) (outcome, string) {
+		name, rcode := q(i)
+		m := new(dns.Msg)
+		m.SetQuestion(name, dns.TypeA)
+		resp, _, err := c.Exchange(m, r.Server)
+		switch {
+		case err != nil:
+			return failed, ""
+		case resp.Rcode != rcode || (rcode == dns.RcodeSuccess && len(resp.Answer) == 0):
+			return bad, ""
+		}
+		for _, rr := range resp.Answer {
+			if a, ok := rr.(*dns.A); ok {
+				return answered, a.A.String()
+			}
+		}
+		return answered, ""
+	}
+}
+
+// lookupAsker looks the name up as an application does: Go's resolver reads /etc/resolv.conf, so a name with
+// fewer dots than its ndots is asked with each search domain first, one query after the other until one is
+// answered. A name no expansion resolves is bad (the last answer was NXDOMAIN), like one that resolves to
+// nothing.
+func lookupAsker(name string, timeout time.Duration) asker {
+	r := &net.Resolver{PreferGo: true}
+	return func(int) (outcome, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		addrs, err := r.LookupNetIP(ctx, "ip4", name)
+		var dnsErr *net.DNSError
+		switch {
+		case errors.As(err, &dnsErr) && dnsErr.IsNotFound:
+			return bad, ""
+		case err != nil:
+			return failed, ""
+		case len(addrs) == 0:
+			return bad, ""
+		}
+		return answered, addrs[0].Unmap().String()
+	}
+}
+
+func runLoad(r *loadResult, ask asker, rate int, duration time.Duration) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -111,18 +181,16 @@ func runLoad(r *loadResult, q question, rate int, duration, timeout time.Duratio
 		if now.Sub(start) >= duration {
 			break
 		}
-		name, rcode := q(r.Sent)
+		i := r.Sent
 		r.Sent++
 		wg.Add(1)
 		go func(at time.Duration) {
 			defer wg.Done()
-			m := new(dns.Msg)
-			m.SetQuestion(name, dns.TypeA)
-			resp, _, err := c.Exchange(m, r.Server)
+			o, first := ask(i)
 			mu.Lock()
 			defer mu.Unlock()
-			switch {
-			case err != nil:
+			switch o {
+			case failed:
 				r.Failed++
 				ms := at.Milliseconds()
 				if r.FirstMs < 0 || ms < r.FirstMs {
@@ -134,15 +202,12 @@ func runLoad(r *loadResult, q question, rate int, duration, timeout time.Duratio
 				if len(r.FailMs) < maxFailTimes {
 					r.FailMs = append(r.FailMs, ms)
 				}
-			case resp.Rcode != rcode || (rcode == dns.RcodeSuccess && len(resp.Answer) == 0):
+			case bad:
 				r.Bad++
 			default:
 				r.OK++
-				for _, rr := range resp.Answer {
-					if a, ok := rr.(*dns.A); ok {
-						r.Answers[a.A.String()]++
-						break
-					}
+				if first != "" {
+					r.Answers[first]++
 				}
 			}
 		}(now.Sub(start))

@@ -9,6 +9,8 @@
 //	dnsq load -server S[,S2] -name N -rate R -duration D [-proto udp,tcp]
 //	                                    steady load, a fresh socket per query; prints a JSON summary per server
 //	                                    and protocol
+//	dnsq load -resolver -name N -rate R -duration D
+//	                                    the same, each query a lookup through /etc/resolv.conf (search, ndots)
 //	dnsq serve -addr A -a IP            answer every A question with IP, over UDP and TCP (a stub upstream)
 //	dnsq registry -addr A -image TAR [-delay D]
 //	                                    serve an image archive over the registry API, the first tag resolution
