@@ -31,7 +31,19 @@ func snapshotKubeProxy(ctx context.Context, c *cluster) (string, error) {
 	return b.String(), nil
 }
 
-// proxySnapshot is kube-proxy's own ruleset on one node, counters stripped: its nftables tables in nftables
+// staleServiceChain is an empty service chain of kube-proxy's nftables mode: a Service's chains are flushed when
+// it goes and deleted at kube-proxy's next sync a second later or more (pkg/proxy/nftables: staleChains; kernels
+// before 6.2 notice a chain unreferenced late), which may be a long time away on a cluster where nothing else
+// changes. Empty, it sends nothing anywhere; a snapshot leaves it out.
+var staleServiceChain = regexp.MustCompile(`(?m)^\tchain (service|endpoint)-[^ ]+ \{\n\t\}\n\n?`)
+
+// withoutStaleChains is nft's listing of a table as if its stale service chains were gone: each with the blank
+// line that separates it from the next, and the one left before the table's end when it was the last.
+func withoutStaleChains(listing string) string {
+	return strings.ReplaceAll(staleServiceChain.ReplaceAllString(listing, ""), "\n\n}", "\n}")
+}
+
+// proxySnapshot is kube-proxy's own ruleset on one node, counters stripped, stale (empty) service chains left out: its nftables tables in nftables
 // mode, iptables-save and ip6tables-save (iptables-nft) in iptables mode. Our tables are never part of it.
 func proxySnapshot(ctx context.Context, n *node, mode string) (string, error) {
 	var b strings.Builder
@@ -50,7 +62,7 @@ func proxySnapshot(ctx context.Context, n *node, mode string) (string, error) {
 			if err != nil {
 				return "", err
 			}
-			b.WriteString(nftCounter.ReplaceAllString(out, "counter"))
+			b.WriteString(withoutStaleChains(nftCounter.ReplaceAllString(out, "counter")))
 		}
 		if b.Len() == 0 {
 			return "", fmt.Errorf("%s: kube-proxy has no nftables table", n.name)
