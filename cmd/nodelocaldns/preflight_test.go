@@ -29,7 +29,7 @@ func TestPrintPreflight(t *testing.T) {
 		ReadFile: func(string) ([]byte, error) { return []byte("0\n"), nil },
 	}
 	var stderr bytes.Buffer
-	printPreflight(&stderr, node, []netip.Addr{netip.MustParseAddr("169.254.20.10")})
+	printPreflight(&stderr, node.Check([]netip.Addr{netip.MustParseAddr("169.254.20.10")}))
 	lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
 	if len(lines) != 2 || !strings.HasPrefix(lines[0], "nodelocaldns: preflight: MISSING socket: ") ||
 		lines[1] != "nodelocaldns: preflight: kernel 6.6.0-azl3 lacks socket; has owner-flag, conntrack, ipv6-rewrite" {

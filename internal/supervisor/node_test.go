@@ -175,7 +175,7 @@ func addrs(ss ...string) []netip.Addr {
 
 func newInstance(t *testing.T, k *fakeKernel, ips ...string) (*node, *fakeReg) {
 	reg := &fakeReg{k: k}
-	return &node{log: zaptest.NewLogger(t), m: testMetrics(t), reg: reg, links: &fakeLinks{k: k}, ifname: "nodelocaldns",
+	return &node{log: zaptest.NewLogger(t), m: testMetrics(t), reg: reg, links: &fakeLinks{k: k}, link: link.Spec{Name: "nodelocaldns"},
 		spec: nft.Spec{LocalIPs: addrs(ips...), DNSPort: 53, HealthPort: 8080}}, reg
 }
 
@@ -387,7 +387,7 @@ func TestTeardownModeKeepsInterfaceOfLiveInstance(t *testing.T) {
 	a, _ := newInstance(t, k, "169.254.20.10")
 	start(t, a)
 	teardown := func() *node {
-		return &node{log: zaptest.NewLogger(t), m: testMetrics(t), reg: &fakeReg{k: k}, links: &fakeLinks{k: k}, ifname: "nodelocaldns"}
+		return &node{log: zaptest.NewLogger(t), m: testMetrics(t), reg: &fakeReg{k: k}, links: &fakeLinks{k: k}, link: link.Spec{Name: "nodelocaldns"}}
 	}
 	if !leave(t, teardown(), false) || !k.link {
 		t.Error("-teardown removed the interface of a live instance")
@@ -467,7 +467,7 @@ func TestTeardownReportsTheInterfaceItCouldNotRemove(t *testing.T) {
 	k.link, k.addrs = true, addrs("169.254.20.10")
 	k.removeErr = unix.EPERM
 	td := func() *node {
-		return &node{log: zaptest.NewLogger(t), m: testMetrics(t), reg: &fakeReg{k: k}, links: &fakeLinks{k: k}, ifname: "nodelocaldns"}
+		return &node{log: zaptest.NewLogger(t), m: testMetrics(t), reg: &fakeReg{k: k}, links: &fakeLinks{k: k}, link: link.Spec{Name: "nodelocaldns"}}
 	}
 	fb := &fakeFallbackTable{listing: "table inet nodelocaldns-fallback {}"}
 	err := teardown(td(), fb)
@@ -501,7 +501,7 @@ func TestTeardownSaysWhetherThereWasAnInterface(t *testing.T) {
 				k.link, k.addrs = true, addrs("169.254.20.10")
 			}
 			core, logs := observer.New(zap.InfoLevel)
-			n := &node{log: zap.New(core), m: testMetrics(t), reg: &fakeReg{k: k}, links: &fakeLinks{k: k}, ifname: "nodelocaldns"}
+			n := &node{log: zap.New(core), m: testMetrics(t), reg: &fakeReg{k: k}, links: &fakeLinks{k: k}, link: link.Spec{Name: "nodelocaldns"}}
 			if err := teardown(n, &fakeFallbackTable{}); err != nil || k.link {
 				t.Fatalf("teardown = %v with link %v; want nil and no link", err, k.link)
 			}
@@ -522,7 +522,7 @@ func TestTeardownKeepsTheFallbackForLiveInstances(t *testing.T) {
 	live, _ := newInstance(t, k, "169.254.20.10")
 	start(t, live)
 	fb := &fakeFallbackTable{listing: "table inet nodelocaldns-fallback {}"}
-	td := &node{log: zaptest.NewLogger(t), m: testMetrics(t), reg: &fakeReg{k: k}, links: &fakeLinks{k: k}, ifname: "nodelocaldns"}
+	td := &node{log: zaptest.NewLogger(t), m: testMetrics(t), reg: &fakeReg{k: k}, links: &fakeLinks{k: k}, link: link.Spec{Name: "nodelocaldns"}}
 	if err := teardown(td, fb); err != nil || fb.listing == "" || !k.link {
 		t.Fatalf("teardown beside a live instance = %v, fallback %q, link %v; want both kept", err, fb.listing, k.link)
 	}
