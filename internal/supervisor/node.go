@@ -12,7 +12,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/nodelocaldns/nodelocaldns/internal/desired"
 	"github.com/nodelocaldns/nodelocaldns/internal/link"
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
@@ -87,12 +86,6 @@ type node struct {
 	// never from the kernel, so a probe costs nothing whatever the node holds. Other instances' tables
 	// changing trigger a pass (their notifications), which refreshes it.
 	seen atomic.Pointer[[]nft.Instance]
-}
-
-// newNode is the instance the desired state st makes, over the kernel's handles (nil: none, as
-// [kernel.registry] and [kernel.linkManager] give them): serving and -teardown alike.
-func newNode(log *zap.Logger, m *metrics.Metrics, st desired.State, reg registry, links linkManager) *node {
-	return &node{log: log, m: m, reg: reg, links: links, link: st.Link, spec: st.NFT}
 }
 
 // table names our table for logs, "" when we have none.
@@ -215,9 +208,7 @@ func (n *node) serve() error {
 			"while this process runs without a listener it does not know of (one failed inside it), pods' queries to it are lost "+
 			"instead of going to kube-dns", zap.Error(err))
 		n.specMu.Lock()
-		// What desired.Of says for a kernel without nft_socket (Facts.NoSocket), kept whenever the table is
-		// programmed again (stepping aside, rebind).
-		n.spec.Ungated = true
+		n.spec.Ungated = true // desired.Of's for Facts.NoSocket; kept whenever the table is programmed again
 		n.specMu.Unlock()
 		err = n.program(tableServing)
 	}

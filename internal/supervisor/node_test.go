@@ -23,7 +23,9 @@ import (
 type fakeKernel struct {
 	tables   map[string]*fakeTable
 	link     bool
+	name     string // the interface's, as the last Ensure named it
 	addrs    []netip.Addr
+	removed  []string // the names Remove removed, in order
 	removals int
 	// removeErr is what removing the interface fails with (a kernel that refuses: EPERM, EBUSY); nil succeeds.
 	removeErr error
@@ -135,7 +137,7 @@ func (l *fakeLinks) Ensure(s link.Spec) ([]string, error) {
 	}
 	var changes []string
 	if !l.k.link {
-		l.k.link = true
+		l.k.link, l.k.name = true, s.Name
 		changes = append(changes, "create")
 	}
 	want := slices.Clone(s.IPs)
@@ -154,11 +156,12 @@ func (l *fakeLinks) Remove(name string) (bool, error) {
 	if l.k.removeErr != nil {
 		return false, fmt.Errorf("delete link %q: %w", name, l.k.removeErr)
 	}
-	if !l.k.link {
+	if !l.k.link || name != l.k.name {
 		return false, nil // as link.Manager: an absent interface is removed already
 	}
 	l.k.link, l.k.addrs = false, nil
 	l.k.removals++
+	l.k.removed = append(l.k.removed, name)
 	return true, nil
 }
 
@@ -464,7 +467,7 @@ func TestNodeRefusesOperationsOutOfOrder(t *testing.T) {
 // succeeds.
 func TestTeardownReportsTheInterfaceItCouldNotRemove(t *testing.T) {
 	k := newFakeKernel()
-	k.link, k.addrs = true, addrs("169.254.20.10")
+	k.link, k.name, k.addrs = true, "nodelocaldns", addrs("169.254.20.10")
 	k.removeErr = unix.EPERM
 	td := func() *node {
 		return &node{log: zaptest.NewLogger(t), m: testMetrics(t), reg: &fakeReg{k: k}, links: &fakeLinks{k: k}, link: link.Spec{Name: "nodelocaldns"}}
@@ -498,7 +501,7 @@ func TestTeardownSaysWhetherThereWasAnInterface(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			k := newFakeKernel()
 			if tc.present {
-				k.link, k.addrs = true, addrs("169.254.20.10")
+				k.link, k.name, k.addrs = true, "nodelocaldns", addrs("169.254.20.10")
 			}
 			core, logs := observer.New(zap.InfoLevel)
 			n := &node{log: zap.New(core), m: testMetrics(t), reg: &fakeReg{k: k}, links: &fakeLinks{k: k}, link: link.Spec{Name: "nodelocaldns"}}

@@ -14,6 +14,9 @@
 // removes our table by itself if the process dies (node.go). Nothing here exits the process: errors travel up
 // to main.
 //
+// What the instance wants (its table, its interface, the Corefile's parameters, its fallback vote) is
+// internal/desired's, built once in New from the options; `-print-rules` and `-teardown` take theirs from there too.
+//
 // One job per file: supervisor.go wires the parts and startup.go holds Run's phases in order; node.go makes the
 // instance's decisions about the kernel over kernel.go's handles, moving state.go's state machine, and
 // program.go says what our table is made of (spec, step-aside, unbound addresses) and programs it; render.go makes the Corefile, reload.go reloads it;
