@@ -24,7 +24,6 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/dnsserver"
 	"github.com/nodelocaldns/nodelocaldns/internal/fastpath"
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
-	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 	"github.com/nodelocaldns/nodelocaldns/internal/nodetaint"
 	"github.com/nodelocaldns/nodelocaldns/internal/options"
 	"github.com/nodelocaldns/nodelocaldns/internal/preflight"
@@ -62,20 +61,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case options.ModeTop:
 		return top(o.HealthSocket, o.TopN, o.TopJSON, stdout, stderr)
 	case options.ModePrintRules:
-		vote, fallback, why := supervisor.PrintFallback(o, os.Getenv)
-		spec := nft.Spec{LocalIPs: o.LocalIPs, DNSPort: o.DNSPort, HealthPort: o.HealthPort, Fallbacks: vote}
-		if err := spec.Validate(); err != nil {
-			fmt.Fprintf(stderr, "nodelocaldns: %v\n", err)
-			return 2
-		}
-		fmt.Fprint(stdout, nft.Build(spec).Text(nft.TableName))
-		if fallback == nil {
-			fmt.Fprintf(stderr, "nodelocaldns: no link-local fallback table: %s\n", why)
-		} else {
-			fmt.Fprintf(stdout, "\n# link-local fallback %s\n%s", why, fallback)
-		}
-		printPreflight(stderr, preflight.Host(), o.LocalIPs)
-		return 0
+		return printRules(o, os.Getenv, preflight.Host(), stdout, stderr)
 	}
 
 	log, err := newLogger(o.LogLevel, stderr)

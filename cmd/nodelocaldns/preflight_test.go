@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"net/netip"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -13,12 +14,24 @@ import (
 
 // -print-rules ends with the preflight on stderr, one line each, naming what the node lacks.
 func TestPrintPreflight(t *testing.T) {
-	node := preflight.Node{
+	node := fakeNode(nft.CapSocket)
+	var stderr bytes.Buffer
+	printPreflight(&stderr, node.Check([]netip.Addr{netip.MustParseAddr("169.254.20.10")}))
+	lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "nodelocaldns: preflight: MISSING socket: ") ||
+		lines[1] != "nodelocaldns: preflight: kernel 6.6.0-azl3 lacks socket; has owner-flag, conntrack, ipv6-rewrite" {
+		t.Errorf("stderr:\n%s", stderr.String())
+	}
+}
+
+// fakeNode is a node whose kernel has every capability but those missing, and IPv6.
+func fakeNode(missing ...string) preflight.Node {
+	return preflight.Node{
 		Release: func() (string, error) { return "6.6.0-azl3", nil },
 		Probe: func() ([]nft.Probed, error) {
 			var out []nft.Probed
 			for _, c := range nft.Capabilities() {
-				p := nft.Probed{Capability: c, Present: c.Name != nft.CapSocket}
+				p := nft.Probed{Capability: c, Present: !slices.Contains(missing, c.Name)}
 				if !p.Present {
 					p.Refusal = syscall.ENOENT
 				}
@@ -27,12 +40,5 @@ func TestPrintPreflight(t *testing.T) {
 			return out, nil
 		},
 		ReadFile: func(string) ([]byte, error) { return []byte("0\n"), nil },
-	}
-	var stderr bytes.Buffer
-	printPreflight(&stderr, node, []netip.Addr{netip.MustParseAddr("169.254.20.10")})
-	lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
-	if len(lines) != 2 || !strings.HasPrefix(lines[0], "nodelocaldns: preflight: MISSING socket: ") ||
-		lines[1] != "nodelocaldns: preflight: kernel 6.6.0-azl3 lacks socket; has owner-flag, conntrack, ipv6-rewrite" {
-		t.Errorf("stderr:\n%s", stderr.String())
 	}
 }

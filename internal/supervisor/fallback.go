@@ -9,9 +9,9 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/desired"
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
-	"github.com/nodelocaldns/nodelocaldns/internal/options"
 )
 
 // The link-local fallback (internal/nft/fallback.go): a table no instance owns, which sends the queries to the
@@ -36,142 +36,35 @@ type fallbackTable interface {
 
 var _ fallbackTable = nft.FallbackTable{}
 
-// kubeDNSEnv is where kube-system pods find the kube-dns Service's ClusterIP (Kubernetes' service links).
-const kubeDNSEnv = "KUBE_DNS_SERVICE_HOST"
-
-// disagreement is $KUBE_DNS_SERVICE_HOST naming another kube-dns ClusterIP than the flags: the variable is
-// only as current as the pod (it is not updated when kube-dns is recreated, and whoever later asks for the
-// freed address through spec.clusterIP gets it), and anyone who may create a Service named kube-dns in the
-// agent's own namespace sets it. So it never overrides the flags: taken is what the flags say (invalid when
-// they name no one ClusterIP of the family, and the family gets no fallback).
-type disagreement struct {
-	env   netip.Addr
-	taken netip.Addr
-	from  string // "-kube-dns-ip" or "-localip"
-}
-
-// fallbackVote is what this instance says of the fallback: the kube-dns ClusterIPs (at most one per family)
-// each with our DNS port, and where they came from; or none, and why; and every disagreement of the
-// environment with the flags, which the caller logs. It is pure: the flags and the environment only.
-// -kube-dns-ip, when given, names them all. Else each family takes $KUBE_DNS_SERVICE_HOST (the Service's
-// primary family) when the flags cannot contradict it, else -localip's ClusterIP. Whatever names the target,
-// it is never covered (decideFallback), so the variable must never name a target other than the ClusterIP
-// -localip intercepts: the fallback would cover that ClusterIP and send it, and the link-local address, to
-// whatever answers at the variable's address.
-func fallbackVote(o *options.Options, getenv func(string) string) ([]netip.AddrPort, string, []disagreement) {
-	if !o.LinkLocalFallback {
-		return nil, "-linklocal-fallback=false", nil
-	}
-	var env netip.Addr
-	if v := getenv(kubeDNSEnv); v != "" {
-		var err error
-		if env, err = netip.ParseAddr(v); err != nil || env.IsUnspecified() {
-			return nil, fmt.Sprintf("$%s=%q is not an IP address", kubeDNSEnv, v), nil
-		}
-		env = env.Unmap()
-	}
-	var dis []disagreement
-	ips, from := o.KubeDNSIPs, "-kube-dns-ip"
-	if len(ips) > 0 {
-		if i := slices.IndexFunc(ips, func(ip netip.Addr) bool { return env.IsValid() && ip.Is6() == env.Is6() }); i >= 0 && ips[i] != env {
-			dis = append(dis, disagreement{env: env, taken: ips[i], from: from})
-		}
-	} else {
-		var froms []string
-		for _, v6 := range []bool{false, true} {
-			// The standard manifest's -localip is "<link-local>,__PILLAR__DNS__SERVER__": its one address of
-			// a family that is not link-local is the cluster DNS ClusterIP, whatever the Service is called
-			// (rke2-coredns-..., coredns).
-			local := clusterDNSOf(o.LocalIPs, v6)
-			switch {
-			case !env.IsValid() || env.Is6() != v6:
-				if local.IsValid() {
-					ips, froms = append(ips, local), append(froms, "-localip")
-				}
-			case envAgrees(env, o.LocalIPs):
-				ips, froms = append(ips, env), append(froms, "$"+kubeDNSEnv)
-			default:
-				dis = append(dis, disagreement{env: env, taken: local, from: "-localip"})
-				if local.IsValid() {
-					ips, froms = append(ips, local), append(froms, "-localip")
-				}
-			}
-		}
-		from = strings.Join(slices.Compact(froms), " and ")
-	}
-	if len(ips) == 0 {
-		if len(dis) > 0 {
-			return nil, fmt.Sprintf("$%s=%v disagrees with -localip, which names no one ClusterIP of its family (give -kube-dns-ip)", kubeDNSEnv, env), dis
-		}
-		return nil, fmt.Sprintf("$%s is not set, -kube-dns-ip is not given, and -localip names no ClusterIP (the kube-dns Service's)", kubeDNSEnv), nil
-	}
-	if err := (nft.FallbackSpec{Targets: ips, Lease: o.FallbackLease}).Validate(); err != nil {
-		return nil, fmt.Sprintf("%s %v: %v", from, ips, err), dis
-	}
-	vote := make([]netip.AddrPort, len(ips))
-	for i, ip := range ips {
-		vote[i] = netip.AddrPortFrom(ip, o.DNSPort)
-	}
-	slices.SortFunc(vote, netip.AddrPort.Compare)
-	return vote, "kube-dns ClusterIP from " + from, dis
-}
-
-// envAgrees reports whether $KUBE_DNS_SERVICE_HOST's env cannot contradict -localip's addresses locals: it is
-// one of them (the ClusterIP we intercept), or none of its family could be a ClusterIP (only link-local ones:
-// IPVS mode's -localip). A ClusterIP is never link-local: such a variable names nothing to fall back to.
-func envAgrees(env netip.Addr, locals []netip.Addr) bool {
-	if env.IsLinkLocalUnicast() || env.IsLoopback() {
-		return false
-	}
-	return slices.Contains(locals, env) || !slices.ContainsFunc(locals, func(ip netip.Addr) bool {
-		return ip.Is6() == env.Is6() && !ip.IsLinkLocalUnicast() && !ip.IsLoopback()
-	})
-}
-
 // logDisagreements says, once at start, where $KUBE_DNS_SERVICE_HOST was not taken, and what was instead.
-func logDisagreements(log *zap.Logger, dis []disagreement) {
+func logDisagreements(log *zap.Logger, dis []desired.Disagreement) {
 	for _, d := range dis {
 		taken := "none: no link-local fallback for the family (give -kube-dns-ip)"
-		if d.taken.IsValid() {
-			taken = d.taken.String()
+		if d.Taken.IsValid() {
+			taken = d.Taken.String()
 		}
-		log.Warn("$"+kubeDNSEnv+" names another kube-dns ClusterIP than the flags: the link-local fallback takes the flags' "+
+		log.Warn("$"+desired.KubeDNSEnv+" names another kube-dns ClusterIP than the flags: the link-local fallback takes the flags' "+
 			"(the variable is stale after kube-dns is recreated, or set by a Service named kube-dns in this namespace)",
-			zap.Stringer("env", d.env), zap.String("taken", taken), zap.String("from", d.from))
+			zap.Stringer("env", d.Env), zap.String("taken", taken), zap.String("from", d.From))
 	}
 }
 
-// PrintFallback is what `-print-rules` shows for these flags and this environment: this instance's word in
-// its table (spec.Fallbacks), and the fallback table it would keep were it alone (nil, and why, when none).
-func PrintFallback(o *options.Options, getenv func(string) string) (vote []netip.AddrPort, table *nft.Fallback, why string) {
-	vote, why, dis := fallbackVote(o, getenv)
-	for _, d := range dis {
-		why += fmt.Sprintf("; $%s=%v ignored: %s says %v", kubeDNSEnv, d.env, d.from, d.taken)
+// PrintFallback is what `-print-rules` shows of the fallback for the desired state st: the fallback table the
+// instance would keep were it alone (nil, and why, when none). Its vote is in its table (st.NFT.Fallbacks).
+func PrintFallback(st desired.State) (table *nft.Fallback, why string) {
+	why = st.Fallback.Why
+	for _, d := range st.Fallback.Ignored {
+		why += fmt.Sprintf("; $%s=%v ignored: %s says %v", desired.KubeDNSEnv, d.Env, d.From, d.Taken)
 	}
-	if !o.SetupNftables {
-		return vote, nil, "-setupiptables=false"
+	if st.NFT.NoInterception {
+		return nil, "-setupiptables=false"
 	}
-	d := decideFallback([]nft.Instance{{Table: "self", IPs: o.LocalIPs, Self: true, Voted: true, Fallbacks: vote}}, o.FallbackLease)
+	self := nft.Instance{Table: "self", IPs: st.NFT.LocalIPs, Self: true, Voted: true, Fallbacks: st.NFT.Fallbacks}
+	d := decideFallback([]nft.Instance{self}, st.Fallback.Lease)
 	if d.spec == nil {
-		return vote, nil, why
+		return nil, why
 	}
-	return vote, nft.BuildFallback(*d.spec), d.why + ", " + why
-}
-
-// clusterDNSOf is the one address of ips of the family (IPv6 when v6) that is not link-local (nor loopback),
-// or invalid when there is not exactly one.
-func clusterDNSOf(ips []netip.Addr, v6 bool) netip.Addr {
-	var found netip.Addr
-	for _, ip := range ips {
-		if ip.Is6() != v6 || ip.IsLinkLocalUnicast() || ip.IsLoopback() {
-			continue
-		}
-		if found.IsValid() {
-			return netip.Addr{}
-		}
-		found = ip
-	}
-	return found
+	return nft.BuildFallback(*d.spec), d.why + ", " + why
 }
 
 // fallbackDecision is what the live instances' words add up to.
@@ -262,14 +155,15 @@ type fallback struct {
 	newer   int // the generation of the newer version's table this instance stands back for (0: none), logged once
 }
 
-// newFallback prepares the fallback keeper for this instance's vote (fallbackVote); a vote of none says why,
-// once.
-func newFallback(log *zap.Logger, m *metrics.Metrics, table fallbackTable, o *options.Options, vote []netip.AddrPort, why string, dis []disagreement) *fallback {
-	f := &fallback{log: log, m: m, table: table, vote: vote, lease: o.FallbackLease}
-	logDisagreements(log, dis)
-	if table != nil && o.SetupNftables && len(vote) == 0 {
+// newFallback prepares the fallback keeper for this instance's vote (st.NFT.Fallbacks); a vote of none says
+// why, once.
+func newFallback(log *zap.Logger, m *metrics.Metrics, table fallbackTable, st desired.State) *fallback {
+	vote := st.NFT.Fallbacks
+	f := &fallback{log: log, m: m, table: table, vote: vote, lease: st.Fallback.Lease}
+	logDisagreements(log, st.Fallback.Ignored)
+	if table != nil && !st.NFT.NoInterception && len(vote) == 0 {
 		log.Warn("this instance wants no link-local fallback (while it is live, no instance keeps one): while nothing "+
-			"listens, queries to the local IPs without a Service behind them fail", zap.String("reason", why))
+			"listens, queries to the local IPs without a Service behind them fail", zap.String("reason", st.Fallback.Why))
 	}
 	m.FailOpen.WithLabelValues("link-local").Set(0)
 	return f

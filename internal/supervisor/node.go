@@ -56,11 +56,11 @@ var (
 
 // node makes every decision about the kernel state, through registry and linkManager.
 type node struct {
-	log    *zap.Logger
-	m      *metrics.Metrics
-	reg    registry    // nil: the agent touches no kernel state at all
-	links  linkManager // nil: -setupinterface=false
-	ifname string
+	log   *zap.Logger
+	m     *metrics.Metrics
+	reg   registry    // nil: the agent touches no kernel state at all
+	links linkManager // nil: -setupinterface=false
+	link  link.Spec   // our interface and our addresses (desired.State.Link); it carries the union of every instance's
 	// specMu guards what our table is made of (spec, aside, stage) and is held while programming it: the
 	// start-up steps, a foreign pass (foreign.go) and a reload's rebind (after listeners.go's check) each program the latest
 	// of all three, one after the other.
@@ -163,7 +163,7 @@ func (n *node) carry(ips []netip.Addr) ([]string, error) {
 	if n.links == nil || len(ips) == 0 {
 		return nil, nil
 	}
-	return n.links.Ensure(link.Spec{Name: n.ifname, IPs: ips})
+	return n.links.Ensure(link.Spec{Name: n.link.Name, IPs: ips})
 }
 
 // union is every address the instances need, sorted, each once.
@@ -208,7 +208,7 @@ func (n *node) serve() error {
 			"while this process runs without a listener it does not know of (one failed inside it), pods' queries to it are lost "+
 			"instead of going to kube-dns", zap.Error(err))
 		n.specMu.Lock()
-		n.spec.Ungated = true // kept whenever the table is programmed again (stepping aside, rebind)
+		n.spec.Ungated = true // desired.Of's for Facts.NoSocket; kept whenever the table is programmed again
 		n.specMu.Unlock()
 		err = n.program(tableServing)
 	}
@@ -316,7 +316,7 @@ func (n *node) leave(keepLink bool, drain time.Duration) (othersRemain bool, err
 		if err != nil {
 			// Not knowing, keep the interface: a leftover interface only costs ICMP unreachables, a removed
 			// one the other instance's DNS.
-			errs = append(errs, fmt.Errorf("interface %q kept, not knowing whether another instance needs it: list instance tables: %w", n.ifname, err))
+			errs = append(errs, fmt.Errorf("interface %q kept, not knowing whether another instance needs it: list instance tables: %w", n.link.Name, err))
 			return true, errors.Join(errs...)
 		}
 		n.count(ins)
@@ -330,7 +330,7 @@ func (n *node) leave(keepLink bool, drain time.Duration) (othersRemain bool, err
 		}
 		changes, err := n.ensureLink()
 		if err != nil {
-			errs = append(errs, fmt.Errorf("our addresses may stay on interface %q: %w", n.ifname, err))
+			errs = append(errs, fmt.Errorf("our addresses may stay on interface %q: %w", n.link.Name, err))
 		}
 		n.log.Info("other instances remain; removed the addresses only we needed", zap.Strings("changes", changes))
 		shrunk = true
@@ -350,20 +350,20 @@ func (n *node) leave(keepLink bool, drain time.Duration) (othersRemain bool, err
 		n.log.Info("an instance registered while we drained; leaving the interface to it")
 		return true, errors.Join(errs...)
 	}
-	removed, err := n.links.Remove(n.ifname)
+	removed, err := n.links.Remove(n.link.Name)
 	if errors.Is(err, link.ErrNotOurs) {
 		// node-cache's own interface (a rollback), or one an earlier version made: not ours to remove.
-		n.log.Info("last instance out; left the interface in place: we did not create it", zap.String("interface", n.ifname), zap.Error(err))
+		n.log.Info("last instance out; left the interface in place: we did not create it", zap.String("interface", n.link.Name), zap.Error(err))
 		return false, errors.Join(errs...)
 	} else if err != nil {
-		errs = append(errs, fmt.Errorf("interface %q left in place: %w", n.ifname, err))
+		errs = append(errs, fmt.Errorf("interface %q left in place: %w", n.link.Name, err))
 		return false, errors.Join(errs...)
 	}
 	if !removed {
-		n.log.Info("last instance out; no interface to remove", zap.String("interface", n.ifname))
+		n.log.Info("last instance out; no interface to remove", zap.String("interface", n.link.Name))
 		return false, errors.Join(errs...)
 	}
-	n.log.Info("last instance out; removed the interface", zap.String("interface", n.ifname), zap.Duration("elapsed", time.Since(t)))
+	n.log.Info("last instance out; removed the interface", zap.String("interface", n.link.Name), zap.Duration("elapsed", time.Since(t)))
 	return false, errors.Join(errs...)
 }
 

@@ -23,7 +23,9 @@ import (
 type fakeKernel struct {
 	tables   map[string]*fakeTable
 	link     bool
+	name     string // the interface's, as the last Ensure named it
 	addrs    []netip.Addr
+	removed  []string // the names Remove removed, in order
 	removals int
 	// removeErr is what removing the interface fails with (a kernel that refuses: EPERM, EBUSY); nil succeeds.
 	removeErr error
@@ -135,7 +137,7 @@ func (l *fakeLinks) Ensure(s link.Spec) ([]string, error) {
 	}
 	var changes []string
 	if !l.k.link {
-		l.k.link = true
+		l.k.link, l.k.name = true, s.Name
 		changes = append(changes, "create")
 	}
 	want := slices.Clone(s.IPs)
@@ -154,11 +156,12 @@ func (l *fakeLinks) Remove(name string) (bool, error) {
 	if l.k.removeErr != nil {
 		return false, fmt.Errorf("delete link %q: %w", name, l.k.removeErr)
 	}
-	if !l.k.link {
+	if !l.k.link || name != l.k.name {
 		return false, nil // as link.Manager: an absent interface is removed already
 	}
 	l.k.link, l.k.addrs = false, nil
 	l.k.removals++
+	l.k.removed = append(l.k.removed, name)
 	return true, nil
 }
 
@@ -175,7 +178,7 @@ func addrs(ss ...string) []netip.Addr {
 
 func newInstance(t *testing.T, k *fakeKernel, ips ...string) (*node, *fakeReg) {
 	reg := &fakeReg{k: k}
-	return &node{log: zaptest.NewLogger(t), m: testMetrics(t), reg: reg, links: &fakeLinks{k: k}, ifname: "nodelocaldns",
+	return &node{log: zaptest.NewLogger(t), m: testMetrics(t), reg: reg, links: &fakeLinks{k: k}, link: link.Spec{Name: "nodelocaldns"},
 		spec: nft.Spec{LocalIPs: addrs(ips...), DNSPort: 53, HealthPort: 8080}}, reg
 }
 
@@ -387,7 +390,7 @@ func TestTeardownModeKeepsInterfaceOfLiveInstance(t *testing.T) {
 	a, _ := newInstance(t, k, "169.254.20.10")
 	start(t, a)
 	teardown := func() *node {
-		return &node{log: zaptest.NewLogger(t), m: testMetrics(t), reg: &fakeReg{k: k}, links: &fakeLinks{k: k}, ifname: "nodelocaldns"}
+		return &node{log: zaptest.NewLogger(t), m: testMetrics(t), reg: &fakeReg{k: k}, links: &fakeLinks{k: k}, link: link.Spec{Name: "nodelocaldns"}}
 	}
 	if !leave(t, teardown(), false) || !k.link {
 		t.Error("-teardown removed the interface of a live instance")
@@ -464,10 +467,10 @@ func TestNodeRefusesOperationsOutOfOrder(t *testing.T) {
 // succeeds.
 func TestTeardownReportsTheInterfaceItCouldNotRemove(t *testing.T) {
 	k := newFakeKernel()
-	k.link, k.addrs = true, addrs("169.254.20.10")
+	k.link, k.name, k.addrs = true, "nodelocaldns", addrs("169.254.20.10")
 	k.removeErr = unix.EPERM
 	td := func() *node {
-		return &node{log: zaptest.NewLogger(t), m: testMetrics(t), reg: &fakeReg{k: k}, links: &fakeLinks{k: k}, ifname: "nodelocaldns"}
+		return &node{log: zaptest.NewLogger(t), m: testMetrics(t), reg: &fakeReg{k: k}, links: &fakeLinks{k: k}, link: link.Spec{Name: "nodelocaldns"}}
 	}
 	fb := &fakeFallbackTable{listing: "table inet nodelocaldns-fallback {}"}
 	err := teardown(td(), fb)
@@ -498,10 +501,10 @@ func TestTeardownSaysWhetherThereWasAnInterface(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			k := newFakeKernel()
 			if tc.present {
-				k.link, k.addrs = true, addrs("169.254.20.10")
+				k.link, k.name, k.addrs = true, "nodelocaldns", addrs("169.254.20.10")
 			}
 			core, logs := observer.New(zap.InfoLevel)
-			n := &node{log: zap.New(core), m: testMetrics(t), reg: &fakeReg{k: k}, links: &fakeLinks{k: k}, ifname: "nodelocaldns"}
+			n := &node{log: zap.New(core), m: testMetrics(t), reg: &fakeReg{k: k}, links: &fakeLinks{k: k}, link: link.Spec{Name: "nodelocaldns"}}
 			if err := teardown(n, &fakeFallbackTable{}); err != nil || k.link {
 				t.Fatalf("teardown = %v with link %v; want nil and no link", err, k.link)
 			}
@@ -522,7 +525,7 @@ func TestTeardownKeepsTheFallbackForLiveInstances(t *testing.T) {
 	live, _ := newInstance(t, k, "169.254.20.10")
 	start(t, live)
 	fb := &fakeFallbackTable{listing: "table inet nodelocaldns-fallback {}"}
-	td := &node{log: zaptest.NewLogger(t), m: testMetrics(t), reg: &fakeReg{k: k}, links: &fakeLinks{k: k}, ifname: "nodelocaldns"}
+	td := &node{log: zaptest.NewLogger(t), m: testMetrics(t), reg: &fakeReg{k: k}, links: &fakeLinks{k: k}, link: link.Spec{Name: "nodelocaldns"}}
 	if err := teardown(td, fb); err != nil || fb.listing == "" || !k.link {
 		t.Fatalf("teardown beside a live instance = %v, fallback %q, link %v; want both kept", err, fb.listing, k.link)
 	}

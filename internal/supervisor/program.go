@@ -6,6 +6,10 @@ import (
 	"reflect"
 	"slices"
 
+	"go.uber.org/zap"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/desired"
+	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 )
 
@@ -21,6 +25,12 @@ const (
 
 	tableAsIs tableStage = -1 // for program: the stage the table is at
 )
+
+// newNode is the instance the desired state st makes, over the kernel's handles (nil: none, as
+// [kernel.registry] and [kernel.linkManager] give them): serving and -teardown alike.
+func newNode(log *zap.Logger, m *metrics.Metrics, st desired.State, reg registry, links linkManager) *node {
+	return &node{log: log, m: m, reg: reg, links: links, link: st.Link, spec: st.NFT}
+}
 
 // desired is the table for stage from what the node knows now: its spec (the latest unbound addresses,
 // Ungated as serve found the kernel) and the addresses it steps aside for. Called with specMu held, so that

@@ -44,16 +44,16 @@ func (s *Supervisor) renderCorefile() (*configwatch.Watcher, []byte, error) {
 // openKernel opens our netlink handles (none when the agent manages nothing) and builds what acts on them:
 // the instance state machine and the reconciler. The caller closes s.kernel.
 func (s *Supervisor) openKernel() error {
-	k, err := newKernel(s.log, s.m, s.manages(), s.opts.SetupInterface)
+	k, err := newKernel(s.log, s.m, s.state.Table, s.state.Interface)
 	if err != nil {
 		return err
 	}
 	s.kernel = k
-	s.node = &node{log: s.log.Named("node"), m: s.m, reg: k.registry(), links: k.linkManager(), ifname: s.opts.InterfaceName, spec: s.spec}
+	s.node = newNode(s.log.Named("node"), s.m, s.state, k.registry(), k.linkManager())
 	tables, ours := k.foreignTables()
-	foreign := newForeignReport(s.log.Named("foreign"), s.m, tables, ours, s.spec, s.opts.StepAside)
-	fb := newFallback(s.log.Named("fallback"), s.m, k.fallbackTable(), s.opts, s.spec.Fallbacks, s.fallbackWhy, s.fallbackEnv)
-	s.reconcile = newReconciler(s.log.Named("reconcile"), s.m, s.opts.InterfaceName, s.opts.SyncInterval, s.node, fb, foreign)
+	foreign := newForeignReport(s.log.Named("foreign"), s.m, tables, ours, s.state.NFT, s.opts.StepAside)
+	fb := newFallback(s.log.Named("fallback"), s.m, k.fallbackTable(), s.state)
+	s.reconcile = newReconciler(s.log.Named("reconcile"), s.m, s.state.Link.Name, s.opts.SyncInterval, s.node, fb, foreign)
 	s.node.quiesce = s.lastOut
 	return nil
 }
@@ -84,10 +84,10 @@ func (s *Supervisor) register() error {
 	changes, err := s.node.carry(ips)
 	if err != nil {
 		setupError(s.m, metrics.ErrInterfaceAdd)
-		return fmt.Errorf("ensure interface %q: %w", s.opts.InterfaceName, err)
+		return fmt.Errorf("ensure interface %q: %w", s.state.Link.Name, err)
 	}
 	if s.kernel.links != nil {
-		s.log.Info("interface ready", zap.String("interface", s.opts.InterfaceName), zap.String("kind", s.kernel.links.Kind()), zap.Strings("changes", changes))
+		s.log.Info("interface ready", zap.String("interface", s.state.Link.Name), zap.String("kind", s.kernel.links.Kind()), zap.Strings("changes", changes))
 	}
 	s.stepDone("registered and interface", t)
 	return nil

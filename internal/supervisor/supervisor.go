@@ -14,6 +14,9 @@
 // removes our table by itself if the process dies (node.go). Nothing here exits the process: errors travel up
 // to main.
 //
+// What the instance wants (its table, its interface, the Corefile's parameters, its fallback vote) is
+// internal/desired's, built once in New from the options; `-print-rules` and `-teardown` take theirs from there too.
+//
 // One job per file: supervisor.go wires the parts and startup.go holds Run's phases in order; node.go makes the
 // instance's decisions about the kernel over kernel.go's handles, moving state.go's state machine, and
 // program.go says what our table is made of (spec, step-aside, unbound addresses) and programs it; render.go makes the Corefile, reload.go reloads it;
@@ -36,12 +39,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/clients"
-	"github.com/nodelocaldns/nodelocaldns/internal/corefile"
+	"github.com/nodelocaldns/nodelocaldns/internal/desired"
 	"github.com/nodelocaldns/nodelocaldns/internal/dnsserver"
 	"github.com/nodelocaldns/nodelocaldns/internal/fastpath"
-	"github.com/nodelocaldns/nodelocaldns/internal/link"
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
-	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 	"github.com/nodelocaldns/nodelocaldns/internal/options"
 )
 
@@ -50,7 +51,6 @@ const (
 	minPassInterval  = 5 * time.Millisecond // floor between passes: bounds the cost of an event storm
 	shutdownDeadline = 20 * time.Second     // below the pod's default 30 s grace period
 	loopsStop        = 5 * time.Second      // of which the reconcile and reload loops may take this much
-	defaultKubeDNSCM = "/etc/kube-dns"
 	// drainDelay is how long queries already steered to us get to be answered: between deleting the table and
 	// removing the interface (they are answered from the addresses they were sent to), and between detaching
 	// the DNS listeners and stopping CoreDNS when another instance stays (detach.go).
@@ -100,20 +100,16 @@ type Supervisor struct {
 	gatherer prometheus.Gatherer
 	serving  []Actor
 
-	config    *renderer         // Corefile.base + kube-dns ConfigMap -> Corefile (render.go)
-	spec      nft.Spec          // our table, validated
-	kernel    *kernel           // our netlink handles (kernel.go); set by the kernel phase
-	node      *node             // the instance state machine (node.go); set by the kernel phase
-	reconcile *reconciler       // the interface and the foreign report (reconcile.go); set by the kernel phase
-	dns       *dnsserver.Server // set by the coredns phase
-	dnsOpts   dnsserver.Options // how CoreDNS is embedded (the fast path)
-	// fallbackWhy says why spec.Fallbacks is empty: this instance wants no link-local fallback.
-	fallbackWhy string
-	// fallbackEnv is where $KUBE_DNS_SERVICE_HOST disagreed with the flags, to be logged once.
-	fallbackEnv []disagreement
-	reload      *reloader // ConfigMap changes and SIGUSR1 (reload.go); set by the coredns phase
-	dnsStop     sync.Once // stopDNS (shutdown.go)
-	dnsStopped  chan struct{}
+	config     *renderer         // Corefile.base + kube-dns ConfigMap -> Corefile (render.go)
+	state      desired.State     // what this instance wants (internal/desired), validated
+	kernel     *kernel           // our netlink handles (kernel.go); set by the kernel phase
+	node       *node             // the instance state machine (node.go); set by the kernel phase
+	reconcile  *reconciler       // the interface and the foreign report (reconcile.go); set by the kernel phase
+	dns        *dnsserver.Server // set by the coredns phase
+	dnsOpts    dnsserver.Options // how CoreDNS is embedded (the fast path)
+	reload     *reloader         // ConfigMap changes and SIGUSR1 (reload.go); set by the coredns phase
+	dnsStop    sync.Once         // stopDNS (shutdown.go)
+	dnsStopped chan struct{}
 }
 
 // New validates cfg and prepares an agent; nothing is started yet.
@@ -122,19 +118,19 @@ func New(cfg Config) (*Supervisor, error) {
 	if cfg.Metrics == nil {
 		return nil, errors.New("no metrics to count into")
 	}
-	s := &Supervisor{opts: o, log: cfg.Log, m: cfg.Metrics, gatherer: cfg.Gatherer, serving: cfg.Serving}
-	kubeDNSDir := o.KubeDNSConfigDir
-	if kubeDNSDir == "" {
-		if st, err := os.Stat(defaultKubeDNSCM); err == nil && st.IsDir() {
-			kubeDNSDir = defaultKubeDNSCM
-		}
+	f := desired.FromEnv(o, cfg.Getenv)
+	if o.KubeDNSConfigDir == "" {
+		st, err := os.Stat(desired.KubeDNSDir)
+		f.KubeDNSDir = err == nil && st.IsDir()
 	}
-	env := corefile.ServiceHostEnv(o.UpstreamSvc)
-	s.config = &renderer{log: cfg.Log.Named("render"), m: cfg.Metrics, base: o.BaseCorefile, out: o.Corefile, kubeDNSDir: kubeDNSDir,
-		params: corefile.Params{
-			LocalIPs: o.LocalIPs, DNSPort: o.DNSPort, ClusterDNS: cfg.Getenv(env), ClusterDNSEnv: env,
-			PrometheusEndpoint: o.PrometheusListenAddress, Directives: dnsserver.Directives(),
-		}}
+	f.Directives = dnsserver.Directives()
+	// The kernel's nft_socket is not asked here: serve learns it when the kernel refuses our chains (node.go).
+	s := &Supervisor{opts: o, log: cfg.Log, m: cfg.Metrics, gatherer: cfg.Gatherer, serving: cfg.Serving, state: desired.Of(o, f)}
+	if err := s.state.Validate(); err != nil {
+		return nil, err
+	}
+	c := s.state.Corefile
+	s.config = &renderer{log: cfg.Log.Named("render"), m: cfg.Metrics, base: c.Base, out: c.Out, kubeDNSDir: c.KubeDNSDir, params: c.Params}
 	s.dnsOpts.HealthSocket = o.HealthSocket
 	s.dnsOpts.Clients = cfg.Clients
 	if fastpath.Enabled(cfg.Getenv) {
@@ -142,15 +138,6 @@ func New(cfg Config) (*Supervisor, error) {
 			return nil, errors.New("the fast path is on, but has no metrics to count into")
 		}
 		s.dnsOpts.FastPath = cfg.FastPath
-	}
-	s.spec = nft.Spec{LocalIPs: o.LocalIPs, DNSPort: o.DNSPort, HealthPort: o.HealthPort, NoInterception: !o.SetupNftables}
-	s.spec.Fallbacks, s.fallbackWhy, s.fallbackEnv = fallbackVote(o, cfg.Getenv)
-	if err := s.spec.Validate(); err != nil {
-		return nil, err
-	}
-	linkSpec := link.Spec{Name: o.InterfaceName, IPs: o.LocalIPs}
-	if err := linkSpec.Validate(); err != nil {
-		return nil, err
 	}
 	return s, nil
 }
@@ -199,7 +186,11 @@ func (s *Supervisor) Run(ctx context.Context) error {
 }
 
 // manages reports whether this agent touches the kernel at all.
-func (s *Supervisor) manages() bool { return s.opts.SetupInterface || s.opts.SetupNftables }
+func (s *Supervisor) manages() bool { return s.state.Table }
+
+// Desired is the state this agent serves ([desired.Of] of its options and the environment): the table it
+// programs, as `-print-rules` prints it for the same flags on a kernel with nft_socket.
+func (s *Supervisor) Desired() desired.State { return s.state }
 
 func (s *Supervisor) writePIDFile() {
 	if s.opts.PIDFile == "" {

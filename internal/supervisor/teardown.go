@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/desired"
 	"github.com/nodelocaldns/nodelocaldns/internal/link"
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
@@ -15,8 +16,11 @@ import (
 // Teardown is `-teardown`: what node.leave does for a stopping instance, for a node with no instance of ours
 // running in this process. It deletes tables left by earlier versions and removes the interface unless a live
 // instance's table says the interface is still needed; with no instance left it also deletes the link-local
-// fallback, which nothing else removes (an uninstall runs this on every node).
+// fallback, which nothing else removes (an uninstall runs this on every node). What it removes is named by
+// the desired state of o (internal/desired), as the agent's own leaving is: the interface of -interfacename,
+// whatever -setupinterface says, for an uninstall cleans up after any earlier run.
 func Teardown(o *options.Options, log *zap.Logger) error {
+	st := TeardownState(o)
 	c, err := nft.Open(nft.WithLogger(log))
 	if err != nil {
 		return fmt.Errorf("open nftables: %w", err)
@@ -32,8 +36,12 @@ func Teardown(o *options.Options, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
-	return teardown(&node{log: log.Named("node"), m: m, reg: c, links: lm, ifname: o.InterfaceName, spec: nft.Spec{LocalIPs: o.LocalIPs}}, c.Fallback())
+	return teardown(newNode(log.Named("node"), m, st, c, lm), c.Fallback())
 }
+
+// TeardownState is the desired state -teardown leaves by: [desired.Of] of its flags, with no facts (it reads
+// neither the environment nor the kernel's capabilities, and has no -localip: the state is not validated).
+func TeardownState(o *options.Options) desired.State { return desired.Of(o, desired.Facts{}) }
 
 // teardown leaves the node for a process that never joined it, then deletes the fallback table if nobody is
 // left to need it. Its error names what it could not remove.
@@ -43,7 +51,7 @@ func teardown(n *node, fb fallbackTable) error {
 		return fmt.Errorf("teardown incomplete: %w", err)
 	}
 	if othersRemain {
-		n.log.Info("live instances remain; the interface and the link-local fallback stay", zap.String("interface", n.ifname))
+		n.log.Info("live instances remain; the interface and the link-local fallback stay", zap.String("interface", n.link.Name))
 		return nil
 	}
 	had, err := removeFallback(fb, drainDelay)
