@@ -19,7 +19,7 @@ type kernelOps struct {
 }
 
 func (k *kernelOps) CreateOwnedTable(name string) error {
-	table, err := newTableMsg(name, tableFlagOwner)
+	table, err := nlsock.NewTableMsg(name, nlsock.TableFlagOwner)
 	if err != nil {
 		return err
 	}
@@ -42,7 +42,7 @@ type Instance struct {
 // hasOwner reads the owner flag in either byte order: google/nftables v0.3.0 decodes NFTA_TABLE_FLAGS without
 // setting big endian (see isDormant).
 func hasOwner(flags uint32) bool {
-	return flags&tableFlagOwner != 0 || bits.ReverseBytes32(flags)&tableFlagOwner != 0
+	return flags&nlsock.TableFlagOwner != 0 || bits.ReverseBytes32(flags)&nlsock.TableFlagOwner != 0
 }
 
 // Instances lists the live instances on the node: every inet table with an instance name and the owner flag.
@@ -142,7 +142,3 @@ func (c *Conn) DeleteLegacy() ([]string, error) {
 	}
 	return deleted, nil
 }
-
-// tableFlagOwner is NFT_TABLE_F_OWNER (include/uapi/linux/netfilter/nf_tables.h, Linux 5.12), which
-// golang.org/x/sys/unix does not define.
-const tableFlagOwner = 0x2
