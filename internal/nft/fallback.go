@@ -57,7 +57,7 @@ type FallbackSpec struct {
 }
 
 // Fallback is the desired content of table inet [FallbackTableName]: a plain value, built by [BuildFallback],
-// printed by [Fallback.String], programmed by [FallbackTable.Apply].
+// printed by [Fallback.String], programmed by nftconn's FallbackTable.Apply.
 type Fallback struct {
 	// Sets are covered4 and covered6, each there when its family has a target: the covered pairs, each
 	// with the lease as its timeout.

@@ -51,8 +51,8 @@ func (s FallbackStamp) SameDecision(f *Fallback) bool {
 	return slices.Equal(s.Targets, f.Stamp.Targets)
 }
 
-// parseStamp reads a stamp's comment.
-func parseStamp(c string) (FallbackStamp, bool) {
+// ParseStamp reads a stamp's comment (nftconn reads it off the fallback table's first rule).
+func ParseStamp(c string) (FallbackStamp, bool) {
 	rest, ok := strings.CutPrefix(c, stampPrefix)
 	if !ok {
 		return FallbackStamp{}, false
@@ -87,42 +87,4 @@ func (r FallbackRule) userData() []byte {
 		}
 	}
 	return nil
-}
-
-// Stamp reads the stamp of the kernel's table inet [FallbackTableName]: found false when there is no table or
-// no stamp (a version before stamps wrote it, or someone edited the rule).
-func (ft FallbackTable) Stamp() (FallbackStamp, bool, error) {
-	c := ft.c
-	c.lock()
-	defer c.mu.Unlock()
-	t := tableNamed(FallbackTableName)
-	chain, err := c.ops.ListChain(t, ChainPodPrerouting)
-	if IsNotExist(err) {
-		return FallbackStamp{}, false, nil
-	}
-	if err != nil {
-		return FallbackStamp{}, false, fmt.Errorf("get chain %s %s: %w", FallbackTableName, ChainPodPrerouting, err)
-	}
-	rules, err := c.ops.GetRules(t, chain)
-	if IsNotExist(err) || err == nil && len(rules) == 0 {
-		return FallbackStamp{}, false, nil
-	}
-	if err != nil {
-		return FallbackStamp{}, false, fmt.Errorf("list rules of chain %s %s: %w", FallbackTableName, ChainPodPrerouting, err)
-	}
-	comment, ok := userdata.GetString(rules[0].UserData, userdata.TypeComment)
-	if !ok {
-		return FallbackStamp{}, false, nil
-	}
-	s, ok := parseStamp(comment)
-	return s, ok, nil
-}
-
-// Covers reports whether the kernel's table covers exactly f's pairs, whatever its rules: what every
-// generation reads alike.
-func (ft FallbackTable) Covers(f *Fallback) (bool, error) {
-	c := ft.c
-	c.lock()
-	defer c.mu.Unlock()
-	return c.holdsCoveredSets(tableNamed(FallbackTableName), f)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/desired"
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
+	"github.com/nodelocaldns/nodelocaldns/internal/nft/nftconn"
 )
 
 // The link-local fallback (internal/nft/fallback.go): a table no instance owns, which sends the queries to the
@@ -22,7 +23,7 @@ import (
 // or nothing), and every instance derives the table from what all the live instances say (nft.DecideFallback), so
 // two instances never fight over it: each one's write is the other's no-op, whatever their flags.
 
-// fallbackTable is the fallback table in the kernel ([nft.FallbackTable]).
+// fallbackTable is the fallback table in the kernel ([nftconn.FallbackTable]).
 type fallbackTable interface {
 	Apply(*nft.Fallback) error
 	InSync(*nft.Fallback) (bool, error)
@@ -33,7 +34,7 @@ type fallbackTable interface {
 	Delete() (bool, error)
 }
 
-var _ fallbackTable = nft.FallbackTable{}
+var _ fallbackTable = nftconn.FallbackTable{}
 
 // logDisagreements says, once at start, where $KUBE_DNS_SERVICE_HOST was not taken, and what was instead.
 func logDisagreements(log *zap.Logger, dis []desired.Disagreement) {

@@ -1,4 +1,4 @@
-package nft
+package nftconn
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/nftables"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft/nlsock"
 )
 
@@ -26,19 +27,6 @@ func (k *kernelOps) CreateOwnedTable(name string) error {
 	return k.SendBatch(table)
 }
 
-// Instance is one running nodelocaldns instance as the kernel shows it: an owned table of an instance name.
-type Instance struct {
-	Table   string
-	IPs     []netip.Addr // the addresses it needs on the interface (its sets), sorted
-	Serving bool         // it has its chains: it intercepts (or, without interception, says it serves)
-	Self    bool         // the table this Conn owns
-	// Voted says the table has set fallback4: the instance has a word on the link-local fallback, which is
-	// Fallbacks (sets fallback4 and fallback6; empty: it wants none). Legacy says an earlier version's instance
-	// owns it (it marks the queries it takes, for a fallback table of its own making).
-	Voted, Legacy bool
-	Fallbacks     []netip.AddrPort
-}
-
 // hasOwner reads the owner flag in either byte order: google/nftables v0.3.0 decodes NFTA_TABLE_FLAGS without
 // setting big endian (see isDormant).
 func hasOwner(flags uint32) bool {
@@ -48,49 +36,49 @@ func hasOwner(flags uint32) bool {
 // Instances lists the live instances on the node: every inet table with an instance name and the owner flag.
 // A table being created may have no sets yet; it needs no address yet either. Sorted by table name. It reads
 // the instance tables only, by name (listing.go): its cost does not grow with the node's other chains.
-func (c *Conn) Instances() ([]Instance, error) {
+func (c *Conn) Instances() ([]nft.Instance, error) {
 	c.lock()
 	defer c.mu.Unlock()
-	tables, err := c.ops.ListTablesOfFamily(nftables.TableFamilyINet)
+	tables, err := c.rd.ListTablesOfFamily(nftables.TableFamilyINet)
 	if err != nil {
 		return nil, fmt.Errorf("list inet tables: %w", err)
 	}
-	var out []Instance
+	var out []nft.Instance
 	for _, t := range tables {
-		if !isInstanceTableName(t.Name) || !hasOwner(t.Flags) {
+		if !nft.IsInstanceTableName(t.Name) || !hasOwner(t.Flags) {
 			continue
 		}
-		serving, err := c.chainsOf(tableNamed(t.Name), servingChains(), true)
+		serving, err := c.chainsOf(nft.InetTable(t.Name), nft.ServingChains(), true)
 		if err != nil {
 			return nil, err
 		}
-		legacy, err := c.chainsOf(tableNamed(t.Name), legacyChains, true)
+		legacy, err := c.chainsOf(nft.InetTable(t.Name), nft.LegacyChains(), true)
 		if err != nil {
 			return nil, err
 		}
-		in := Instance{Table: t.Name, Serving: len(serving) > 0, Self: t.Name == c.table, Legacy: len(legacy) > 0}
-		sets, err := c.ops.GetSets(tableNamed(t.Name))
-		if IsNotExist(err) {
+		in := nft.Instance{Table: t.Name, Serving: len(serving) > 0, Self: t.Name == c.table, Legacy: len(legacy) > 0}
+		sets, err := c.rd.GetSets(nft.InetTable(t.Name))
+		if nft.IsNotExist(err) {
 			continue // gone while we looked: its owner exited
 		}
 		if err != nil {
 			return nil, fmt.Errorf("list sets of table inet %s: %w", t.Name, err)
 		}
 		for _, s := range sets {
-			if s.Name != SetLocal4 && s.Name != SetLocal6 && s.Name != SetFallback4 && s.Name != SetFallback6 {
+			if s.Name != nft.SetLocal4 && s.Name != nft.SetLocal6 && s.Name != nft.SetFallback4 && s.Name != nft.SetFallback6 {
 				continue
 			}
-			elems, err := c.ops.GetSetElements(s)
-			if IsNotExist(err) {
+			elems, err := c.rd.GetSetElements(s)
+			if nft.IsNotExist(err) {
 				continue
 			}
 			if err != nil {
 				return nil, fmt.Errorf("list elements of set %s of table inet %s: %w", s.Name, t.Name, err)
 			}
-			if s.Name == SetFallback4 || s.Name == SetFallback6 {
-				in.Voted = in.Voted || s.Name == SetFallback4
+			if s.Name == nft.SetFallback4 || s.Name == nft.SetFallback6 {
+				in.Voted = in.Voted || s.Name == nft.SetFallback4
 				for _, e := range elems {
-					if p, ok := pairOf(e.Key); ok {
+					if p, ok := nft.PairOf(e.Key); ok {
 						in.Fallbacks = append(in.Fallbacks, p)
 					}
 				}
@@ -106,7 +94,7 @@ func (c *Conn) Instances() ([]Instance, error) {
 		in.Fallbacks = sortedPairs(in.Fallbacks)
 		out = append(out, in)
 	}
-	slices.SortFunc(out, func(a, b Instance) int {
+	slices.SortFunc(out, func(a, b nft.Instance) int {
 		if a.Table < b.Table {
 			return -1
 		}
@@ -124,18 +112,18 @@ func (c *Conn) Instances() ([]Instance, error) {
 func (c *Conn) DeleteLegacy() ([]string, error) {
 	c.lock()
 	defer c.mu.Unlock()
-	tables, err := c.ops.ListTablesOfFamily(nftables.TableFamilyINet)
+	tables, err := c.rd.ListTablesOfFamily(nftables.TableFamilyINet)
 	if err != nil {
 		return nil, fmt.Errorf("list inet tables: %w", err)
 	}
 	var deleted []string
 	for _, t := range tables {
-		if !isInstanceTableName(t.Name) || hasOwner(t.Flags) {
+		if !nft.IsInstanceTableName(t.Name) || hasOwner(t.Flags) {
 			continue
 		}
-		c.ops.DelTable(tableNamed(t.Name))
-		if err := c.ops.Flush(); err != nil && !IsNotExist(err) {
-			c.ops.Discard()
+		c.tx.DelTable(nft.InetTable(t.Name))
+		if err := c.tx.Flush(); err != nil && !nft.IsNotExist(err) {
+			c.tx.Discard()
 			return deleted, fmt.Errorf("delete table inet %s: %w", t.Name, err)
 		}
 		deleted = append(deleted, t.Name)

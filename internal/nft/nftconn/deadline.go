@@ -1,4 +1,4 @@
-package nft
+package nftconn
 
 import (
 	"time"
@@ -14,7 +14,7 @@ const RequestTimeout = nlsock.RequestTimeout
 // lock takes c.mu and sets the deadline for the requests made while holding it.
 func (c *Conn) lock() {
 	c.mu.Lock()
-	if err := c.ops.SetDeadline(time.Now().Add(RequestTimeout)); err != nil {
+	if err := c.sock.SetDeadline(time.Now().Add(RequestTimeout)); err != nil {
 		c.log.Debug("set netlink deadline", zap.Error(err))
 	}
 }
