@@ -87,9 +87,19 @@ func (k *kernel) fallbackTable() fallbackTable {
 	return k.conn.Fallback()
 }
 
+// counterReader is what a scrape reads our rule counters through ([*nftconn.Conn]): reads only.
+type counterReader interface {
+	Table() string
+	TableCounters(table string, chains ...string) ([]nftconn.RuleCounter, error)
+}
+
+var _ counterReader = (*nftconn.Conn)(nil)
+
 // ruleCounters reads our table's rule counters for a scrape.
-func (k *kernel) ruleCounters() ([]metrics.RuleCounter, error) {
-	rcs, err := k.conn.TableCounters(k.conn.Table(), nft.OurChains()...)
+func (k *kernel) ruleCounters() ([]metrics.RuleCounter, error) { return readRuleCounters(k.conn) }
+
+func readRuleCounters(c counterReader) ([]metrics.RuleCounter, error) {
+	rcs, err := c.TableCounters(c.Table(), nft.OurChains()...)
 	if err != nil {
 		return nil, err
 	}
