@@ -11,7 +11,7 @@ import (
 )
 
 // Which version's fallback table stands. Every instance derives the same decision from the instance tables
-// (the supervisor's decideFallback), but two versions whose rules for it differ (one more counter, a rewritten
+// ([DecideFallback]), but two versions whose rules for it differ (one more counter, a rewritten
 // reply rule) would each find the other's table out of sync and write its own, for ever. So the table says
 // which generation of the rules wrote it, and for which targets (the stamp, the first rule's comment):
 //
