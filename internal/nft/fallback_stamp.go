@@ -6,8 +6,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-
-	"github.com/google/nftables/userdata"
 )
 
 // Which version's fallback table stands. Every instance derives the same decision from the instance tables
@@ -46,11 +44,6 @@ func (s FallbackStamp) String() string {
 // Newer reports whether s was written by a later generation than this build's.
 func (s FallbackStamp) Newer() bool { return s.Generation > fallbackGeneration }
 
-// SameDecision reports whether s names f's targets.
-func (s FallbackStamp) SameDecision(f *Fallback) bool {
-	return slices.Equal(s.Targets, f.Stamp.Targets)
-}
-
 // ParseStamp reads a stamp's comment (nftconn reads it off the fallback table's first rule).
 func ParseStamp(c string) (FallbackStamp, bool) {
 	rest, ok := strings.CutPrefix(c, stampPrefix)
@@ -76,15 +69,3 @@ func ParseStamp(c string) (FallbackStamp, bool) {
 
 // commentStmt is a rule's comment: no bytecode; nft lists it last, and userData hands it to the kernel.
 func commentStmt(c string) stmt { return stmt{text: fmt.Sprintf("comment %q", c)} }
-
-// userData is the rule's comment (the stamp, on the first rule), if it has one.
-func (r FallbackRule) userData() []byte {
-	for _, s := range r {
-		if q, ok := strings.CutPrefix(s.text, "comment "); ok && len(s.exprs) == 0 {
-			if c, err := strconv.Unquote(q); err == nil {
-				return userdata.AppendString(nil, userdata.TypeComment, c)
-			}
-		}
-	}
-	return nil
-}

@@ -335,3 +335,9 @@ func sortedUnique(ips []netip.Addr) []netip.Addr {
 	slices.SortFunc(out, netip.Addr.Compare)
 	return slices.Compact(out)
 }
+
+func sortedPairs(ps []netip.AddrPort) []netip.AddrPort {
+	out := slices.Clone(ps)
+	slices.SortFunc(out, netip.AddrPort.Compare)
+	return slices.Compact(out)
+}

@@ -265,6 +265,3 @@ func ctDirection(d uint8) stmt {
 }
 
 func masquerade() stmt { return stmt{"masquerade", []expr.Any{&expr.Masq{}}} }
-
-// exprs is the rule's bytecode.
-func (r FallbackRule) exprs() []expr.Any { return stmtsExprs(r) }

@@ -13,55 +13,6 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/nft/nlsock"
 )
 
-// The socket as each job of Conn uses it: one small interface per job, as knftables' Interface is small. txOps
-// writes (a batch is queued, then sent whole), readOps reads our objects by name, sockOps is the socket's own
-// life. kernelOps (owned.go) is all three on one socket, as the owned table needs: it lives exactly as long as
-// the socket that created it, and every write to it must come through that socket. fakeKernel (fake_test.go)
-// stands in for it in unit tests. Nothing here can dump the node's chains (listing.go says why).
-
-// txOps queues nf_tables messages and sends them as one batch: Flush commits all of them or none.
-type txOps interface {
-	AddTable(*nftables.Table) *nftables.Table
-	DelTable(*nftables.Table)
-	AddSet(*nftables.Set, []nftables.SetElement) error
-	DelSet(*nftables.Set)
-	AddChain(*nftables.Chain) *nftables.Chain
-	DelChain(*nftables.Chain)
-	FlushChain(*nftables.Chain)
-	AddRule(*nftables.Rule) *nftables.Rule
-	Flush() error
-	// Discard drops whatever the socket still holds after a failed batch (acknowledgements the library
-	// stopped reading), so the next request reads its own answer.
-	Discard()
-}
-
-// readOps asks the kernel for tables of a family, or for one table's objects by name.
-type readOps interface {
-	ListTablesOfFamily(nftables.TableFamily) ([]*nftables.Table, error)
-	ListChain(*nftables.Table, string) (*nftables.Chain, error)
-	GetSets(*nftables.Table) ([]*nftables.Set, error)
-	GetSetElements(*nftables.Set) ([]nftables.SetElement, error)
-	// GetRules is the library's, but for `ct original ...`, which the library cannot decode (nlsock/getrules.go).
-	GetRules(*nftables.Table, *nftables.Chain) ([]*nftables.Rule, error)
-}
-
-// sockOps is the lasting socket itself.
-type sockOps interface {
-	// CreateOwnedTable creates table inet name with NFT_TABLE_F_OWNER, failing with EEXIST when the name is
-	// taken, on the socket every other call uses: the table lives exactly as long as that socket.
-	CreateOwnedTable(name string) error
-	// SetDeadline bounds the next requests (see RequestTimeout).
-	SetDeadline(time.Time) error
-	CloseLasting() error
-}
-
-// nftOps is the three on one socket.
-type nftOps interface {
-	txOps
-	readOps
-	sockOps
-}
-
 // Conn is one instance's netlink socket for nftables, and the table it owns. The socket is opened once and
 // closed only by [Conn.Close]: the kernel removes the owned table the moment it closes, whether we close it,
 // exit, or are SIGKILLed, and nobody else (root included) can change or delete the table meanwhile. Methods are
@@ -109,6 +60,14 @@ func Open(opts ...Option) (*Conn, error) {
 	}
 	c.tx, c.rd, c.sock = ops, ops, ops
 	return c, nil
+}
+
+// lock takes c.mu and sets the deadline for the requests made while holding it.
+func (c *Conn) lock() {
+	c.mu.Lock()
+	if err := c.sock.SetDeadline(time.Now().Add(RequestTimeout)); err != nil {
+		c.log.Debug("set netlink deadline", zap.Error(err))
+	}
 }
 
 // Close closes the socket, and with it the kernel removes our table.
@@ -220,7 +179,7 @@ func (c *Conn) create() error {
 
 // queueClear queues the removal of everything in our table. Called with c.mu held.
 func (c *Conn) queueClear(t *nftables.Table) error {
-	chains, err := c.chainsOf(t, nft.InstanceChains(), false) // by name: never a dump of the node's chains (listing.go)
+	chains, err := chainsOf(c.rd, t, nft.InstanceChains(), false) // by name: never a dump of the node's chains (listing.go)
 	if err != nil {
 		return err
 	}

@@ -13,7 +13,7 @@
 //
 // [FallbackTable] writes the link-local fallback's table over the same socket (nft/nftwatch recognises our
 // own writes by its port), though the table is not owned: it outlives the socket, so [FallbackTable.InSync]
-// reads it back. Each job reaches the socket through an interface of its own size (conn.go: txOps, readOps,
+// reads it back. Each job reaches the socket through an interface of its own size (ops.go: txOps, readOps,
 // sockOps); none of them can dump the node's chains (listing.go). Every request runs under a deadline
 // ([RequestTimeout]).
 //

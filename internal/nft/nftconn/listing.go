@@ -17,11 +17,11 @@ import (
 // node and the instance tables' names are handed out in the order the kernel lists them.
 
 // chainsOf returns those of names that exist in inet table t, asking for each by name. A table that is
-// gone has none. Called with c.mu held.
-func (c *Conn) chainsOf(t *nftables.Table, names []string, firstOnly bool) ([]string, error) {
+// gone has none. Called with the Conn's lock held.
+func chainsOf(rd readOps, t *nftables.Table, names []string, firstOnly bool) ([]string, error) {
 	var out []string
 	for _, name := range names {
-		_, err := c.rd.ListChain(t, name)
+		_, err := rd.ListChain(t, name)
 		if nft.IsNotExist(err) {
 			continue
 		}

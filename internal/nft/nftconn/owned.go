@@ -12,21 +12,6 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/nft/nlsock"
 )
 
-// kernelOps is our owning socket ([nlsock.Socket]) plus the raw NEWTABLE google/nftables cannot send: v0.3.0's
-// AddTable always sends NFTA_TABLE_FLAGS 0, and the kernel refuses to change the flags of an owned table
-// (EOPNOTSUPP), so the table is created here and never passed to AddTable again.
-type kernelOps struct {
-	*nlsock.Socket
-}
-
-func (k *kernelOps) CreateOwnedTable(name string) error {
-	table, err := nlsock.NewTableMsg(name, nlsock.TableFlagOwner)
-	if err != nil {
-		return err
-	}
-	return k.SendBatch(table)
-}
-
 // hasOwner reads the owner flag in either byte order: google/nftables v0.3.0 decodes NFTA_TABLE_FLAGS without
 // setting big endian (see isDormant).
 func hasOwner(flags uint32) bool {
@@ -48,11 +33,11 @@ func (c *Conn) Instances() ([]nft.Instance, error) {
 		if !nft.IsInstanceTableName(t.Name) || !hasOwner(t.Flags) {
 			continue
 		}
-		serving, err := c.chainsOf(nft.InetTable(t.Name), nft.ServingChains(), true)
+		serving, err := chainsOf(c.rd, nft.InetTable(t.Name), nft.ServingChains(), true)
 		if err != nil {
 			return nil, err
 		}
-		legacy, err := c.chainsOf(nft.InetTable(t.Name), nft.LegacyChains(), true)
+		legacy, err := chainsOf(c.rd, nft.InetTable(t.Name), nft.LegacyChains(), true)
 		if err != nil {
 			return nil, err
 		}
