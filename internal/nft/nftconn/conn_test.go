@@ -1,14 +1,15 @@
-package nft
+package nftconn
 
 import (
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/mdlayher/netlink"
 	"go.uber.org/zap/zaptest"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 )
 
 // These tests run everywhere, against fakeKernel; the kernel tests check the same behaviour for real.
@@ -25,7 +26,7 @@ func fakeConn(t *testing.T) (*Conn, *fakeKernel) {
 
 func TestFakeApplyTwiceKeepsOneCopy(t *testing.T) {
 	c, k := fakeConn(t)
-	rs := Build(goldenCases[3].spec)
+	rs := nft.Build(goldenCases[3].spec)
 	for range 2 {
 		if err := c.Apply(rs); err != nil {
 			t.Fatalf("Apply: %v", err)
@@ -34,10 +35,10 @@ func TestFakeApplyTwiceKeepsOneCopy(t *testing.T) {
 	if len(k.tables) != 1 || k.flushes != 2 {
 		t.Fatalf("%d tables after %d flushes, want 1 table after 2 (one batch per Apply)", len(k.tables), k.flushes)
 	}
-	if n := fakeRules(k.tables[0]); n != 24 || len(k.tables[0].elems[SetLocal4]) != 3 {
-		t.Errorf("%d rules and %d local4 elements, want 24 (node-cache's 12 per family) and 3", n, len(k.tables[0].elems[SetLocal4]))
+	if n := fakeRules(k.tables[0]); n != 24 || len(k.tables[0].elems[nft.SetLocal4]) != 3 {
+		t.Errorf("%d rules and %d local4 elements, want 24 (node-cache's 12 per family) and 3", n, len(k.tables[0].elems[nft.SetLocal4]))
 	}
-	counters, err := c.TableCounters(c.Table(), OurChains()...)
+	counters, err := c.TableCounters(c.Table(), nft.OurChains()...)
 	if err != nil || len(counters) != 24 || counters[0].Packets != 7 || counters[0].Bytes != 700 {
 		t.Errorf("TableCounters = %v, %v; want 24 counters read back", counters, err)
 	}
@@ -45,19 +46,19 @@ func TestFakeApplyTwiceKeepsOneCopy(t *testing.T) {
 
 func TestFakeApplyFailureKeepsOldTable(t *testing.T) {
 	c, k := fakeConn(t)
-	old := Build(goldenCases[0].spec)
+	old := nft.Build(goldenCases[0].spec)
 	if err := c.Apply(old); err != nil {
 		t.Fatal(err)
 	}
 	k.flushErr = unix.EOPNOTSUPP
-	err := c.Apply(Build(goldenCases[2].spec))
-	if !IsNotSupported(err) || !strings.Contains(err.Error(), "apply table inet nodelocaldns") {
+	err := c.Apply(nft.Build(goldenCases[2].spec))
+	if !nft.IsNotSupported(err) || !strings.Contains(err.Error(), "apply table inet nodelocaldns") {
 		t.Errorf("Apply = %v; want a wrapped EOPNOTSUPP naming the table", err)
 	}
 	ft := k.tables[0]
-	if n, want := fakeRules(ft), ruleCount(old); n != want || len(ft.elems[SetLocal4]) != len(old.Sets[0].Elements) {
+	if n, want := fakeRules(ft), ruleCount(old); n != want || len(ft.elems[nft.SetLocal4]) != len(old.Sets[0].Elements) {
 		t.Errorf("after a failed Apply: %d rules and %d local4 elements, want the old table's %d and %d",
-			n, len(ft.elems[SetLocal4]), want, len(old.Sets[0].Elements))
+			n, len(ft.elems[nft.SetLocal4]), want, len(old.Sets[0].Elements))
 	}
 }
 
@@ -69,7 +70,7 @@ func fakeRules(ft *fakeTable) int {
 	return n
 }
 
-func ruleCount(r *Ruleset) int {
+func ruleCount(r *nft.Ruleset) int {
 	n := 0
 	for _, c := range r.Chains {
 		n += len(c.Rules)
@@ -82,7 +83,7 @@ func TestFakeTeardown(t *testing.T) {
 	if err := c.Teardown(); err != nil {
 		t.Errorf("Teardown of an absent table = %v, want nil", err)
 	}
-	if err := c.Apply(Build(goldenCases[0].spec)); err != nil {
+	if err := c.Apply(nft.Build(goldenCases[0].spec)); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Teardown(); err != nil || len(k.tables) != 0 {
@@ -91,7 +92,7 @@ func TestFakeTeardown(t *testing.T) {
 	if err := c.Teardown(); err != nil || k.flushes != 2 {
 		t.Errorf("second Teardown = %v after %d flushes; want nil and nothing sent", err, k.flushes)
 	}
-	if err := c.Apply(Build(goldenCases[0].spec)); err != nil {
+	if err := c.Apply(nft.Build(goldenCases[0].spec)); err != nil {
 		t.Fatal(err)
 	}
 	k.flushErr = unix.EPERM
@@ -100,31 +101,12 @@ func TestFakeTeardown(t *testing.T) {
 	}
 }
 
-func TestErrorPredicates(t *testing.T) {
-	for _, tc := range []struct {
-		err                 error
-		notExist, exist, ns bool
-	}{
-		{fmt.Errorf("delete: %w", unix.ENOENT), true, false, false},
-		{errors.New("receiveAckAware: netlink receive: no such file or directory"), true, false, false}, // google/nftables' %v
-		{fmt.Errorf("add: %w", unix.EEXIST), false, true, false},
-		{fmt.Errorf("add: %w", unix.EOPNOTSUPP), false, false, true},
-		{fmt.Errorf("dial: %w", unix.EPROTONOSUPPORT), false, false, true},
-		{nil, false, false, false},
-		{unix.EPERM, false, false, false},
-	} {
-		if IsNotExist(tc.err) != tc.notExist || IsExist(tc.err) != tc.exist || IsNotSupported(tc.err) != tc.ns {
-			t.Errorf("%v: IsNotExist=%v IsExist=%v IsNotSupported=%v", tc.err, IsNotExist(tc.err), IsExist(tc.err), IsNotSupported(tc.err))
-		}
-	}
-}
-
 // A kernel before 5.12 refuses the owner flag with EINVAL, not EOPNOTSUPP: the error still names the requirement.
 func TestOwnerFlagRefusedNamesTheKernel(t *testing.T) {
 	for _, errno := range []error{unix.EINVAL, unix.EOPNOTSUPP} {
 		c, k := fakeConn(t)
 		k.createErr = &netlink.OpError{Op: "receive", Err: errno}
-		err := c.Apply(Build(goldenCases[0].spec))
+		err := c.Apply(nft.Build(goldenCases[0].spec))
 		if err == nil || !strings.Contains(err.Error(), "Linux 5.12 or later") {
 			t.Errorf("%v from the kernel: Apply = %v; want the error to name Linux 5.12", errno, err)
 		}

@@ -1,4 +1,4 @@
-package nft
+package nftconn
 
 import (
 	"fmt"
@@ -6,6 +6,8 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"github.com/google/nftables/userdata"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 )
 
 // RuleCounter is the counter of one of our rules, keyed by chain and comment (unique within a chain).
@@ -25,8 +27,8 @@ func (c *Conn) TableCounters(table string, chains ...string) ([]RuleCounter, err
 	t := &nftables.Table{Name: table, Family: nftables.TableFamilyINet}
 	var out []RuleCounter
 	for _, name := range chains {
-		rules, err := c.ops.GetRules(t, &nftables.Chain{Name: name, Table: t})
-		if IsNotExist(err) {
+		rules, err := c.rd.GetRules(t, &nftables.Chain{Name: name, Table: t})
+		if nft.IsNotExist(err) {
 			continue
 		}
 		if err != nil {

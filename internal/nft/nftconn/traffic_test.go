@@ -1,9 +1,10 @@
-package nft
+package nftconn
 
 import (
 	"net/netip"
 	"testing"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
@@ -14,7 +15,7 @@ func TestNotrackBypassesConntrack(t *testing.T) {
 	startDNS(t, linkLocalIP, localAnswer)
 	activateConntrack(t)
 
-	if err := c.Apply(Build(Spec{LocalIPs: []netip.Addr{netip.MustParseAddr(linkLocalIP)}, DNSPort: 53, HealthPort: 8080})); err != nil {
+	if err := c.Apply(nft.Build(nft.Spec{LocalIPs: []netip.Addr{netip.MustParseAddr(linkLocalIP)}, DNSPort: 53, HealthPort: 8080})); err != nil {
 		t.Fatalf("Apply: %v", err)
 	}
 	for _, tcp := range []bool{false, true} {
@@ -82,8 +83,8 @@ func TestCoexistsWithKubeProxyDNAT(t *testing.T) {
 			activateConntrack(t)
 			tc.dnat(t)
 
-			spec := Spec{LocalIPs: []netip.Addr{netip.MustParseAddr(linkLocalIP), netip.MustParseAddr(clusterIP)}, DNSPort: 53, HealthPort: 8080}
-			if err := c.Apply(Build(spec)); err != nil {
+			spec := nft.Spec{LocalIPs: []netip.Addr{netip.MustParseAddr(linkLocalIP), netip.MustParseAddr(clusterIP)}, DNSPort: 53, HealthPort: 8080}
+			if err := c.Apply(nft.Build(spec)); err != nil {
 				t.Fatalf("Apply: %v", err)
 			}
 			for _, tcp := range []bool{false, true} {

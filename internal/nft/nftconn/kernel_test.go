@@ -1,4 +1,4 @@
-package nft
+package nftconn
 
 import (
 	"os/exec"
@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
@@ -23,11 +24,11 @@ func TestApplyListsAsGolden(t *testing.T) {
 	c := freshConn(t)
 	for _, tc := range goldenCases {
 		t.Run(tc.name, func(t *testing.T) {
-			rs := Build(tc.spec)
+			rs := nft.Build(tc.spec)
 			if err := c.Apply(rs); err != nil {
 				t.Fatalf("Apply: %v", err)
 			}
-			if got, want := listOwn(t, TableName), readGolden(t, tc.name); got != want {
+			if got, want := listOwn(t, nft.TableName), readGolden(t, tc.name); got != want {
 				t.Errorf("nft -s list table differs from golden %s:\n--- kernel\n%s--- golden\n%s", tc.name, got, want)
 			}
 		})
@@ -36,17 +37,17 @@ func TestApplyListsAsGolden(t *testing.T) {
 
 func TestApplyIsIdempotent(t *testing.T) {
 	c := freshConn(t)
-	rs := Build(goldenCases[3].spec)
+	rs := nft.Build(goldenCases[3].spec)
 	for range 3 {
 		if err := c.Apply(rs); err != nil {
 			t.Fatalf("Apply: %v", err)
 		}
 	}
 	listing := testenv.Run(t, "nft", "-s", "list", "ruleset")
-	if n := strings.Count(listing, "table inet "+TableName); n != 1 {
+	if n := strings.Count(listing, "table inet "+nft.TableName); n != 1 {
 		t.Errorf("%d copies of the table after three applies:\n%s", n, listing)
 	}
-	if got, want := listOwn(t, TableName), rs.Text(TableName); got != want {
+	if got, want := listOwn(t, nft.TableName), rs.Text(nft.TableName); got != want {
 		t.Errorf("after three applies:\n%s\nwant:\n%s", got, want)
 	}
 }
@@ -54,7 +55,7 @@ func TestApplyIsIdempotent(t *testing.T) {
 func TestTeardown(t *testing.T) {
 	c := freshConn(t)
 	testenv.Run(t, "nft", "add", "table", "inet", "filter") // a neighbour that must survive
-	if err := c.Apply(Build(goldenCases[0].spec)); err != nil {
+	if err := c.Apply(nft.Build(goldenCases[0].spec)); err != nil {
 		t.Fatalf("Apply: %v", err)
 	}
 	for i := range 2 {
@@ -63,13 +64,13 @@ func TestTeardown(t *testing.T) {
 		}
 	}
 	listing := testenv.Run(t, "nft", "list", "ruleset")
-	if strings.Contains(listing, TableName) {
+	if strings.Contains(listing, nft.TableName) {
 		t.Errorf("table still listed after Teardown:\n%s", listing)
 	}
 	if !strings.Contains(listing, "table inet filter") {
 		t.Errorf("Teardown removed a foreign table:\n%s", listing)
 	}
-	if out, err := exec.Command("nft", "list", "table", "inet", TableName).CombinedOutput(); err == nil {
+	if out, err := exec.Command("nft", "list", "table", "inet", nft.TableName).CombinedOutput(); err == nil {
 		t.Errorf("nft list table succeeded after Teardown:\n%s", out)
 	}
 	if got, err := c.Instances(); err != nil || len(got) != 0 {
@@ -79,11 +80,11 @@ func TestTeardown(t *testing.T) {
 
 func TestCountersAndForeignDrop(t *testing.T) {
 	c := freshConn(t)
-	rs := Build(goldenCases[0].spec)
+	rs := nft.Build(goldenCases[0].spec)
 	if err := c.Apply(rs); err != nil {
 		t.Fatalf("Apply: %v", err)
 	}
-	counters, err := c.TableCounters(c.Table(), OurChains()...)
+	counters, err := c.TableCounters(c.Table(), nft.OurChains()...)
 	if err != nil {
 		t.Fatalf("TableCounters: %v", err)
 	}
@@ -96,13 +97,13 @@ func TestCountersAndForeignDrop(t *testing.T) {
 	if out, err := exec.Command("dig", "+tries=1", "+time=1", "@169.254.20.10", "example.").CombinedOutput(); err == nil {
 		t.Logf("dig unexpectedly got an answer: %s", out)
 	}
-	counters, err = c.TableCounters(c.Table(), OurChains()...)
+	counters, err = c.TableCounters(c.Table(), nft.OurChains()...)
 	if err != nil {
 		t.Fatalf("TableCounters: %v", err)
 	}
 	want := map[string]bool{
-		ChainRawOutput + "/" + CommentSkipConntrack + ": ipv4 udp host-network queries": false,
-		ChainFilterInput + "/" + CommentAllowDNS + ": ipv4 udp queries":                 false,
+		nft.ChainRawOutput + "/" + nft.CommentSkipConntrack + ": ipv4 udp host-network queries": false,
+		nft.ChainFilterInput + "/" + nft.CommentAllowDNS + ": ipv4 udp queries":                 false,
 	}
 	for _, rc := range counters {
 		k := rc.Chain + "/" + rc.Comment

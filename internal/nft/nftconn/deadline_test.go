@@ -1,22 +1,24 @@
-package nft
+package nftconn
 
 import (
 	"testing"
 	"time"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 )
 
 // Every request on our socket runs under a deadline no further than RequestTimeout away, so a wedged
 // netlink socket fails a call instead of hanging the reconcile loop, a scrape or shutdown.
 func TestEveryCallSetsADeadline(t *testing.T) {
 	c, k := fakeConn(t)
-	rs := Build(goldenCases[0].spec)
+	rs := nft.Build(goldenCases[0].spec)
 	calls := []struct {
 		name string
 		do   func() error
 	}{
 		{"Apply", func() error { return c.Apply(rs) }},
 		{"Instances", func() error { _, err := c.Instances(); return err }},
-		{"TableCounters", func() error { _, err := c.TableCounters(c.Table(), OurChains()...); return err }},
+		{"TableCounters", func() error { _, err := c.TableCounters(c.Table(), nft.OurChains()...); return err }},
 		{"Teardown", func() error { return c.Teardown() }},
 	}
 	for _, call := range calls {

@@ -1,4 +1,4 @@
-package nft
+package nftconn
 
 import (
 	"fmt"
@@ -9,40 +9,9 @@ import (
 	"github.com/google/nftables"
 	"go.uber.org/zap"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft/nlsock"
 )
-
-// nftOps is the part of *nftables.Conn we use (queue messages, send them as one batch, dump objects), plus
-// the one message google/nftables v0.3.0 cannot send: a table with flags. A kernel-like fake stands in for it
-// in unit tests.
-type nftOps interface {
-	AddTable(*nftables.Table) *nftables.Table
-	DelTable(*nftables.Table)
-	AddSet(*nftables.Set, []nftables.SetElement) error
-	DelSet(*nftables.Set)
-	AddChain(*nftables.Chain) *nftables.Chain
-	DelChain(*nftables.Chain)
-	FlushChain(*nftables.Chain)
-	AddRule(*nftables.Rule) *nftables.Rule
-	DelRule(*nftables.Rule) error
-	Flush() error
-	ListTablesOfFamily(nftables.TableFamily) ([]*nftables.Table, error)
-	ListChains() ([]*nftables.Chain, error) // every chain of every table: only the foreign-drop check (listing.go)
-	ListChain(*nftables.Table, string) (*nftables.Chain, error)
-	GetSets(*nftables.Table) ([]*nftables.Set, error)
-	GetSetElements(*nftables.Set) ([]nftables.SetElement, error)
-	// GetRules is the library's, but for `ct original ...`, which the library cannot decode (nlsock/getrules.go).
-	GetRules(*nftables.Table, *nftables.Chain) ([]*nftables.Rule, error)
-	CloseLasting() error
-	// CreateOwnedTable creates table inet name with NFT_TABLE_F_OWNER, failing with EEXIST when the name is
-	// taken, on the socket every other call uses: the table lives exactly as long as that socket.
-	CreateOwnedTable(name string) error
-	// SetDeadline bounds the next requests (see RequestTimeout).
-	SetDeadline(time.Time) error
-	// Discard drops whatever the socket still holds after a failed batch (acknowledgements the library
-	// stopped reading), so the next request reads its own answer.
-	Discard()
-}
 
 // Conn is one instance's netlink socket for nftables, and the table it owns. The socket is opened once and
 // closed only by [Conn.Close]: the kernel removes the owned table the moment it closes, whether we close it,
@@ -51,7 +20,9 @@ type nftOps interface {
 type Conn struct {
 	mu     sync.Mutex
 	log    *zap.Logger
-	ops    nftOps
+	tx     txOps
+	rd     readOps
+	sock   sockOps
 	table  string        // the owned table's name; "" until the first Apply
 	drain  string        // the drain table's name while the instance drains (drain.go); ""
 	portID atomic.Uint32 // netlink port of our socket: the kernel stamps it on the notifications our writes cause
@@ -77,16 +48,26 @@ func Open(opts ...Option) (*Conn, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	c := &Conn{log: o.log.Named("nft"), ops: o.ops}
-	if c.ops == nil {
+	ops := o.ops
+	c := &Conn{log: o.log.Named("nft")}
+	if ops == nil {
 		sock, err := nlsock.Open()
 		if err != nil {
 			return nil, err
 		}
 		c.portID.Store(sock.PortID())
-		c.ops = &kernelOps{sock}
+		ops = &kernelOps{sock}
 	}
+	c.tx, c.rd, c.sock = ops, ops, ops
 	return c, nil
+}
+
+// lock takes c.mu and sets the deadline for the requests made while holding it.
+func (c *Conn) lock() {
+	c.mu.Lock()
+	if err := c.sock.SetDeadline(time.Now().Add(RequestTimeout)); err != nil {
+		c.log.Debug("set netlink deadline", zap.Error(err))
+	}
 }
 
 // Close closes the socket, and with it the kernel removes our table.
@@ -94,13 +75,13 @@ func (c *Conn) Close() error {
 	c.lock()
 	defer c.mu.Unlock()
 	c.table = ""
-	if err := c.ops.CloseLasting(); err != nil {
+	if err := c.sock.CloseLasting(); err != nil {
 		return fmt.Errorf("close nftables netlink socket: %w", err)
 	}
 	return nil
 }
 
-// PortID is the netlink port id of c's socket; [IgnoreConn] uses it to recognise c's own writes.
+// PortID is the netlink port id of c's socket; nftwatch.IgnoreConn uses it to recognise c's own writes.
 func (c *Conn) PortID() uint32 { return c.portID.Load() }
 
 // Table is the name of the table c owns, "" before the first [Conn.Apply].
@@ -115,7 +96,7 @@ func (c *Conn) Table() string {
 // and sets there are, add r's sets with their elements, chains and rules, one commit. Packets see the old
 // contents or the new, and a failed batch changes nothing. The table itself is never re-created: an owned
 // table can only be replaced by closing the socket, which would leave a gap.
-func (c *Conn) Apply(r *Ruleset) error {
+func (c *Conn) Apply(r *nft.Ruleset) error {
 	c.lock()
 	defer c.mu.Unlock()
 	start := time.Now()
@@ -127,7 +108,7 @@ func (c *Conn) Apply(r *Ruleset) error {
 	if ce := c.log.Check(zap.DebugLevel, "applying nftables table"); ce != nil {
 		ce.Write(zap.String("ruleset", r.Text(c.table))) // printed only when someone reads it
 	}
-	t := tableNamed(c.table)
+	t := nft.InetTable(c.table)
 	if err := c.queueClear(t); err != nil {
 		return err
 	}
@@ -135,8 +116,8 @@ func (c *Conn) Apply(r *Ruleset) error {
 	if err != nil {
 		return err
 	}
-	if err := c.ops.Flush(); err != nil {
-		c.ops.Discard()
+	if err := c.tx.Flush(); err != nil {
+		c.tx.Discard()
 		return fmt.Errorf("apply table inet %s: %w", c.table, err)
 	}
 	c.log.Info("applied nftables table", zap.String("table", "inet "+c.table), zap.Int("chains", len(r.Chains)),
@@ -146,10 +127,10 @@ func (c *Conn) Apply(r *Ruleset) error {
 
 // queueRuleset queues r's sets, chains and rules into t, and counts the elements and rules. On a marshalling
 // error nothing is sent. Called with c.mu held.
-func (c *Conn) queueRuleset(t *nftables.Table, r *Ruleset) (elements, rules int, err error) {
+func (c *Conn) queueRuleset(t *nftables.Table, r *nft.Ruleset) (elements, rules int, err error) {
 	for _, s := range r.Sets {
-		set, elems := nftSet(t, s)
-		if err := c.ops.AddSet(set, elems); err != nil {
+		set, elems := s.Encode(t)
+		if err := c.tx.AddSet(set, elems); err != nil {
 			// A marshalling error, before anything was sent: send what is queued so far only if it cannot
 			// remove anything. It can (a clear, a table's delete), so drop the batch by failing it on purpose.
 			c.abort(t)
@@ -158,7 +139,7 @@ func (c *Conn) queueRuleset(t *nftables.Table, r *Ruleset) (elements, rules int,
 		elements += len(elems)
 	}
 	for _, ch := range r.Chains {
-		rules += addChain(c.ops, t, ch)
+		rules += addChain(c.tx, t, ch)
 	}
 	return elements, rules, nil
 }
@@ -166,7 +147,7 @@ func (c *Conn) queueRuleset(t *nftables.Table, r *Ruleset) (elements, rules int,
 // create takes the first free instance name with an owned table. Two instances starting at once may race for
 // a name; the loser's create fails with EEXIST and it tries the next. Called with c.mu held.
 func (c *Conn) create() error {
-	tables, err := c.ops.ListTablesOfFamily(nftables.TableFamilyINet)
+	tables, err := c.rd.ListTablesOfFamily(nftables.TableFamilyINet)
 	if err != nil {
 		return fmt.Errorf("list inet tables: %w", err)
 	}
@@ -174,49 +155,45 @@ func (c *Conn) create() error {
 	for _, t := range tables {
 		taken[t.Name] = true
 	}
-	for n := range maxInstances {
-		name := InstanceTableName(n)
+	for n := range nft.MaxInstances {
+		name := nft.InstanceTableName(n)
 		if taken[name] {
 			continue
 		}
-		err := c.ops.CreateOwnedTable(name)
+		err := c.sock.CreateOwnedTable(name)
 		switch {
 		case err == nil:
 			c.table = name
 			c.log.Info("created owned nftables table", zap.String("table", "inet "+name))
 			return nil
-		case IsExist(err):
+		case nft.IsExist(err):
 			continue
-		case IsOwnerFlagRefused(err):
-			return fmt.Errorf("create table inet %s with flags owner: %w (%s)", name, err, ErrNoOwnerFlag)
+		case nft.IsOwnerFlagRefused(err):
+			return fmt.Errorf("create table inet %s with flags owner: %w (%s)", name, err, nft.ErrNoOwnerFlag)
 		default:
 			return fmt.Errorf("create table inet %s with flags owner: %w", name, err)
 		}
 	}
-	return fmt.Errorf("no free instance table name among %s..%s", InstanceTableName(0), InstanceTableName(maxInstances-1))
+	return fmt.Errorf("no free instance table name among %s..%s", nft.InstanceTableName(0), nft.InstanceTableName(nft.MaxInstances-1))
 }
-
-// ErrNoOwnerFlag explains a refused owner flag.
-const ErrNoOwnerFlag = "nodelocaldns needs NFT_TABLE_F_OWNER (Linux 5.12 or later; kube-proxy's nftables mode needs 5.13); " +
-	"kernels before 5.12 refuse the flag with \"invalid argument\""
 
 // queueClear queues the removal of everything in our table. Called with c.mu held.
 func (c *Conn) queueClear(t *nftables.Table) error {
-	chains, err := c.chainsOf(t, instanceChains(), false) // by name: never a dump of the node's chains (listing.go)
+	chains, err := chainsOf(c.rd, t, nft.InstanceChains(), false) // by name: never a dump of the node's chains (listing.go)
 	if err != nil {
 		return err
 	}
 	for _, name := range chains {
 		ch := &nftables.Chain{Name: name, Table: t}
-		c.ops.FlushChain(ch)
-		c.ops.DelChain(ch)
+		c.tx.FlushChain(ch)
+		c.tx.DelChain(ch)
 	}
-	sets, err := c.ops.GetSets(t)
+	sets, err := c.rd.GetSets(t)
 	if err != nil {
 		return fmt.Errorf("list sets of table inet %s: %w", t.Name, err)
 	}
 	for _, s := range sets {
-		c.ops.DelSet(&nftables.Set{Table: t, Name: s.Name})
+		c.tx.DelSet(&nftables.Set{Table: t, Name: s.Name})
 	}
 	return nil
 }
@@ -225,9 +202,9 @@ func (c *Conn) queueClear(t *nftables.Table) error {
 // whole in the kernel. Called with c.mu held.
 func (c *Conn) abort(t *nftables.Table) {
 	bogus := &nftables.Chain{Name: "nodelocaldns-abort", Table: t}
-	c.ops.DelChain(bogus)
-	_ = c.ops.Flush()
-	c.ops.Discard()
+	c.tx.DelChain(bogus)
+	_ = c.tx.Flush()
+	c.tx.Discard()
 }
 
 // Teardown deletes our table, and with it every chain, rule and set, in one call, over the owning socket. The
@@ -239,13 +216,13 @@ func (c *Conn) Teardown() error {
 		return nil
 	}
 	start := time.Now()
-	c.ops.DelTable(tableNamed(c.table))
-	err := c.ops.Flush()
+	c.tx.DelTable(nft.InetTable(c.table))
+	err := c.tx.Flush()
 	switch {
-	case IsNotExist(err):
+	case nft.IsNotExist(err):
 		c.log.Debug("nftables table already absent", zap.String("table", "inet "+c.table))
 	case err != nil:
-		c.ops.Discard()
+		c.tx.Discard()
 		return fmt.Errorf("delete table inet %s: %w", c.table, err)
 	default:
 		c.log.Info("deleted nftables table", zap.String("table", "inet "+c.table), zap.Duration("elapsed", time.Since(start)))

@@ -1,4 +1,4 @@
-package nft
+package nftconn
 
 import (
 	"fmt"
@@ -20,7 +20,6 @@ type fakeKernel struct {
 	createErr error
 	flushes   int
 	discards  int
-	dumps     int         // full chain dumps (ListChains): listing.go keeps them off every hot path
 	deadlines []time.Time // every deadline set on the socket, in order
 }
 
@@ -196,24 +195,6 @@ func (k *fakeKernel) AddRule(r *nftables.Rule) *nftables.Rule {
 	return r
 }
 
-// DelRule deletes a rule by handle, ENOENT when it is not there.
-func (k *fakeKernel) DelRule(r *nftables.Rule) error {
-	k.queue = append(k.queue, func(k *fakeKernel) error {
-		ft := k.table(r.Table)
-		if ft == nil {
-			return enoent("table " + r.Table.Name)
-		}
-		rules := ft.rules[r.Chain.Name]
-		i := slices.IndexFunc(rules, func(x *nftables.Rule) bool { return x.Handle == r.Handle })
-		if i < 0 {
-			return enoent(fmt.Sprintf("rule handle %d", r.Handle))
-		}
-		ft.rules[r.Chain.Name] = slices.Delete(rules, i, i+1)
-		return nil
-	})
-	return nil
-}
-
 // Flush applies the queue to a copy and commits it only if every message succeeds.
 func (k *fakeKernel) Flush() error {
 	queue := k.queue
@@ -251,15 +232,6 @@ func (k *fakeKernel) ListTablesOfFamily(f nftables.TableFamily) ([]*nftables.Tab
 		if f == nftables.TableFamilyUnspecified || ft.t.Family == f {
 			out = append(out, ft.t)
 		}
-	}
-	return out, nil
-}
-
-func (k *fakeKernel) ListChains() ([]*nftables.Chain, error) {
-	k.dumps++
-	var out []*nftables.Chain
-	for _, ft := range k.tables {
-		out = append(out, ft.chains...)
 	}
 	return out, nil
 }

@@ -1,4 +1,4 @@
-package nft
+package nftconn
 
 import (
 	"bufio"
@@ -13,6 +13,7 @@ import (
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
@@ -25,17 +26,19 @@ const local6 = "fd00::10"
 // the packet changes. writeAddr says why it is encoded so.
 func TestIPv6RewriteEncoding(t *testing.T) {
 	c := freshConn(t)
-	f := BuildFallback(FallbackSpec{Targets: addrs(clusterIP6), Covered: pairs("[" + local6 + "]:53"), Lease: time.Hour})
+	f := nft.BuildFallback(nft.FallbackSpec{Targets: addrs(clusterIP6), Covered: pairs("[" + local6 + "]:53"), Lease: time.Hour})
 	if err := c.Fallback().Apply(f); err != nil {
 		t.Fatalf("ApplyFallback: %v", err)
 	}
 	writes := 0
+	ip6Daddr, _ := nft.AddrOffset(nft.DirTo, true)
+	ip6Saddr, _ := nft.AddrOffset(nft.DirFrom, true)
 	for _, fc := range f.Chains {
-		ch, err := c.ops.ListChain(tableNamed(FallbackTableName), fc.Name)
+		ch, err := c.rd.ListChain(nft.InetTable(nft.FallbackTableName), fc.Name)
 		if err != nil {
 			t.Fatalf("chain %s: %v", fc.Name, err)
 		}
-		rules, err := c.ops.GetRules(tableNamed(FallbackTableName), ch)
+		rules, err := c.rd.GetRules(nft.InetTable(nft.FallbackTableName), ch)
 		if err != nil {
 			t.Fatalf("rules of %s: %v", fc.Name, err)
 		}
@@ -46,7 +49,7 @@ func TestIPv6RewriteEncoding(t *testing.T) {
 					continue
 				}
 				writes++
-				if p.Base != expr.PayloadBaseNetworkHeader || p.Len != 16 || (p.Offset != ip6DaddrOffset && p.Offset != ip6SaddrOffset) {
+				if p.Base != expr.PayloadBaseNetworkHeader || p.Len != 16 || (p.Offset != ip6Daddr && p.Offset != ip6Saddr) {
 					t.Errorf("chain %s: write of %d bytes at network header + %d, want an IPv6 address", fc.Name, p.Len, p.Offset)
 				}
 				if p.CsumFlags != unix.NFT_PAYLOAD_L4CSUM_PSEUDOHDR {
@@ -95,7 +98,7 @@ func TestFallbackTrafficIPv6(t *testing.T) {
 }
 `)
 	ll := netip.MustParseAddr(local6)
-	f := BuildFallback(FallbackSpec{Targets: addrs(clusterIP6), Covered: []netip.AddrPort{netip.AddrPortFrom(ll, 53)}, Lease: time.Hour})
+	f := nft.BuildFallback(nft.FallbackSpec{Targets: addrs(clusterIP6), Covered: []netip.AddrPort{netip.AddrPortFrom(ll, 53)}, Lease: time.Hour})
 	if err := c.Fallback().Apply(f); err != nil {
 		t.Fatalf("ApplyFallback: %v", err)
 	}
@@ -142,12 +145,12 @@ func TestFallbackTrafficIPv6(t *testing.T) {
 			t.Errorf("%s: receivers counted checksum errors: %d before, %d after", setup.name, before, after)
 		}
 	}
-	spec := Spec{LocalIPs: []netip.Addr{ll}, DNSPort: 53, HealthPort: 8080}
-	if err := c.Apply(Registration(spec)); err != nil {
+	spec := nft.Spec{LocalIPs: []netip.Addr{ll}, DNSPort: 53, HealthPort: 8080}
+	if err := c.Apply(nft.Registration(spec)); err != nil {
 		t.Fatalf("Apply: %v", err)
 	}
 	startDNS(t, local6, localAnswer)
-	if err := c.Apply(Build(spec)); err != nil {
+	if err := c.Apply(nft.Build(spec)); err != nil {
 		t.Fatalf("Apply: %v", err)
 	}
 	expect("instance serving", localAnswer)

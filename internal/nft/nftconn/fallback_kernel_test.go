@@ -1,4 +1,4 @@
-package nft
+package nftconn
 
 import (
 	"net/netip"
@@ -8,12 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
 func listFallback(t *testing.T) string {
 	t.Helper()
-	return testenv.Run(t, "nft", "-s", "list", "table", "inet", FallbackTableName)
+	return testenv.Run(t, "nft", "-s", "list", "table", "inet", nft.FallbackTableName)
 }
 
 // sortElements sorts the element lines of every concatenated set in a listing: the kernel lists a hash set's
@@ -60,7 +61,7 @@ func TestApplyFallbackListsAsGolden(t *testing.T) {
 	c := freshConn(t)
 	for _, tc := range fallbackCases {
 		t.Run(tc.name, func(t *testing.T) {
-			f := BuildFallback(tc.spec)
+			f := nft.BuildFallback(tc.spec)
 			for range 2 { // a second apply replaces, never adds
 				if err := c.Fallback().Apply(f); err != nil {
 					t.Fatalf("ApplyFallback: %v", err)
@@ -80,7 +81,7 @@ func TestApplyFallbackListsAsGolden(t *testing.T) {
 // timeout is still in sync (instances of other -fallback-lease values must not fight over the table).
 func TestFallbackLease(t *testing.T) {
 	c := freshConn(t)
-	f := BuildFallback(fallbackCases[0].spec) // a 15m lease
+	f := nft.BuildFallback(fallbackCases[0].spec) // a 15m lease
 	if _, any, err := c.Fallback().Lease(); any || err != nil {
 		t.Fatalf("FallbackLease without a table = %v, %v; want none, nil", any, err)
 	}
@@ -91,8 +92,8 @@ func TestFallbackLease(t *testing.T) {
 	if !any || err != nil || left > 15*time.Minute || left < 14*time.Minute {
 		t.Fatalf("FallbackLease right after ApplyFallback = %v, %v, %v; want about 15m", left, any, err)
 	}
-	testenv.Run(t, "nft", "delete", "element", "inet", FallbackTableName, SetCovered4, "{ 169.254.20.10 . 53 }")
-	testenv.Run(t, "nft", "add", "element", "inet", FallbackTableName, SetCovered4, "{ 169.254.20.10 . 53 timeout 1m }")
+	testenv.Run(t, "nft", "delete", "element", "inet", nft.FallbackTableName, nft.SetCovered4, "{ 169.254.20.10 . 53 }")
+	testenv.Run(t, "nft", "add", "element", "inet", nft.FallbackTableName, nft.SetCovered4, "{ 169.254.20.10 . 53 timeout 1m }")
 	if left, _, _ := c.Fallback().Lease(); left > time.Minute {
 		t.Errorf("FallbackLease = %v, want at most the 1m the element was given", left)
 	}
@@ -107,32 +108,32 @@ var handle = regexp.MustCompile(`# handle (\d+)`)
 // and one apply puts it back.
 func TestFallbackInSyncSeesChanges(t *testing.T) {
 	c := freshConn(t)
-	f := BuildFallback(fallbackCases[0].spec)
-	other := BuildFallback(fallbackCases[1].spec)
+	f := nft.BuildFallback(fallbackCases[0].spec)
+	other := nft.BuildFallback(fallbackCases[1].spec)
 	for _, tc := range []struct {
 		name   string
 		change func(t *testing.T)
 	}{
 		{"rule deleted", func(t *testing.T) {
-			out := testenv.Run(t, "nft", "-a", "list", "chain", "inet", FallbackTableName, ChainPodReply)
+			out := testenv.Run(t, "nft", "-a", "list", "chain", "inet", nft.FallbackTableName, nft.ChainPodReply)
 			m := handle.FindAllStringSubmatch(out, -1)
-			testenv.Run(t, "nft", "delete", "rule", "inet", FallbackTableName, ChainPodReply, "handle", m[len(m)-1][1])
+			testenv.Run(t, "nft", "delete", "rule", "inet", nft.FallbackTableName, nft.ChainPodReply, "handle", m[len(m)-1][1])
 		}},
 		{"rule added", func(t *testing.T) {
-			testenv.Run(t, "nft", "add", "rule", "inet", FallbackTableName, ChainPodPrerouting, "udp", "dport", "53", "drop")
+			testenv.Run(t, "nft", "add", "rule", "inet", nft.FallbackTableName, nft.ChainPodPrerouting, "udp", "dport", "53", "drop")
 		}},
 		{"chain flushed", func(t *testing.T) {
-			testenv.Run(t, "nft", "flush", "chain", "inet", FallbackTableName, ChainHostOutput)
+			testenv.Run(t, "nft", "flush", "chain", "inet", nft.FallbackTableName, nft.ChainHostOutput)
 		}},
 		{"element deleted", func(t *testing.T) {
-			testenv.Run(t, "nft", "delete", "element", "inet", FallbackTableName, SetCovered4, "{ 169.254.20.10 . 53 }")
+			testenv.Run(t, "nft", "delete", "element", "inet", nft.FallbackTableName, nft.SetCovered4, "{ 169.254.20.10 . 53 }")
 		}},
 		{"element added", func(t *testing.T) {
-			testenv.Run(t, "nft", "add", "element", "inet", FallbackTableName, SetCovered4, "{ 10.0.0.1 . 53 timeout 15m }")
+			testenv.Run(t, "nft", "add", "element", "inet", nft.FallbackTableName, nft.SetCovered4, "{ 10.0.0.1 . 53 timeout 15m }")
 		}},
 		{"chain deleted", func(t *testing.T) {
-			testenv.Run(t, "nft", "flush", "chain", "inet", FallbackTableName, ChainHostReply)
-			testenv.Run(t, "nft", "delete", "chain", "inet", FallbackTableName, ChainHostReply)
+			testenv.Run(t, "nft", "flush", "chain", "inet", nft.FallbackTableName, nft.ChainHostReply)
+			testenv.Run(t, "nft", "delete", "chain", "inet", nft.FallbackTableName, nft.ChainHostReply)
 		}},
 		{"another spec", func(t *testing.T) {
 			if err := c.Fallback().Apply(other); err != nil {
@@ -163,18 +164,18 @@ func TestFallbackInSyncSeesChanges(t *testing.T) {
 // twice is not an error.
 func TestFallbackOutlivesConn(t *testing.T) {
 	c := freshConn(t)
-	if err := c.Fallback().Apply(BuildFallback(fallbackCases[0].spec)); err != nil {
+	if err := c.Fallback().Apply(nft.BuildFallback(fallbackCases[0].spec)); err != nil {
 		t.Fatalf("ApplyFallback: %v", err)
 	}
 	c2, err := Open()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c2.Fallback().Apply(BuildFallback(fallbackCases[0].spec)); err != nil {
+	if err := c2.Fallback().Apply(nft.BuildFallback(fallbackCases[0].spec)); err != nil {
 		t.Fatalf("second instance's ApplyFallback: %v", err)
 	}
 	c2.Close()
-	if out := testenv.Run(t, "nft", "list", "tables"); !strings.Contains(out, "table inet "+FallbackTableName) {
+	if out := testenv.Run(t, "nft", "list", "tables"); !strings.Contains(out, "table inet "+nft.FallbackTableName) {
 		t.Fatalf("fallback table gone with the socket that applied it:\n%s", out)
 	}
 	// Stopping keeps the reply rewrites for the queries in flight, and redirects no new one.
@@ -222,7 +223,7 @@ func TestFallbackTraffic(t *testing.T) {
 	ll := netip.MustParseAddr(linkLocalIP)
 	fallback := func(lease time.Duration) {
 		t.Helper()
-		f := BuildFallback(FallbackSpec{Targets: []netip.Addr{netip.MustParseAddr(kubeDNS)}, Covered: []netip.AddrPort{netip.AddrPortFrom(ll, 53)}, Lease: lease})
+		f := nft.BuildFallback(nft.FallbackSpec{Targets: []netip.Addr{netip.MustParseAddr(kubeDNS)}, Covered: []netip.AddrPort{netip.AddrPortFrom(ll, 53)}, Lease: lease})
 		if err := c.Fallback().Apply(f); err != nil {
 			t.Fatalf("ApplyFallback: %v", err)
 		}
@@ -240,21 +241,21 @@ func TestFallbackTraffic(t *testing.T) {
 		}
 	}
 	expect("no listener, no instance", kubeDNSAnswer, kubeDNSAnswer)
-	spec := Spec{LocalIPs: []netip.Addr{ll}, DNSPort: 53, HealthPort: 8080}
-	if err := c.Apply(Registration(spec)); err != nil {
+	spec := nft.Spec{LocalIPs: []netip.Addr{ll}, DNSPort: 53, HealthPort: 8080}
+	if err := c.Apply(nft.Registration(spec)); err != nil {
 		t.Fatalf("Apply: %v", err)
 	}
 	// Registered, CoreDNS not bound yet (a restart after SIGKILL spends its start-up here): nothing local could
 	// answer, so everyone's queries go to kube-dns.
 	expect("instance registered, not listening", kubeDNSAnswer, kubeDNSAnswer)
 	stop := startDNS(t, linkLocalIP, localAnswer)
-	if err := c.Apply(Listening(spec)); err != nil {
+	if err := c.Apply(nft.Listening(spec)); err != nil {
 		t.Fatalf("Apply: %v", err)
 	}
 	// A starting instance (registered, listening, not serving yet) gets its own and the node's queries (its
 	// `loop` probes must reach it), not the pods' (its configuration is not checked yet).
 	expect("instance registered, listening", kubeDNSAnswer, localAnswer)
-	if err := c.Apply(Build(spec)); err != nil {
+	if err := c.Apply(nft.Build(spec)); err != nil {
 		t.Fatalf("Apply: %v", err)
 	}
 	expect("instance serving", localAnswer, localAnswer)

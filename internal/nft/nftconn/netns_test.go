@@ -1,4 +1,4 @@
-package nft
+package nftconn
 
 import (
 	"os/exec"

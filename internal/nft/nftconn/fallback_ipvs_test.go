@@ -1,4 +1,4 @@
-package nft
+package nftconn
 
 import (
 	"net/netip"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
@@ -74,7 +75,7 @@ func fallbackThroughIPVS(t *testing.T, upstream, local, kubeDNS string) {
 	expect(upstream, "IPVS alone (the observer works)", kubeDNSAnswer)
 	expect(local, "no fallback, no listener", "")
 	ll := netip.MustParseAddr(local)
-	if err := c.Fallback().Apply(BuildFallback(FallbackSpec{Targets: []netip.Addr{netip.MustParseAddr(upstream)}, Covered: []netip.AddrPort{netip.AddrPortFrom(ll, 53)}, Lease: time.Hour})); err != nil {
+	if err := c.Fallback().Apply(nft.BuildFallback(nft.FallbackSpec{Targets: []netip.Addr{netip.MustParseAddr(upstream)}, Covered: []netip.AddrPort{netip.AddrPortFrom(ll, 53)}, Lease: time.Hour})); err != nil {
 		t.Fatalf("ApplyFallback: %v", err)
 	}
 	before := csumErrors(t, pn.Pod, pn.KubeDNS)
@@ -83,7 +84,7 @@ func fallbackThroughIPVS(t *testing.T, upstream, local, kubeDNS string) {
 		t.Errorf("receivers counted checksum errors: %d before, %d after", before, after)
 	}
 	stop := startDNS(t, local, localAnswer)
-	if err := c.Apply(Build(Spec{LocalIPs: []netip.Addr{ll}, DNSPort: 53, HealthPort: 8080})); err != nil {
+	if err := c.Apply(nft.Build(nft.Spec{LocalIPs: []netip.Addr{ll}, DNSPort: 53, HealthPort: 8080})); err != nil {
 		t.Fatalf("Apply: %v", err)
 	}
 	expect(local, "fallback, instance serving", localAnswer)

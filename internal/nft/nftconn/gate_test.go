@@ -1,4 +1,4 @@
-package nft
+package nftconn
 
 import (
 	"net"
@@ -9,6 +9,8 @@ import (
 
 	"github.com/miekg/dns"
 	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 )
 
 // The IPv6 side of the test network of netns_test.go (testenv.PodNetwork.AddIPv6).
@@ -55,8 +57,8 @@ func TestGateFailsOpen(t *testing.T) {
 	}
 }
 `)
-	spec := Spec{LocalIPs: []netip.Addr{netip.MustParseAddr(clusterIP), netip.MustParseAddr(clusterIP6)}, DNSPort: 53, HealthPort: 8080}
-	if err := c.Apply(Build(spec)); err != nil {
+	spec := nft.Spec{LocalIPs: []netip.Addr{netip.MustParseAddr(clusterIP), netip.MustParseAddr(clusterIP6)}, DNSPort: 53, HealthPort: 8080}
+	if err := c.Apply(nft.Build(spec)); err != nil {
 		t.Fatalf("Apply: %v", err)
 	}
 	for _, ip := range []string{clusterIP, clusterIP6} {
@@ -104,8 +106,8 @@ func TestUngatedFollowsTheBoundAddresses(t *testing.T) {
 }
 `)
 	stop := startDNS(t, linkLocalIP, localAnswer)
-	spec := Spec{LocalIPs: ips(linkLocalIP, clusterIP), DNSPort: 53, HealthPort: 8080, Ungated: true, Unbound: ips(clusterIP)}
-	if err := c.Apply(Build(spec)); err != nil {
+	spec := nft.Spec{LocalIPs: ips(linkLocalIP, clusterIP), DNSPort: 53, HealthPort: 8080, Ungated: true, Unbound: ips(clusterIP)}
+	if err := c.Apply(nft.Build(spec)); err != nil {
 		t.Fatalf("Apply: %v", err)
 	}
 	expect := func(when, ip, want string) {
@@ -130,16 +132,16 @@ func TestKernelWithoutNftSocket(t *testing.T) {
 		t.Skip("skipping: runs only in the kernel VM booted without nft_socket (make test-kernel)")
 	}
 	c := freshConn(t)
-	spec := Spec{LocalIPs: ips(linkLocalIP), DNSPort: 53, HealthPort: 8080}
-	err := c.Apply(Build(spec))
-	if err == nil || !(IsNotSupported(err) || IsNotExist(err)) {
+	spec := nft.Spec{LocalIPs: ips(linkLocalIP), DNSPort: 53, HealthPort: 8080}
+	err := c.Apply(nft.Build(spec))
+	if err == nil || !(nft.IsNotSupported(err) || nft.IsNotExist(err)) {
 		t.Fatalf("Apply of the gated table = %v, want the kernel's refusal of the socket expression", err)
 	}
 	spec.Ungated = true
-	if err := c.Apply(Build(spec)); err != nil {
+	if err := c.Apply(nft.Build(spec)); err != nil {
 		t.Fatalf("Apply of the ungated table: %v", err)
 	}
-	if l := testenv.Run(t, "nft", "list", "chain", "inet", c.Table(), ChainRawPrerouting); !strings.Contains(l, "@bound4") || strings.Contains(l, "socket") {
+	if l := testenv.Run(t, "nft", "list", "chain", "inet", c.Table(), nft.ChainRawPrerouting); !strings.Contains(l, "@bound4") || strings.Contains(l, "socket") {
 		t.Errorf("the ungated table's prerouting rules do not match the bound sets:\n%s", l)
 	}
 }

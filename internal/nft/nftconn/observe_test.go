@@ -1,36 +1,37 @@
-package nft
+package nftconn
 
 import (
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
 func TestTableCountersReadsOnlyTheNamedTable(t *testing.T) {
 	c := freshConn(t)
-	if err := c.Apply(Build(goldenCases[0].spec)); err != nil {
+	if err := c.Apply(nft.Build(goldenCases[0].spec)); err != nil {
 		t.Fatal(err)
 	}
 	testenv.NftApply(t, "add table inet nodelocaldns-5\nadd chain inet nodelocaldns-5 filter-input\n"+
 		"add rule inet nodelocaldns-5 filter-input counter accept comment \"other instance\"\n")
-	got, err := c.TableCounters("nodelocaldns-5", OurChains()...)
-	if err != nil || len(got) != 1 || got[0].Comment != "other instance" || got[0].Chain != ChainFilterInput {
+	got, err := c.TableCounters("nodelocaldns-5", nft.OurChains()...)
+	if err != nil || len(got) != 1 || got[0].Comment != "other instance" || got[0].Chain != nft.ChainFilterInput {
 		t.Errorf("TableCounters(nodelocaldns-5) = %+v, %v; want its one counter", got, err)
 	}
-	if got, err := c.TableCounters("absent", OurChains()...); err != nil || len(got) != 0 {
+	if got, err := c.TableCounters("absent", nft.OurChains()...); err != nil || len(got) != 0 {
 		t.Errorf("TableCounters(absent) = %+v, %v; want none, no error", got, err)
 	}
 }
 
 // TestEveryRuleCounterIsExported: for every golden spec, the counters read from our table through
-// [OurChains] (what nodelocaldns_nftables_packets_total exports) are those of every rule Build made, chain by
+// [nft.OurChains] (what nodelocaldns_nftables_packets_total exports) are those of every rule Build made, chain by
 // chain: a chain added to Build whose counters no scrape reads fails here.
 func TestEveryRuleCounterIsExported(t *testing.T) {
 	c := freshConn(t)
 	for _, tc := range goldenCases {
-		rs := Build(tc.spec)
+		rs := nft.Build(tc.spec)
 		if err := c.Apply(rs); err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
@@ -40,7 +41,7 @@ func TestEveryRuleCounterIsExported(t *testing.T) {
 				want = append(want, ch.Name+": "+r.Comment)
 			}
 		}
-		counters, err := c.TableCounters(c.Table(), OurChains()...)
+		counters, err := c.TableCounters(c.Table(), nft.OurChains()...)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}

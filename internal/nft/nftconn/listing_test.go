@@ -1,59 +1,42 @@
-package nft
+package nftconn
 
 import (
 	"fmt"
 	"net/netip"
-	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
-// Every chain Build, Listening or Registration makes is one Apply asks for by name: a chain missing from instanceChains
-// would survive the clear and make the next batch fail with EEXIST.
-func TestInstanceChainsCoverBuild(t *testing.T) {
-	for _, tc := range goldenCases {
-		for _, rs := range []*Ruleset{Build(tc.spec), Listening(tc.spec), Registration(tc.spec)} {
-			for _, ch := range rs.Chains {
-				if !slices.Contains(instanceChains(), ch.Name) {
-					t.Errorf("%s: chain %s is not in instanceChains", tc.name, ch.Name)
-				}
-			}
-		}
-	}
-}
-
-// Apply and Instances never dump the node's chains (listing.go); a re-apply over every spec still replaces
-// the table's whole contents.
+// A re-apply over every spec replaces the table's whole contents, asking for its chains by name (readOps has no
+// dump of the node's chains: listing.go).
 func TestFakeNoChainDump(t *testing.T) {
 	c, k := fakeConn(t)
 	for _, tc := range append(goldenCases, goldenCases...) {
-		if err := c.Apply(Build(tc.spec)); err != nil {
+		if err := c.Apply(nft.Build(tc.spec)); err != nil {
 			t.Fatalf("Apply %s: %v", tc.name, err)
 		}
-		if got, want := len(k.tables[0].chains), len(Build(tc.spec).Chains); got != want {
+		if got, want := len(k.tables[0].chains), len(nft.Build(tc.spec).Chains); got != want {
 			t.Fatalf("after Apply %s: %d chains, want %d", tc.name, got, want)
 		}
 	}
-	if err := c.Apply(Registration(goldenCases[0].spec)); err != nil {
+	if err := c.Apply(nft.Registration(goldenCases[0].spec)); err != nil {
 		t.Fatal(err)
 	}
 	ins, err := c.Instances()
 	if err != nil || len(ins) != 1 || ins[0].Serving {
 		t.Errorf("Instances after registration = %+v, %v; want ours, not serving", ins, err)
 	}
-	if err := c.Apply(Build(goldenCases[0].spec)); err != nil {
+	if err := c.Apply(nft.Build(goldenCases[0].spec)); err != nil {
 		t.Fatal(err)
 	}
 	if ins, err := c.Instances(); err != nil || len(ins) != 1 || !ins[0].Serving {
 		t.Errorf("Instances after Build = %+v, %v; want ours serving", ins, err)
-	}
-	if k.dumps != 0 {
-		t.Errorf("%d full chain dumps, want none", k.dumps)
 	}
 }
 
@@ -67,11 +50,11 @@ func TestOwnTablesAmongForeignChains(t *testing.T) {
 		fmt.Fprintf(&b, "add chain ip big c%d\n", i)
 	}
 	testenv.NftApply(t, b.String())
-	for _, rs := range []*Ruleset{Registration(goldenCases[3].spec), Build(goldenCases[3].spec), Build(goldenCases[6].spec), Build(goldenCases[2].spec)} {
+	for _, rs := range []*nft.Ruleset{nft.Registration(goldenCases[3].spec), nft.Build(goldenCases[3].spec), nft.Build(goldenCases[6].spec), nft.Build(goldenCases[2].spec)} {
 		if err := c.Apply(rs); err != nil {
 			t.Fatalf("Apply: %v", err)
 		}
-		if got, want := listOwn(t, TableName), rs.Text(TableName); got != want {
+		if got, want := listOwn(t, nft.TableName), rs.Text(nft.TableName); got != want {
 			t.Fatalf("table lists as:\n%s\nwant:\n%s", got, want)
 		}
 	}
@@ -80,14 +63,14 @@ func TestOwnTablesAmongForeignChains(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c2.Close()
-	if err := c2.Apply(Registration(goldenCases[0].spec)); err != nil {
+	if err := c2.Apply(nft.Registration(goldenCases[0].spec)); err != nil {
 		t.Fatal(err)
 	}
 	ins, err := c.Instances()
 	if err != nil || len(ins) != 2 || !ins[0].Serving || ins[1].Serving || ins[1].Self {
 		t.Errorf("Instances = %+v, %v; want ours serving and the second registered", ins, err)
 	}
-	if err := c2.Apply(Build(goldenCases[6].spec)); err != nil { // -setupiptables=false: only the marker chain
+	if err := c2.Apply(nft.Build(goldenCases[6].spec)); err != nil { // -setupiptables=false: only the marker chain
 		t.Fatal(err)
 	}
 	if ins, err := c.Instances(); err != nil || len(ins) != 2 || !ins[1].Serving {
@@ -107,28 +90,28 @@ func TestInstancesSayTheirWord(t *testing.T) {
 		t.Cleanup(func() { o.Close() })
 		return o
 	}
-	spec := Spec{LocalIPs: ips("169.254.20.10"), DNSPort: 53, HealthPort: 8080, Fallbacks: []netip.AddrPort{netip.MustParseAddrPort("10.96.0.10:53")}}
-	if err := c.Apply(Registration(spec)); err != nil {
+	spec := nft.Spec{LocalIPs: ips("169.254.20.10"), DNSPort: 53, HealthPort: 8080, Fallbacks: []netip.AddrPort{netip.MustParseAddrPort("10.96.0.10:53")}}
+	if err := c.Apply(nft.Registration(spec)); err != nil {
 		t.Fatal(err)
 	}
 	none, nosay, legacy, dual := open(), open(), open(), open()
 	off := spec
 	off.Fallbacks = nil
-	if err := none.Apply(Listening(off)); err != nil {
+	if err := none.Apply(nft.Listening(off)); err != nil {
 		t.Fatal(err)
 	}
 	both := spec
 	both.Fallbacks = []netip.AddrPort{netip.MustParseAddrPort("[fd00:96::a]:53"), netip.MustParseAddrPort("10.96.0.10:53")}
-	if err := dual.Apply(Registration(both)); err != nil {
+	if err := dual.Apply(nft.Registration(both)); err != nil {
 		t.Fatal(err)
 	}
 	noInterception := spec
 	noInterception.NoInterception = true
-	if err := nosay.Apply(Build(noInterception)); err != nil {
+	if err := nosay.Apply(nft.Build(noInterception)); err != nil {
 		t.Fatal(err)
 	}
-	if err := legacy.Apply(&Ruleset{Sets: setPair(SetLocal4, SetLocal6, spec.LocalIPs),
-		Chains: []Chain[Rule]{{Name: legacyChainMarkOutput, Hook: HookOutput, Priority: priorityRaw}}}); err != nil {
+	if err := legacy.Apply(&nft.Ruleset{Sets: nft.Registration(nft.Spec{LocalIPs: spec.LocalIPs, NoInterception: true}).Sets,
+		Chains: []nft.Chain[nft.Rule]{{Name: "mark-output", Hook: nft.HookOutput, Priority: -300}}}); err != nil {
 		t.Fatal(err)
 	}
 	ins, err := c.Instances()
@@ -163,8 +146,8 @@ func TestGetRulesDecodesCtDirection(t *testing.T) {
 	}
 }
 `)
-	tbl := tableNamed("other")
-	rules, err := c.ops.GetRules(tbl, &nftables.Chain{Name: "in", Table: tbl})
+	tbl := nft.InetTable("other")
+	rules, err := c.rd.GetRules(tbl, &nftables.Chain{Name: "in", Table: tbl})
 	if err != nil {
 		t.Fatalf("GetRules: %v", err)
 	}
@@ -176,7 +159,7 @@ func TestGetRulesDecodesCtDirection(t *testing.T) {
 			}
 		}
 	}
-	if len(rules) != 1 || len(cts) != 1 || cts[0].Direction != ctReply || cts[0].Register != 1 {
+	if len(rules) != 1 || len(cts) != 1 || cts[0].Direction != 1 /* IP_CT_DIR_REPLY */ || cts[0].Register != 1 {
 		t.Fatalf("decoded %d rules with ct expressions %+v, want one reading the reply direction into register 1", len(rules), cts)
 	}
 	if v, ok := rules[0].Exprs[len(rules[0].Exprs)-1].(*expr.Verdict); !ok || v.Kind != expr.VerdictDrop {

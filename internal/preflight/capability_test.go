@@ -1,4 +1,4 @@
-package nft
+package preflight
 
 import (
 	"encoding/binary"
@@ -12,9 +12,9 @@ import (
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
-
+	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft/nlsock"
+	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
 // heldBack is the capabilities a boot of the kernel VM leaves out with its modules (test/kernel/run.sh,
@@ -96,7 +96,7 @@ func TestProbeReportsTheKernelsRefusal(t *testing.T) {
 			continue // refused for the missing module instead: TestProbeCapabilities
 		}
 		refusal, err := probeCapability(nl, c)
-		if err != nil || !IsNotSupported(refusal) {
+		if err != nil || !nft.IsNotSupported(refusal) {
 			t.Errorf("%s: refusal %v, error %v; want the kernel's EOPNOTSUPP as the refusal", c.Name, refusal, err)
 		}
 	}

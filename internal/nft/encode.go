@@ -24,21 +24,16 @@ func (r Rule) exprs() []expr.Any { return stmtsExprs(r.stmts()) }
 // userData is the rule's comment in the TLV format nft reads.
 func (r Rule) userData() []byte { return userdata.AppendString(nil, userdata.TypeComment, r.Comment) }
 
-// addChain queues c and its rules into table t, and says how many rules.
-func addChain[R tableRule](ops nftOps, t *nftables.Table, c Chain[R]) int {
-	chain := ops.AddChain(nftChain(t, c))
-	for _, r := range c.Rules {
-		ops.AddRule(&nftables.Rule{Table: t, Chain: chain, Exprs: r.exprs(), UserData: r.userData()})
-	}
-	return len(c.Rules)
-}
+// The google/nftables objects of our tables, sets, chains and rules: what nft/nftconn queues. Encoding one
+// touches nothing.
 
-// tableNamed, nftSet and nftChain are the google/nftables objects for an instance's table and our names.
-func tableNamed(name string) *nftables.Table {
+// InetTable is table inet name.
+func InetTable(name string) *nftables.Table {
 	return &nftables.Table{Name: name, Family: nftables.TableFamilyINet}
 }
 
-func nftSet(t *nftables.Table, s Set) (*nftables.Set, []nftables.SetElement) {
+// Encode is s as a set of table t, and its elements.
+func (s Set) Encode(t *nftables.Table) (*nftables.Set, []nftables.SetElement) {
 	set := &nftables.Set{Table: t, Name: s.Name, KeyType: nftables.TypeIPAddr}
 	switch {
 	case s.Concat && s.IPv6:
@@ -65,8 +60,8 @@ func pairKey(p netip.AddrPort) []byte {
 	return append(p.Addr().AsSlice(), byte(p.Port()>>8), byte(p.Port()), 0, 0)
 }
 
-// pairOf reads an element key pairKey wrote, of either family.
-func pairOf(key []byte) (netip.AddrPort, bool) {
+// PairOf reads an element key of a concatenated set ([Set.Concat]) back, of either family.
+func PairOf(key []byte) (netip.AddrPort, bool) {
 	if len(key) != 4+4 && len(key) != 16+4 {
 		return netip.AddrPort{}, false
 	}
@@ -75,7 +70,8 @@ func pairOf(key []byte) (netip.AddrPort, bool) {
 	return netip.AddrPortFrom(ip, uint16(key[n])<<8|uint16(key[n+1])), true
 }
 
-func nftChain[R tableRule](t *nftables.Table, c Chain[R]) *nftables.Chain {
+// Encode is c as a chain of table t, without its rules ([Chain.EncodeRules]).
+func (c Chain[R]) Encode(t *nftables.Table) *nftables.Chain {
 	if c.Hook == "" {
 		return &nftables.Chain{Name: c.Name, Table: t}
 	}
@@ -94,4 +90,13 @@ func nftChain[R tableRule](t *nftables.Table, c Chain[R]) *nftables.Chain {
 		Priority: nftables.ChainPriorityRef(nftables.ChainPriority(c.Priority)),
 		Policy:   &accept,
 	}
+}
+
+// EncodeRules are c's rules as rules of chain, the chain the library queued for c ([Chain.Encode]) in table t.
+func (c Chain[R]) EncodeRules(t *nftables.Table, chain *nftables.Chain) []*nftables.Rule {
+	out := make([]*nftables.Rule, len(c.Rules))
+	for i, r := range c.Rules {
+		out[i] = &nftables.Rule{Table: t, Chain: chain, Exprs: r.exprs(), UserData: r.userData()}
+	}
+	return out
 }

@@ -1,9 +1,11 @@
-package nft
+package nftconn
 
 import (
 	"fmt"
 
 	"github.com/google/nftables"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 )
 
 // Listing our own tables only. The kernel cannot filter a chain dump by table (nf_tables_dump_chains walks
@@ -14,16 +16,13 @@ import (
 // names are few and ours (names.go); the table dump ([Conn.Instances]) stays, since tables are few on any
 // node and the instance tables' names are handed out in the order the kernel lists them.
 
-// legacyChains say an instance table is an earlier version's (names.go).
-var legacyChains = []string{legacyChainMarkPrerouting, legacyChainMarkOutput}
-
 // chainsOf returns those of names that exist in inet table t, asking for each by name. A table that is
-// gone has none. Called with c.mu held.
-func (c *Conn) chainsOf(t *nftables.Table, names []string, firstOnly bool) ([]string, error) {
+// gone has none. Called with the Conn's lock held.
+func chainsOf(rd readOps, t *nftables.Table, names []string, firstOnly bool) ([]string, error) {
 	var out []string
 	for _, name := range names {
-		_, err := c.ops.ListChain(t, name)
-		if IsNotExist(err) {
+		_, err := rd.ListChain(t, name)
+		if nft.IsNotExist(err) {
 			continue
 		}
 		if err != nil {

@@ -1,4 +1,4 @@
-package nft
+package preflight
 
 import (
 	"errors"
@@ -12,6 +12,9 @@ import (
 	"github.com/google/nftables/expr"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/nft"
+	"github.com/nodelocaldns/nodelocaldns/internal/nft/nlsock"
 )
 
 // Capability is a kernel feature our tables rely on, what a node without it costs, and how to ask the kernel
@@ -42,7 +45,7 @@ func Capabilities() []Capability {
 			Name:       CapOwnerFlag,
 			What:       "the table owner flag (NFT_TABLE_F_OWNER, Linux 5.12)",
 			Cost:       "the agent cannot start: it creates its table with this flag, so that the table goes with the process and nothing else can change it",
-			tableFlags: tableFlagOwner,
+			tableFlags: nlsock.TableFlagOwner,
 		},
 		// Kernels built without nft_socket, as of December 2026 (each with its source; docs/failure-model.md
 		// names them): Azure Linux 3.0 x86_64, its 6.6 and 6.12 kernels (`# CONFIG_NFT_SOCKET is not set` in
@@ -55,7 +58,7 @@ func Capabilities() []Capability {
 			Cost: "pods' queries are intercepted for the addresses the agent has bound instead of only while a listener is live: " +
 				"a listener that fails inside the running agent, unnoticed, loses pods' queries to its address instead of sending them " +
 				"to kube-dns, until the process exits (nodelocaldns_fail_open{path=\"prerouting\"} is 0); every exit, restart and reload keeps its result",
-			exprs: append(socketGate(GateWildcard).exprs, socketGate(GateTransparent).exprs...),
+			exprs: append(nft.GateExprs(nft.GateWildcard), nft.GateExprs(nft.GateTransparent)...),
 		},
 		{
 			Name: CapConntrack,
@@ -69,7 +72,7 @@ func Capabilities() []Capability {
 			What: "the IPv6 address rewrite with its transport checksum fix (a payload write with NFT_PAYLOAD_L4CSUM_PSEUDOHDR)",
 			Cost: "the link-local fallback cannot be written where a kube-dns ClusterIP is IPv6: while no instance serves, " +
 				"queries to the local IPs no Service backs get no answer (nodelocaldns_fail_open{path=\"link-local\"} is 0)",
-			exprs: setAddr(DirTo, probeIPv6).exprs,
+			exprs: nft.RewriteExprs(nft.DirTo, probeIPv6),
 		},
 	}
 }
@@ -119,7 +122,7 @@ func probeCapability(nl *netlink.Conn, c Capability) (refusal error, err error) 
 	if err != nil {
 		return nil, err
 	}
-	if _, err := nl.SendMessages(append([]netlink.Message{batchBegin()}, msgs...)); err != nil {
+	if _, err := nl.SendMessages(append([]netlink.Message{nlsock.BatchMark(unix.NFNL_MSG_BATCH_BEGIN)}, msgs...)); err != nil {
 		return nil, fmt.Errorf("send: %w", err)
 	}
 	if err := nl.SetReadDeadline(time.Now().Add(probeTimeout)); err != nil {
@@ -147,7 +150,7 @@ func probeCapability(nl *netlink.Conn, c Capability) (refusal error, err error) 
 		return nil, nil
 	case errors.Is(a, syscall.EPERM):
 		return nil, a
-	case IsNotExist(a) || IsNotSupported(a) || IsOwnerFlagRefused(a):
+	case nft.IsNotExist(a) || nft.IsNotSupported(a) || nft.IsOwnerFlagRefused(a):
 		return a, nil
 	default:
 		return nil, fmt.Errorf("unexpected answer: %w", a)
@@ -157,16 +160,16 @@ func probeCapability(nl *netlink.Conn, c Capability) (refusal error, err error) 
 // probeMessages is c's batch, without its begin and end: the table, and the chain and the rule with c's
 // expressions when it has some.
 func probeMessages(c Capability, table string) ([]netlink.Message, error) {
-	t, err := newTableMsg(table, c.tableFlags)
+	t, err := nlsock.NewTableMsg(table, c.tableFlags)
 	if err != nil {
 		return nil, err
 	}
 	if len(c.exprs) == 0 {
 		return []netlink.Message{t}, nil
 	}
-	chain, err := nftMsg(unix.NFT_MSG_NEWCHAIN, netlink.Create, []netlink.Attribute{
-		{Type: unix.NFTA_CHAIN_TABLE, Data: nulTerminated(table)},
-		{Type: unix.NFTA_CHAIN_NAME, Data: nulTerminated(probeChain)},
+	chain, err := nlsock.Msg(unix.NFT_MSG_NEWCHAIN, netlink.Create, []netlink.Attribute{
+		{Type: unix.NFTA_CHAIN_TABLE, Data: nlsock.NulTerminated(table)},
+		{Type: unix.NFTA_CHAIN_NAME, Data: nlsock.NulTerminated(probeChain)},
 	})
 	if err != nil {
 		return nil, err
@@ -183,9 +186,9 @@ func probeMessages(c Capability, table string) ([]netlink.Message, error) {
 	if err != nil {
 		return nil, err
 	}
-	rule, err := nftMsg(unix.NFT_MSG_NEWRULE, netlink.Create|netlink.Append, []netlink.Attribute{
-		{Type: unix.NFTA_RULE_TABLE, Data: nulTerminated(table)},
-		{Type: unix.NFTA_RULE_CHAIN, Data: nulTerminated(probeChain)},
+	rule, err := nlsock.Msg(unix.NFT_MSG_NEWRULE, netlink.Create|netlink.Append, []netlink.Attribute{
+		{Type: unix.NFTA_RULE_TABLE, Data: nlsock.NulTerminated(table)},
+		{Type: unix.NFTA_RULE_CHAIN, Data: nlsock.NulTerminated(probeChain)},
 		{Type: unix.NLA_F_NESTED | unix.NFTA_RULE_EXPRESSIONS, Data: exprs},
 	})
 	if err != nil {
