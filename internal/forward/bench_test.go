@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"sync/atomic"
 	"testing"
 
@@ -16,7 +17,8 @@ import (
 
 // BenchmarkServeDNS is a miss through the forward: ServeDNS of concurrent queries, each a name of its own, over
 // our transport to a loopback server, with force_tcp and without. The server runs in the same process: compare
-// allocations and ns/op between builds of this package, not against a real upstream.
+// allocations and ns/op between builds of this package, not against a real upstream. client_subnet=true is the
+// cost of -upstream-client-subnet (clientsubnet.go) on a miss.
 func BenchmarkServeDNS(b *testing.B) {
 	addr, _ := testenv.ServeDNS(b, "127.0.0.1:0", dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
 		m := new(dns.Msg)
@@ -24,11 +26,17 @@ func BenchmarkServeDNS(b *testing.B) {
 		m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: r.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 30}, A: net.IPv4(10, 0, 0, 1)}}
 		_ = w.WriteMsg(m)
 	}))
-	for _, opt := range []string{"force_tcp", "prefer_udp"} {
-		b.Run(opt, func(b *testing.B) {
-			h, err := instance(b, forward.Setup, fmt.Sprintf("forward . %s {\n%s\n}", addr, opt))
+	for _, bc := range []struct {
+		opt    string
+		subnet bool // the upstream carries the client's address
+	}{{"force_tcp", false}, {"prefer_udp", false}, {"force_tcp", true}, {"prefer_udp", true}} {
+		b.Run(fmt.Sprintf("%s/client_subnet=%v", bc.opt, bc.subnet), func(b *testing.B) {
+			h, err := instance(b, forward.Setup, fmt.Sprintf("forward . %s {\n%s\n}", addr, bc.opt))
 			if err != nil {
 				b.Fatal(err)
+			}
+			if bc.subnet {
+				h.(*forward.Forward).CarryClientSubnet(netip.MustParseAddr("127.0.0.1"))
 			}
 			var n atomic.Int64
 			b.SetParallelism(16)
