@@ -95,6 +95,7 @@ func TestClientSubnet(t *testing.T) {
 		{name: "another upstream", to: netip.MustParseAddr("10.96.0.10"), client: v4, edns: true},
 		{name: "v4 client", to: upAddr, client: v4, edns: true, want: "127.0.0.7/32/0", size: 1232},
 		{name: "v6 client", to: upAddr, client: v6, edns: true, want: "[fd00::7]/128/0", size: 1232},
+		{name: "no client (a prefetch)", to: upAddr, client: &net.TCPAddr{}, edns: true},
 		{name: "no EDNS", to: upAddr, client: v4, want: "127.0.0.7/32/0", size: 512},
 		{name: "the client's ECS replaced", to: upAddr, client: v4, edns: true, want: "127.0.0.7/32/0", size: 1232,
 			sent: &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: 1, SourceNetmask: 24, Address: net.IPv4(192, 0, 2, 0)}},
