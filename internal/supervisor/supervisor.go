@@ -30,6 +30,8 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/netip"
 	"os"
 	"strconv"
 	"sync"
@@ -133,6 +135,13 @@ func New(cfg Config) (*Supervisor, error) {
 	s.config = &renderer{log: cfg.Log.Named("render"), m: cfg.Metrics, base: c.Base, out: c.Out, kubeDNSDir: c.KubeDNSDir, params: c.Params}
 	s.dnsOpts.HealthSocket = o.HealthSocket
 	s.dnsOpts.Clients = cfg.Clients
+	if o.UpstreamClientSubnet {
+		a, err := netip.ParseAddr(cfg.Getenv(env))
+		if err != nil {
+			return nil, fmt.Errorf("flag -upstream-client-subnet needs the cluster DNS address from %s: %w", env, err)
+		}
+		s.dnsOpts.ClientSubnetTo = a
+	}
 	if fastpath.Enabled(cfg.Getenv) {
 		if cfg.FastPath == nil {
 			return nil, errors.New("the fast path is on, but has no metrics to count into")
