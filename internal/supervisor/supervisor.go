@@ -41,6 +41,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/clients"
+	"github.com/nodelocaldns/nodelocaldns/internal/corefile"
 	"github.com/nodelocaldns/nodelocaldns/internal/desired"
 	"github.com/nodelocaldns/nodelocaldns/internal/dnsserver"
 	"github.com/nodelocaldns/nodelocaldns/internal/fastpath"
@@ -136,9 +137,9 @@ func New(cfg Config) (*Supervisor, error) {
 	s.dnsOpts.HealthSocket = o.HealthSocket
 	s.dnsOpts.Clients = cfg.Clients
 	if o.UpstreamClientSubnet {
-		a, err := netip.ParseAddr(cfg.Getenv(env))
+		a, err := netip.ParseAddr(f.UpstreamHost)
 		if err != nil {
-			return nil, fmt.Errorf("flag -upstream-client-subnet needs the cluster DNS address from %s: %w", env, err)
+			return nil, fmt.Errorf("flag -upstream-client-subnet needs the cluster DNS address from %s: %w", corefile.ServiceHostEnv(o.UpstreamSvc), err)
 		}
 		s.dnsOpts.ClientSubnetTo = a
 	}
