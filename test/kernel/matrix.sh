@@ -177,7 +177,9 @@ expect $ll lost cache # no fallback exists before the first registration
 
 load surge
 start 2
-sleep 3 # the second instance comes up beside the first (it serves the same addresses: no observable switch)
+# The second instance comes up beside the first (it serves the same addresses: no observable switch); the
+# first leaves once it is ready, as a rollout's maxSurge waits for the new pod's readiness.
+poll 120 grep -q '"msg":"ready"' "$m/agent2.log" || fail "surge: the second instance not ready within 120 s"
 kill -TERM "$pid1"
 wait_exit "$pid1" 60 || fail "surge: the first instance still runs 60 s after SIGTERM"
 lasts 5
