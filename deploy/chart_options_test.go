@@ -131,14 +131,15 @@ func TestChartOwnOptions(t *testing.T) {
 	}
 }
 
-// TestChartFlagsOff: each value that turns an agent default off, or sets what the agent otherwise derives, passes
-// its flag, only then, and the agent's parser takes the args.
+// TestChartFlagsOff: each value that turns an agent default off (or an opt-in on), or sets what the agent
+// otherwise derives, passes its flag, only then, and the agent's parser takes the args.
 func TestChartFlagsOff(t *testing.T) {
 	for _, tc := range []struct{ value, flag string }{
 		{"linkLocalFallback.enabled=false", "-linklocal-fallback=false"},
 		{"linkLocalFallback.lease=30m", "-fallback-lease=30m"},
 		{"linkLocalFallback.kubeDnsIp=10.96.0.10", "-kube-dns-ip=10.96.0.10"},
 		{"foreignDropStepAside=false", "-foreign-drop-step-aside=false"},
+		{"upstreamClientSubnet=true", "-upstream-client-subnet"},
 	} {
 		t.Run(tc.value, func(t *testing.T) {
 			out, err := helmTemplate(t, nil, tc.value)

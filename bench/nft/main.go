@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
+	"github.com/nodelocaldns/nodelocaldns/internal/nft/nftconn"
 	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
@@ -46,7 +47,7 @@ func bench(rounds int) error {
 	spec := nft.Spec{LocalIPs: ips, DNSPort: 53, HealthPort: 8080}
 	rs := nft.Build(spec)
 	rules := nodeCacheRules(ips, spec.DNSPort, spec.HealthPort)
-	c, err := nft.Open()
+	c, err := nftconn.Open()
 	if err != nil {
 		return err
 	}

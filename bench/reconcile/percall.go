@@ -13,12 +13,13 @@ import (
 
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft/foreign"
+	"github.com/nodelocaldns/nodelocaldns/internal/nft/nftconn"
 )
 
 // The per-call table: what one look at the instance tables (what /ready read per request
 // before it answered from memory, and what every pass reads), one Apply and one foreign-drop check cost next to
 // N chains of a foreign table, against the real kernel. "before" is the old way, kept here as the baseline and
-// run in the same process, call for call alternating with "after" (nft.Conn): the old Instances dumped every
+// run in the same process, call for call alternating with "after" (nftconn.Conn): the old Instances dumped every
 // chain of every table to learn which instance tables had chains; the old Apply dumped them all to find its own
 // before the batch (here: one full dump, then the same Apply). The foreign-drop check must see other tables'
 // base chains, so it still dumps them (internal/nft/foreign.go), but it is no longer on /ready's or a link
@@ -55,7 +56,7 @@ func perCall(size, n int) (perCallRow, error) {
 	if err := foreignChains(size); err != nil {
 		return r, err
 	}
-	c, err := nft.Open()
+	c, err := nftconn.Open()
 	if err != nil {
 		return r, err
 	}
@@ -66,7 +67,7 @@ func perCall(size, n int) (perCallRow, error) {
 	if err := c.Apply(rs); err != nil {
 		return r, err
 	}
-	raw, err := nftables.New(nftables.AsLasting()) // one socket, as nft.Conn has
+	raw, err := nftables.New(nftables.AsLasting()) // one socket, as nftconn.Conn has
 	if err != nil {
 		return r, err
 	}
@@ -163,7 +164,7 @@ func timed(d *durations, f func() error) error {
 
 func printPerCall(rows []perCallRow, n int) {
 	fmt.Printf("\nper-call cost next to N foreign chains (one ip table, N regular chains), real kernel, median of %d calls;\n", n)
-	fmt.Printf("before = the old full chain dump (kept here as the baseline), after = nft.Conn today, alternating call for call.\n")
+	fmt.Printf("before = the old full chain dump (kept here as the baseline), after = nftconn.Conn today, alternating call for call.\n")
 	fmt.Printf("Instances is what every pass reads (and what /ready read per request; it now answers from the last pass's look).\n\n")
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "foreign chains\tInstances before\tInstances after\tratio\tApply before\tApply after\tratio\tforeign-drop check (unchanged)\t")

@@ -15,6 +15,7 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 	"github.com/nodelocaldns/nodelocaldns/internal/options"
+	"github.com/nodelocaldns/nodelocaldns/internal/preflight"
 	"github.com/nodelocaldns/nodelocaldns/internal/supervisor"
 )
 
@@ -30,7 +31,7 @@ func TestPrintRulesIsWhatTheAgentPrograms(t *testing.T) {
 		for _, noSocket := range []bool{false, true} {
 			name, node := strings.Join(args, " "), fakeNode()
 			if noSocket {
-				name, node = name+" (no nft_socket)", fakeNode(nft.CapSocket)
+				name, node = name+" (no nft_socket)", fakeNode(preflight.CapSocket)
 			}
 			t.Run(name, func(t *testing.T) {
 				var stdout, stderr bytes.Buffer

@@ -62,6 +62,7 @@ func TestEveryBadValueIsOneLine(t *testing.T) {
 		"startup-taint":             {[]string{"-localip", "169.254.20.10", "-startup-taint", "not a key!"}, "not a key!"},
 		"syncinterval":              {[]string{"-localip", "169.254.20.10", "-syncinterval", "often"}, "often"},
 		"teardown":                  {[]string{"-teardown=soon"}, "soon"},
+		"upstream-client-subnet":    {[]string{"-localip", "169.254.20.10", "-upstream-client-subnet=often"}, "often"},
 		"upstreamsvc":               {[]string{"-localip", "169.254.20.10", "-upstreamsvc", "Kube_DNS"}, "Kube_DNS"},
 		"version":                   {[]string{"-version=latest"}, "latest"},
 	}

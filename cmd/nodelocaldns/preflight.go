@@ -19,7 +19,7 @@ import (
 func printRules(o *options.Options, getenv func(string) string, node preflight.Node, stdout, stderr io.Writer) int {
 	pf := node.Check(o.LocalIPs) // before anything is printed: the table depends on it
 	f := desired.FromEnv(o, getenv)
-	f.NoSocket = slices.ContainsFunc(pf.Missing(), func(m preflight.Finding) bool { return m.Name == nft.CapSocket })
+	f.NoSocket = slices.ContainsFunc(pf.Missing(), func(m preflight.Finding) bool { return m.Name == preflight.CapSocket })
 	st := desired.Of(o, f)
 	if err := st.Validate(); err != nil {
 		fmt.Fprintf(stderr, "nodelocaldns: %v\n", err)

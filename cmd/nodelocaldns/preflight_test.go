@@ -8,13 +8,12 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 	"github.com/nodelocaldns/nodelocaldns/internal/preflight"
 )
 
 // -print-rules ends with the preflight on stderr, one line each, naming what the node lacks.
 func TestPrintPreflight(t *testing.T) {
-	node := fakeNode(nft.CapSocket)
+	node := fakeNode(preflight.CapSocket)
 	var stderr bytes.Buffer
 	printPreflight(&stderr, node.Check([]netip.Addr{netip.MustParseAddr("169.254.20.10")}))
 	lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
@@ -28,10 +27,10 @@ func TestPrintPreflight(t *testing.T) {
 func fakeNode(missing ...string) preflight.Node {
 	return preflight.Node{
 		Release: func() (string, error) { return "6.6.0-azl3", nil },
-		Probe: func() ([]nft.Probed, error) {
-			var out []nft.Probed
-			for _, c := range nft.Capabilities() {
-				p := nft.Probed{Capability: c, Present: !slices.Contains(missing, c.Name)}
+		Probe: func() ([]preflight.Probed, error) {
+			var out []preflight.Probed
+			for _, c := range preflight.Capabilities() {
+				p := preflight.Probed{Capability: c, Present: !slices.Contains(missing, c.Name)}
 				if !p.Present {
 					p.Refusal = syscall.ENOENT
 				}

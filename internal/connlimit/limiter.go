@@ -40,6 +40,7 @@ type Limiter struct {
 	noDestroy  bool         // SOCK_DESTROY failed for want of kernel support or privilege: shut instead
 	closed     int          // since the last log line
 	logged     time.Time    // when
+	listErr    string       // the last pass's listing error, logged when it changes
 }
 
 // Start runs a Limiter until Stop; it watches nothing until Watch.
@@ -158,8 +159,16 @@ func (l *Limiter) pass() (int, time.Duration) {
 		conns, err = ours(conns)
 	}
 	if err != nil {
-		l.log.Warn("list tcp connections", zap.Error(err))
+		// A kernel without inet_diag (tcp_diag) fails every pass alike: say it once, not ten times a second.
+		if err.Error() != l.listErr {
+			l.log.Warn("list tcp connections", zap.Error(err))
+		}
+		l.listErr = err.Error()
 		return 0, pollEvery
+	}
+	if l.listErr != "" {
+		l.log.Info("listing tcp connections again")
+		l.listErr = ""
 	}
 	n := 0
 	if over := choose(conns, l.lim); len(over) > 0 {

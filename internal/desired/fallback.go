@@ -46,8 +46,8 @@ type vote struct {
 // each with our DNS port, and where they came from; or none, and why; and every disagreement of the
 // environment (env, $KUBE_DNS_SERVICE_HOST) with the flags. -kube-dns-ip, when given, names them all. Else
 // each family takes $KUBE_DNS_SERVICE_HOST (the Service's primary family) when the flags cannot contradict
-// it, else -localip's ClusterIP. Whatever names the target, it is never covered (the supervisor's
-// decideFallback), so the variable must never name a target other than the ClusterIP -localip intercepts: the
+// it, else -localip's ClusterIP. Whatever names the target, it is never covered (nft's
+// DecideFallback), so the variable must never name a target other than the ClusterIP -localip intercepts: the
 // fallback would cover that ClusterIP and send it, and the link-local address, to whatever answers at the
 // variable's address.
 func fallbackVote(o *options.Options, envValue string) vote {

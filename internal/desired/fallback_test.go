@@ -94,8 +94,8 @@ func TestFallbackVote(t *testing.T) {
 				t.Errorf("disagreements %q, want %q", got, tc.disagree)
 			}
 			// Where the environment disagrees, it covers no address -localip may intercept as a ClusterIP: the
-			// fallback covers every local IP of a family it has a target for, but the targets (the supervisor's
-			// decideFallback), so each such address must be a target.
+			// fallback covers every local IP of a family it has a target for, but the targets (nft's
+			// DecideFallback), so each such address must be a target.
 			if tc.flag == "" && len(dis) > 0 {
 				for _, ip := range o.LocalIPs {
 					family := slices.ContainsFunc(vote, func(v netip.AddrPort) bool { return v.Addr().Is6() == ip.Is6() })

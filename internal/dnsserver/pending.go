@@ -7,6 +7,7 @@ import (
 	"github.com/coredns/caddy"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/clients"
+	"github.com/nodelocaldns/nodelocaldns/internal/forward"
 )
 
 // pendingConfig is what the directives of one configuration ask of the Server: health listeners, the longest
@@ -20,6 +21,8 @@ type pendingConfig struct {
 	loops    []*loopHandler
 	// clients is the accounting the `clients` handlers count into (cache.go's withClients), set by commit.
 	clients atomic.Pointer[clients.Accounting]
+	// forwards are our forward's stanzas, which commit tells which upstreams carry the client's address.
+	forwards []*forward.Forward
 }
 
 type pendingKey struct{}

@@ -51,7 +51,10 @@ var register = sync.OnceFunc(func() {
 	plugin.Register("loop", setupLoop)
 	plugin.Register(metricsDirective, setupPrometheus)
 	plugin.Register(fairshare.Name, fairshare.Setup)
-	plugin.Register(forwardDirective, forward.Setup)
+	plugin.Register(forwardDirective, forward.SetupWith(func(c *caddy.Controller, f *forward.Forward) {
+		p := pendingFor(c)
+		p.forwards = append(p.forwards, f)
+	}))
 	registerCache()
 	compiled := registered()
 	dirs := slices.DeleteFunc(slices.Clone(dnsserver.Directives), func(d string) bool {

@@ -45,6 +45,10 @@ type Options struct {
 	// HealthSocket is the path of a Unix socket serving /health and /ready (health_socket.go), for the kubelet's
 	// exec probes; "" serves them on the Corefile's health address only.
 	HealthSocket string
+	// ClientSubnetTo, when valid, is the cluster DNS (kube-dns-upstream's ClusterIP, the agent's
+	// -upstream-client-subnet): the queries our forward sends it carry the asking client's address as EDNS0
+	// Client Subnet (internal/forward's clientsubnet.go), so that kube-dns's dnstap names the pod.
+	ClientSubnetTo netip.Addr
 }
 
 // Server is the embedded CoreDNS.
@@ -53,6 +57,8 @@ type Server struct {
 	fast *fastpath.Path // nil when Options.FastPath is nil
 	// clients is Options.Clients.
 	clients *clients.Accounting
+	// clientSubnetTo is Options.ClientSubnetTo.
+	clientSubnetTo netip.Addr
 	// conns caps the TCP connections CoreDNS holds (internal/connlimit), while it runs.
 	conns *connlimit.Limiter
 
@@ -117,7 +123,8 @@ func New(log *zap.Logger, o Options) (*Server, error) {
 	}
 	s := &Server{log: log, health: map[string]*httpListener{}, metrics: map[string]*httpListener{},
 		socketPath: o.HealthSocket, healthPool: listenlimit.NewPool(listenlimit.Health),
-		metricsPool: listenlimit.NewPool(listenlimit.CoreDNSMetrics), clients: o.Clients}
+		metricsPool: listenlimit.NewPool(listenlimit.CoreDNSMetrics), clients: o.Clients,
+		clientSubnetTo: o.ClientSubnetTo}
 	if o.FastPath != nil {
 		s.fast = fastpath.New(log.Named("fastpath"), o.FastPath)
 		if o.Clients != nil {
@@ -218,6 +225,7 @@ func (s *Server) commit() error {
 	if s.clients != nil {
 		p.clients.Store(s.clients)
 	}
+	s.carryClientSubnet(p.forwards)
 	// The fast path hands the queries it does not answer to a configuration's handlers: it must follow the new
 	// one before the loop probes go, or a probe it passes to the previous configuration is answered there (no
 	// loop) and a looping reload goes undetected (seen in the lifecycle matrix under load, 1 run in 3).

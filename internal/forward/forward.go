@@ -155,6 +155,7 @@ func (f *Forward) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg
 		upstreamErr      error
 		attempts         uint64
 		fails, failovers int
+		withSubnet       *dns.Msg // the query with the client's address, made on the first upstream that carries it
 	)
 	for i := 0; time.Now().Before(deadline) && ctx.Err() == nil && (maxAttempts == 0 || attempts < maxAttempts); {
 		if i >= len(list) {
@@ -176,20 +177,7 @@ func (f *Forward) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg
 		}
 		metadata.SetValueFunc(ctx, "forward/upstream", p.Addr)
 
-		opts := f.opts
-		var ret *dns.Msg
-		var err error
-		for {
-			ret, err = p.connect(ctx, state, opts, f.readTimeout, deadline)
-			if errors.Is(err, proxy.ErrCachedClosed) {
-				continue // CoreDNS's transport: the peer closed a cached connection before the query went out
-			}
-			if ret != nil && ret.Truncated && !opts.ForceTCP && opts.PreferUDP {
-				opts.ForceTCP = true // prefer_udp: a truncated answer is asked again over TCP
-				continue
-			}
-			break
-		}
+		ret, err := f.ask(ctx, p, state, &withSubnet, deadline)
 		upstreamErr = err
 		if err != nil {
 			if errors.Is(err, proxy.ErrInvalidRequest) {
@@ -234,6 +222,34 @@ func (f *Forward) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg
 		return dns.RcodeServerFailure, upstreamErr
 	}
 	return dns.RcodeServerFailure, ErrNoHealthy
+}
+
+// ask sends the query to p, as many times as CoreDNS's forward would: again when its transport found a cached
+// connection closed, and over TCP after a truncated answer with prefer_udp. An upstream that carries the client's
+// address (clientsubnet.go) gets *withSubnet, made on first use, and its answer loses what that added.
+func (f *Forward) ask(ctx context.Context, p *upstreamProxy, state request.Request, withSubnet **dns.Msg, deadline time.Time) (*dns.Msg, error) {
+	sent := state
+	if p.clientSubnet.Load() {
+		if *withSubnet == nil {
+			*withSubnet = withClientSubnet(state.Req, state.W.RemoteAddr())
+		}
+		sent.Req = *withSubnet
+	}
+	opts := f.opts
+	for {
+		ret, err := p.connect(ctx, sent, opts, f.readTimeout, deadline)
+		if errors.Is(err, proxy.ErrCachedClosed) {
+			continue // CoreDNS's transport: the peer closed a cached connection before the query went out
+		}
+		if ret != nil && ret.Truncated && !opts.ForceTCP && opts.PreferUDP {
+			opts.ForceTCP = true // prefer_udp: a truncated answer is asked again over TCP
+			continue
+		}
+		if ret != nil && sent.Req != state.Req {
+			withoutClientSubnet(ret, state.Req)
+		}
+		return ret, err
+	}
 }
 
 func (f *Forward) match(state request.Request) bool {

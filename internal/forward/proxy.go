@@ -28,6 +28,8 @@ type upstreamProxy struct {
 	own  *upstream.Upstream
 	// native says own carries the queries once started.
 	native bool
+	// clientSubnet says queries to it carry the client's address (CarryClientSubnet, clientsubnet.go).
+	clientSubnet atomic.Bool
 	// durations caches coredns_proxy_request_duration_seconds' series for this upstream by rcode, each created
 	// on its first answer as CoreDNS's are: the label lookup (three labels hashed, a lock) was paid on every
 	// miss.

@@ -11,7 +11,15 @@ import (
 // Setup is the `forward` directive's setup: CoreDNS's syntax and meaning (plugin/forward's README), over our
 // transport for plain DNS upstreams. CoreDNS's plugin keeps the name forward in caddy's registry, so this one is
 // registered under another (internal/dnsserver's forwardDirective), run unless Env asks for CoreDNS's.
-func Setup(c *caddy.Controller) error {
+func Setup(c *caddy.Controller) error { return setup(c, nil) }
+
+// SetupWith is Setup that also hands each stanza's Forward to each, once parsed: the embedding server keeps
+// them to set what the agent's flags ask of them when it commits the configuration (CarryClientSubnet).
+func SetupWith(each func(*caddy.Controller, *Forward)) caddy.SetupFunc {
+	return func(c *caddy.Controller) error { return setup(c, each) }
+}
+
+func setup(c *caddy.Controller, each func(*caddy.Controller, *Forward)) error {
 	metrics()
 	var fs []*Forward
 	for c.Next() {
@@ -40,6 +48,9 @@ func Setup(c *caddy.Controller) error {
 		}
 		c.OnStartup(f.OnStartup)
 		c.OnShutdown(f.OnShutdown)
+		if each != nil {
+			each(c, f)
+		}
 	}
 	return nil
 }

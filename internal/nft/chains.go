@@ -21,27 +21,27 @@ func chainNames(rs *Ruleset) []string {
 	return out
 }
 
-// OurChains are the chains [Build] creates, with or without interception, for [Conn.TableCounters]: every
+// OurChains are the chains [Build] creates, with or without interception, for nftconn's TableCounters: every
 // rule of our table has its counter exported.
 func OurChains() []string {
 	return appendNew(chainNames(Build(intercepting)), chainNames(Build(bySocket))...)
 }
 
-// servingChains are the chains whose presence says an instance serves: those [Build] creates that
+// ServingChains are the chains whose presence says an instance serves: those [Build] creates that
 // [Listening] does not (raw-output is there once the listeners are bound).
-func servingChains() []string {
+func ServingChains() []string {
 	listening := chainNames(Listening(intercepting))
 	return slices.DeleteFunc(OurChains(), func(name string) bool { return slices.Contains(listening, name) })
 }
 
-// instanceChains is every chain an instance table may hold ([Build], [Listening]; [Registration] has none),
+// InstanceChains is every chain an instance table may hold ([Build], [Listening]; [Registration] has none),
 // the ones that say "serving" first.
-func instanceChains() []string {
-	return appendNew(servingChains(), chainNames(Listening(intercepting))...)
+func InstanceChains() []string {
+	return appendNew(ServingChains(), chainNames(Listening(intercepting))...)
 }
 
-// takingChains are the fallback's chains that take new queries ([Chain.Takes]), for [FallbackTable.Stop].
-func takingChains() []string {
+// TakingChains are the fallback's chains that take new queries ([Chain.Takes]), for nftconn's FallbackTable.Stop.
+func TakingChains() []string {
 	var out []string
 	for _, c := range BuildFallback(FallbackSpec{}).Chains {
 		if c.Takes {
@@ -60,3 +60,6 @@ func appendNew(list []string, names ...string) []string {
 	}
 	return list
 }
+
+// LegacyChains say an instance table is an earlier version's (names.go).
+func LegacyChains() []string { return []string{legacyChainMarkPrerouting, legacyChainMarkOutput} }

@@ -1,19 +1,19 @@
-// Package nft owns each nodelocaldns instance's nftables table, `inet nodelocaldns` (`nodelocaldns-<n>` for a
-// second instance on the node).
+// Package nft is the desired state of each nodelocaldns instance's nftables table, `inet nodelocaldns`
+// (`nodelocaldns-<n>` for a second instance on the node), and of the link-local fallback's, as plain values.
 //
-// The table is owned (NFT_TABLE_F_OWNER): [Conn] creates it on its lasting netlink socket, the kernel deletes
-// it the moment that socket closes (exit, crash, SIGKILL), and no other process, root included, can change or
-// delete it; `nft flush ruleset` skips it. [Conn.Instances] lists every instance's table: their sets say which
-// addresses each needs on the shared interface, their chains that it serves.
+// [Build] turns a [Spec] (listen IPs, DNS port, health port) into a [Ruleset], which prints as nft syntax
+// ([Ruleset.Text]) and encodes into google/nftables objects (encode.go) from the same statements (stmt.go), so
+// the text a golden file pins is the bytecode the kernel gets. [Registration] is the first step of an
+// instance: the sets only; [Listening] adds the raw-output chain once its listeners are bound; [Draining] is
+// what a leaving instance keeps. [DecideFallback] adds the live instances' words ([Instance], as the kernel
+// lists them) up to one [FallbackSpec], and [BuildFallback] turns that into the fallback's table. Every name we
+// create is in names.go; the kernel's errors have their predicates in errors.go.
 //
-// The desired table is a pure value: [Build] turns a [Spec] (listen IPs, DNS port, health port) into a
-// [Ruleset], which prints as nft syntax ([Ruleset.Text]) and is programmed by [Conn.Apply] in one netlink
-// batch (remove the contents, add the new ones, one commit), so packets see the old table or the new one, never
-// a gap. [Registration] is the first step of an instance: the sets only; [Listening] adds the raw-output chain once
-// its listeners are bound. Nothing reads
-// the table back to compare: it is owned, so nobody else can change it. The fallback table is not owned, so
-// [FallbackTable.InSync] reads it back. [Conn.Teardown] deletes it in one call over the
-// owning socket.
+// nft/nftconn programs these values over the owning socket (the table is owned, NFT_TABLE_F_OWNER: it goes
+// with that socket, and nobody else can change it); nft/foreign reads other tables; nft/nftwatch says when to
+// look again. Nothing here does I/O.
+//
+// May touch: nothing.
 //
 // Hooks and priorities, and why they coexist with kube-proxy and iptables-nft:
 //
@@ -27,9 +27,8 @@
 //	                                           clients' queries to them, health checks to them
 //	output         0 filter-output    accept   replies from the local IPs, DNS port
 //
-// The link-local fallback is a second, unowned table, `inet nodelocaldns-fallback` ([BuildFallback],
-// [FallbackTable.Apply]); it sits at -150 in prerouting and output, after conntrack and before kube-proxy's DNAT,
-// and sends every query to a covered address that nothing took (still tracked: no notrack of ours or
+// The link-local fallback is a second, unowned table, `inet nodelocaldns-fallback` ([BuildFallback]); it sits
+// at -150 in prerouting and output, after conntrack and before kube-proxy's DNAT, and sends every query to a covered address that nothing took (still tracked: no notrack of ours or
 // node-cache's) to the kube-dns ClusterIP. No chain of ours reads or writes a mark. fallback.go draws its chains
 // and says why. google/nftables cannot decode the reply rules' `ct original`: nft/nlsock reads rules itself.
 //

@@ -2,7 +2,6 @@ package nft
 
 import (
 	"os"
-	"os/exec"
 	"testing"
 )
 
@@ -21,35 +20,5 @@ func TestDrainingGolden(t *testing.T) {
 	}
 	if Draining(Spec{LocalIPs: drainSpec.LocalIPs, DNSPort: 53, HealthPort: 8080, NoInterception: true}) != nil {
 		t.Error("Draining without interception is not nil: there is nothing to keep")
-	}
-}
-
-// Leave swaps the instance table for the drain table in the kernel: the instance is gone for every other
-// instance, the drain table holds the reply rules, and EndDrain removes it.
-func TestLeaveSwapsForTheDrainTable(t *testing.T) {
-	c := freshConn(t)
-	if err := c.Apply(Build(drainSpec)); err != nil {
-		t.Fatalf("Apply: %v", err)
-	}
-	if err := c.Leave(Draining(drainSpec)); err != nil {
-		t.Fatalf("Leave: %v", err)
-	}
-	if out, err := exec.Command("nft", "list", "table", "inet", TableName).CombinedOutput(); err == nil {
-		t.Errorf("the instance table is still listed after Leave:\n%s", out)
-	}
-	drain := DrainTableName(TableName)
-	if got, want := listOwn(t, drain), readGolden(t, "draining"); got != want {
-		t.Errorf("nft -s list table inet %s differs from golden draining:\n--- kernel\n%s--- golden\n%s", drain, got, want)
-	}
-	if got, err := c.Instances(); err != nil || len(got) != 0 {
-		t.Errorf("Instances while draining = %+v, %v; want none: the drain table is no instance's", got, err)
-	}
-	for range 2 {
-		if err := c.EndDrain(); err != nil {
-			t.Fatalf("EndDrain: %v", err)
-		}
-	}
-	if out, err := exec.Command("nft", "list", "table", "inet", drain).CombinedOutput(); err == nil {
-		t.Errorf("the drain table is still listed after EndDrain:\n%s", out)
 	}
 }

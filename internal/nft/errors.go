@@ -34,3 +34,7 @@ func isErrno(err error, errno syscall.Errno, text string) bool {
 	}
 	return errors.Is(err, errno) || strings.Contains(err.Error(), text)
 }
+
+// ErrNoOwnerFlag explains a refused owner flag.
+const ErrNoOwnerFlag = "nodelocaldns needs NFT_TABLE_F_OWNER (Linux 5.12 or later; kube-proxy's nftables mode needs 5.13); " +
+	"kernels before 5.12 refuse the flag with \"invalid argument\""

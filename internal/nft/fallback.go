@@ -5,8 +5,12 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/google/nftables/expr"
+	"github.com/google/nftables/userdata"
 )
 
 // The link-local fallback. With no instance listening, a query to a local IP that no Service backs (the
@@ -57,7 +61,7 @@ type FallbackSpec struct {
 }
 
 // Fallback is the desired content of table inet [FallbackTableName]: a plain value, built by [BuildFallback],
-// printed by [Fallback.String], programmed by [FallbackTable.Apply].
+// printed by [Fallback.String], programmed by nftconn's FallbackTable.Apply.
 type Fallback struct {
 	// Sets are covered4 and covered6, each there when its family has a target: the covered pairs, each
 	// with the lease as its timeout.
@@ -83,6 +87,26 @@ func (f *Fallback) Covered() []netip.AddrPort {
 type FallbackRule []stmt
 
 func (r FallbackRule) String() string { return stmtsText(r) }
+
+// exprs is the rule's bytecode.
+func (r FallbackRule) exprs() []expr.Any { return stmtsExprs(r) }
+
+// userData is the rule's comment (the stamp, on the first rule), if it has one.
+func (r FallbackRule) userData() []byte {
+	for _, s := range r {
+		if q, ok := strings.CutPrefix(s.text, "comment "); ok && len(s.exprs) == 0 {
+			if c, err := strconv.Unquote(q); err == nil {
+				return userdata.AppendString(nil, userdata.TypeComment, c)
+			}
+		}
+	}
+	return nil
+}
+
+// SameDecision reports whether s names f's targets.
+func (s FallbackStamp) SameDecision(f *Fallback) bool {
+	return slices.Equal(s.Targets, f.Stamp.Targets)
+}
 
 // Validate reports the first reason the spec cannot be programmed.
 func (s FallbackSpec) Validate() error {
@@ -201,10 +225,4 @@ func (f *Fallback) String() string {
 	}
 	b.WriteString("}\n")
 	return b.String()
-}
-
-func sortedPairs(ps []netip.AddrPort) []netip.AddrPort {
-	out := slices.Clone(ps)
-	slices.SortFunc(out, netip.AddrPort.Compare)
-	return slices.Compact(out)
 }

@@ -6,12 +6,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-
-	"github.com/google/nftables/userdata"
 )
 
 // Which version's fallback table stands. Every instance derives the same decision from the instance tables
-// (the supervisor's decideFallback), but two versions whose rules for it differ (one more counter, a rewritten
+// ([DecideFallback]), but two versions whose rules for it differ (one more counter, a rewritten
 // reply rule) would each find the other's table out of sync and write its own, for ever. So the table says
 // which generation of the rules wrote it, and for which targets (the stamp, the first rule's comment):
 //
@@ -46,13 +44,8 @@ func (s FallbackStamp) String() string {
 // Newer reports whether s was written by a later generation than this build's.
 func (s FallbackStamp) Newer() bool { return s.Generation > fallbackGeneration }
 
-// SameDecision reports whether s names f's targets.
-func (s FallbackStamp) SameDecision(f *Fallback) bool {
-	return slices.Equal(s.Targets, f.Stamp.Targets)
-}
-
-// parseStamp reads a stamp's comment.
-func parseStamp(c string) (FallbackStamp, bool) {
+// ParseStamp reads a stamp's comment (nftconn reads it off the fallback table's first rule).
+func ParseStamp(c string) (FallbackStamp, bool) {
 	rest, ok := strings.CutPrefix(c, stampPrefix)
 	if !ok {
 		return FallbackStamp{}, false
@@ -76,53 +69,3 @@ func parseStamp(c string) (FallbackStamp, bool) {
 
 // commentStmt is a rule's comment: no bytecode; nft lists it last, and userData hands it to the kernel.
 func commentStmt(c string) stmt { return stmt{text: fmt.Sprintf("comment %q", c)} }
-
-// userData is the rule's comment (the stamp, on the first rule), if it has one.
-func (r FallbackRule) userData() []byte {
-	for _, s := range r {
-		if q, ok := strings.CutPrefix(s.text, "comment "); ok && len(s.exprs) == 0 {
-			if c, err := strconv.Unquote(q); err == nil {
-				return userdata.AppendString(nil, userdata.TypeComment, c)
-			}
-		}
-	}
-	return nil
-}
-
-// Stamp reads the stamp of the kernel's table inet [FallbackTableName]: found false when there is no table or
-// no stamp (a version before stamps wrote it, or someone edited the rule).
-func (ft FallbackTable) Stamp() (FallbackStamp, bool, error) {
-	c := ft.c
-	c.lock()
-	defer c.mu.Unlock()
-	t := tableNamed(FallbackTableName)
-	chain, err := c.ops.ListChain(t, ChainPodPrerouting)
-	if IsNotExist(err) {
-		return FallbackStamp{}, false, nil
-	}
-	if err != nil {
-		return FallbackStamp{}, false, fmt.Errorf("get chain %s %s: %w", FallbackTableName, ChainPodPrerouting, err)
-	}
-	rules, err := c.ops.GetRules(t, chain)
-	if IsNotExist(err) || err == nil && len(rules) == 0 {
-		return FallbackStamp{}, false, nil
-	}
-	if err != nil {
-		return FallbackStamp{}, false, fmt.Errorf("list rules of chain %s %s: %w", FallbackTableName, ChainPodPrerouting, err)
-	}
-	comment, ok := userdata.GetString(rules[0].UserData, userdata.TypeComment)
-	if !ok {
-		return FallbackStamp{}, false, nil
-	}
-	s, ok := parseStamp(comment)
-	return s, ok, nil
-}
-
-// Covers reports whether the kernel's table covers exactly f's pairs, whatever its rules: what every
-// generation reads alike.
-func (ft FallbackTable) Covers(f *Fallback) (bool, error) {
-	c := ft.c
-	c.lock()
-	defer c.mu.Unlock()
-	return c.holdsCoveredSets(tableNamed(FallbackTableName), f)
-}

@@ -161,11 +161,11 @@ func TestFallbackGenerationPinsTheRules(t *testing.T) {
 
 func TestFallbackStampRoundTrip(t *testing.T) {
 	f := BuildFallback(fallbackCases[len(fallbackCases)-1].spec)
-	s, ok := parseStamp(f.Stamp.String())
+	s, ok := ParseStamp(f.Stamp.String())
 	if !ok || s.Generation != fallbackGeneration || !s.SameDecision(f) || s.Newer() {
 		t.Errorf("stamp %q read back as %+v (ok %v)", f.Stamp, s, ok)
 	}
-	if _, ok := parseStamp("nodelocaldns-fallback generation x towards 10.96.0.10"); ok {
+	if _, ok := ParseStamp("nodelocaldns-fallback generation x towards 10.96.0.10"); ok {
 		t.Error("a stamp with no number was read")
 	}
 	newer := FallbackStamp{Generation: fallbackGeneration + 1, Targets: f.Stamp.Targets}

@@ -68,7 +68,7 @@ const (
 	ChainHostReply      = "host-reply"
 
 	// Comment prefixes: node-cache's own words, so greps and dashboards written for it still find our rules.
-	// Each rule's comment adds what it matches, which makes chain+comment unique (the key of [RuleCounter]).
+	// Each rule's comment adds what it matches, which makes chain+comment unique (the key of nftconn.RuleCounter).
 	CommentSkipConntrack = "NodeLocal DNS Cache: skip conntrack"
 	CommentAllowDNS      = "NodeLocal DNS Cache: allow DNS traffic"
 	CommentStepAside     = "nodelocaldns: stepped aside for a foreign drop"
@@ -91,8 +91,8 @@ const (
 	prioritySrcNAT = 100
 )
 
-// maxInstances bounds the names tried; more than two instances on a node only happen in a rollout gone wrong.
-const maxInstances = 64
+// MaxInstances bounds the names tried; more than two instances on a node only happen in a rollout gone wrong.
+const MaxInstances = 64
 
 // InstanceTableName is the name of the n-th instance table: TableName, TableName-1, TableName-2, ...
 func InstanceTableName(n int) string {
@@ -111,17 +111,17 @@ func DrainTableName(instance string) string { return instance + drainSuffix }
 // isDrainTableName reports whether name is one a leaving instance's drain table may have: it is no instance's.
 func isDrainTableName(name string) bool {
 	n, ok := strings.CutSuffix(name, drainSuffix)
-	return ok && isInstanceTableName(n)
+	return ok && IsInstanceTableName(n)
 }
 
 // IsOurTableName reports whether inet table name is one of ours by its name: an instance's, a leaving
 // instance's drain table, or the fallback's.
 func IsOurTableName(name string) bool {
-	return isInstanceTableName(name) || isDrainTableName(name) || name == FallbackTableName
+	return IsInstanceTableName(name) || isDrainTableName(name) || name == FallbackTableName
 }
 
-// isInstanceTableName reports whether name is one an instance may own.
-func isInstanceTableName(name string) bool {
+// IsInstanceTableName reports whether name is one an instance may own.
+func IsInstanceTableName(name string) bool {
 	if name == TableName {
 		return true
 	}

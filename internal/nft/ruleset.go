@@ -10,7 +10,7 @@ import (
 )
 
 // Ruleset is the desired content of table inet nodelocaldns: a plain value, built by [Build], printed by
-// [Ruleset.Text], programmed by [Conn.Apply]. Sets and chains are listed in the order nft lists them.
+// [Ruleset.Text], programmed by nftconn's Conn.Apply. Sets and chains are listed in the order nft lists them.
 type Ruleset struct {
 	Sets   []Set
 	Chains []Chain[Rule]
@@ -37,7 +37,7 @@ type Chain[R tableRule] struct {
 	Hook     Hook
 	Priority int32
 	Rules    []R
-	// Takes marks the fallback's chains whose rules send new queries to kube-dns: [FallbackTable.Stop]
+	// Takes marks the fallback's chains whose rules send new queries to kube-dns: nftconn's FallbackTable.Stop
 	// empties these first, while the others still give the replies of queries already sent their address back.
 	Takes bool
 }
@@ -333,5 +333,11 @@ func (r Rule) ipVersion() string {
 func sortedUnique(ips []netip.Addr) []netip.Addr {
 	out := slices.Clone(ips)
 	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
+}
+
+func sortedPairs(ps []netip.AddrPort) []netip.AddrPort {
+	out := slices.Clone(ps)
+	slices.SortFunc(out, netip.AddrPort.Compare)
 	return slices.Compact(out)
 }

@@ -142,7 +142,7 @@ func loadAddr(dir Dir, v6 bool) []expr.Any {
 }
 
 // socketGate is `socket wildcard 0` / `socket transparent 0` (see [Gate]); both keys load one byte (nft's
-// boolean). The capability probe sends the same (capability.go).
+// boolean). The capability probe sends the same ([GateExprs]).
 func socketGate(g Gate) stmt {
 	key := expr.SocketKeyWildcard
 	if g == GateTransparent {
@@ -150,6 +150,10 @@ func socketGate(g Gate) stmt {
 	}
 	return stmt{"socket " + string(g) + " 0", []expr.Any{&expr.Socket{Key: key, Register: stmtReg}, &expr.Cmp{Op: expr.CmpOpEq, Register: stmtReg, Data: []byte{0}}}}
 }
+
+// GateExprs is the bytecode of gate g as our rules carry it: what preflight's capability probe asks the kernel
+// to accept.
+func GateExprs(g Gate) []expr.Any { return socketGate(g).exprs }
 
 // verdict is `notrack`, `accept` or `return`.
 func verdict(v Verdict) stmt {
@@ -213,6 +217,10 @@ func setAddr(dir Dir, ip netip.Addr) stmt {
 	}}
 }
 
+// RewriteExprs is the bytecode of the fallback's address rewrite towards ip on side dir (`ip6 daddr set
+// fd00::a`): what preflight's capability probe asks the kernel to accept.
+func RewriteExprs(dir Dir, ip netip.Addr) []expr.Any { return setAddr(dir, ip).exprs }
+
 // setAddrToOriginal is `ip saddr set ct original ip daddr` (`ip6 ...` for an IPv6 family): the reply's source
 // becomes the address its client sent the query to, whatever rewrote it since. In an inet table the kernel
 // loads the whole 16-byte address field of the tuple (NFT_CT_DST), whose first 4 bytes are an IPv4 address, as
@@ -257,6 +265,3 @@ func ctDirection(d uint8) stmt {
 }
 
 func masquerade() stmt { return stmt{"masquerade", []expr.Any{&expr.Masq{}}} }
-
-// exprs is the rule's bytecode.
-func (r FallbackRule) exprs() []expr.Any { return stmtsExprs(r) }

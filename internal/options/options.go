@@ -86,6 +86,9 @@ type Options struct {
 	// PodIdentity (-pod-identity) names the per-client accounting's sources namespace/pod by watching the pods
 	// on this node through the API server (internal/podwatch).
 	PodIdentity bool
+	// UpstreamClientSubnet (-upstream-client-subnet) makes the misses our forward sends to the cluster DNS carry
+	// the asking client's address as EDNS0 Client Subnet (internal/forward's clientsubnet.go).
+	UpstreamClientSubnet bool
 }
 
 // Defaults, as node-cache has them.
@@ -170,6 +173,7 @@ func Parse(args []string, usage io.Writer) (*Options, error) {
 	fs.BoolVar(&o.StepAside, "foreign-drop-step-aside", true, "while another table's drop on input or output certainly stops DNS to a local IP, leave that IP's queries to kube-dns instead of intercepting them (false: intercept anyway, as before)")
 	fs.StringVar(&r.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.BoolVar(&o.PodIdentity, "pod-identity", false, "name DNS clients namespace/pod in -top, the per-client metrics and log lines, by watching the pods on this node (named by $NODE_NAME) through the API server; needs get, list and watch on pods (default off: clients are addresses)")
+	fs.BoolVar(&o.UpstreamClientSubnet, "upstream-client-subnet", false, "the queries sent to the cluster DNS (the -upstreamsvc Service) on a cache miss carry the asking client's address as EDNS0 Client Subnet (/32, /128), which kube-dns's dnstap records (default off: kube-dns sees the node)")
 	fs.StringVar(&o.StartupTaint, "startup-taint", "", "once serving, remove the taint of this key from the node (named by $NODE_NAME) through the API server, once: the start-up gate for nodes that register with it; needs get and patch on nodes (default off)")
 
 	markCompatibility(fs)

@@ -1,8 +1,10 @@
 // Package preflight is a node's own answer to "will this work here?": which of the kernel capabilities the
 // agent relies on the node lacks, and what each costs. It asks before anything is touched, and changes
-// nothing: the nftables capabilities through [nft.ProbeCapabilities], IPv6 (only where an IPv6 -localip is
-// configured) from /proc. `-print-rules` prints the report, the agent logs it at start and exports it
-// (nodelocaldns_node_capability{name}), so that the dashboard and the alerts name the nodes that run degraded.
+// nothing: the nftables capabilities through [ProbeCapabilities] (capability.go), IPv6 (only where an IPv6
+// -localip is configured) from /proc. `-print-rules` prints the report, the agent logs it at start and exports
+// it (nodelocaldns_node_capability{name}), so that the dashboard and the alerts name the nodes that run degraded.
+//
+// May touch: the kernel read-only (nftables batches it checks then aborts; /proc/sys/net/ipv6).
 package preflight
 
 import (
@@ -41,13 +43,13 @@ type Report struct {
 // Node is what a check reads: the kernel release, the nftables probes and /proc. [Host] is the real one.
 type Node struct {
 	Release  func() (string, error)
-	Probe    func() ([]nft.Probed, error)
+	Probe    func() ([]Probed, error)
 	ReadFile func(string) ([]byte, error)
 }
 
 // Host is the node this process runs on, in its network namespace.
 func Host() Node {
-	return Node{Release: release, Probe: nft.ProbeCapabilities, ReadFile: os.ReadFile}
+	return Node{Release: release, Probe: ProbeCapabilities, ReadFile: os.ReadFile}
 }
 
 func release() (string, error) {
@@ -74,9 +76,9 @@ func (n Node) Check(localIPs []netip.Addr) Report {
 	probed, err := n.Probe()
 	if err != nil {
 		r.NotProbed = err
-		for _, c := range nft.Capabilities() {
+		for _, c := range Capabilities() {
 			f := Finding{Name: c.Name, What: c.What, Cost: c.Cost}
-			if c.Name == nft.CapOwnerFlag {
+			if c.Name == CapOwnerFlag {
 				f.Present, f.Known, f.Why = byRelease(rel)
 			}
 			r.Findings = append(r.Findings, f)

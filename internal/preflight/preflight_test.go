@@ -14,7 +14,6 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
@@ -30,13 +29,13 @@ var (
 func fakeNode(rel string, probeErr error, ipv6 *string, lacks ...string) Node {
 	return Node{
 		Release: func() (string, error) { return rel, nil },
-		Probe: func() ([]nft.Probed, error) {
+		Probe: func() ([]Probed, error) {
 			if probeErr != nil {
 				return nil, probeErr
 			}
-			var out []nft.Probed
-			for _, c := range nft.Capabilities() {
-				p := nft.Probed{Capability: c, Present: true}
+			var out []Probed
+			for _, c := range Capabilities() {
+				p := Probed{Capability: c, Present: true}
 				for _, l := range lacks {
 					if l == c.Name {
 						p.Present, p.Refusal = false, syscall.ENOENT
@@ -68,10 +67,10 @@ func TestLines(t *testing.T) {
 			[]string{"nodelocaldns: preflight: kernel 6.1.0-18-amd64: nothing missing (owner-flag, socket, conntrack, ipv6-rewrite)"}},
 		{"full kernel, IPv6 configured", fakeNode("6.1.0", nil, ptr("0")), dual,
 			[]string{"nothing missing (owner-flag, socket, conntrack, ipv6-rewrite, ipv6)"}},
-		{"no nft_socket", fakeNode("6.6.0-azl3", nil, ptr("0"), nft.CapSocket), v4,
+		{"no nft_socket", fakeNode("6.6.0-azl3", nil, ptr("0"), CapSocket), v4,
 			[]string{"MISSING socket: the socket expression (nft_socket, CONFIG_NFT_SOCKET): pods' queries are intercepted for the addresses the agent has bound",
 				"kernel 6.6.0-azl3 lacks socket; has owner-flag, conntrack, ipv6-rewrite"}},
-		{"no nft_socket, no conntrack, IPv6 disabled", fakeNode("6.12.0", nil, ptr("1"), nft.CapSocket, nft.CapConntrack), dual,
+		{"no nft_socket, no conntrack, IPv6 disabled", fakeNode("6.12.0", nil, ptr("1"), CapSocket, CapConntrack), dual,
 			[]string{"MISSING socket", "MISSING conntrack: conntrack's expressions (nft_ct", "MISSING ipv6: IPv6 (an IPv6 -localip is configured): the agent cannot start",
 				"lacks socket, conntrack, ipv6; has owner-flag, ipv6-rewrite"}},
 		{"IPv6 not in the kernel", fakeNode("6.12.0", nil, nil), dual,
@@ -116,7 +115,7 @@ func TestLogAndExport(t *testing.T) {
 	}{
 		{"full", fakeNode("6.1.0", nil, ptr("0")).Check(dual), nil, true,
 			map[string]float64{"owner-flag": 1, "socket": 1, "conntrack": 1, "ipv6-rewrite": 1, "ipv6": 1}},
-		{"no nft_socket", fakeNode("6.6.0", nil, ptr("0"), nft.CapSocket).Check(v4), []string{"socket"}, false,
+		{"no nft_socket", fakeNode("6.6.0", nil, ptr("0"), CapSocket).Check(v4), []string{"socket"}, false,
 			map[string]float64{"owner-flag": 1, "socket": 0, "conntrack": 1, "ipv6-rewrite": 1}},
 		{"not probed", fakeNode("6.6.0", errors.New("probe owner-flag: operation not permitted"), ptr("1")).Check(dual), []string{"ipv6", ""}, false,
 			map[string]float64{"owner-flag": 1, "ipv6": 0}},
@@ -159,8 +158,8 @@ func TestHost(t *testing.T) {
 	r := Host().Check(dual)
 	held := os.Getenv("NODELOCALDNS_VM_HELD_BACK")
 	for _, f := range r.Findings {
-		wantMissing := f.Name == nft.CapSocket && strings.Contains(held, "nft_socket") ||
-			f.Name == nft.CapConntrack && (strings.Contains(held, "nft_ct") || strings.Contains(held, "nf_conntrack"))
+		wantMissing := f.Name == CapSocket && strings.Contains(held, "nft_socket") ||
+			f.Name == CapConntrack && (strings.Contains(held, "nft_ct") || strings.Contains(held, "nf_conntrack"))
 		if !f.Known || f.Present == wantMissing {
 			t.Errorf("%s: known %v, present %v (%s); held back %q", f.Name, f.Known, f.Present, f.Why, held)
 		}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -12,6 +11,7 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/desired"
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
+	"github.com/nodelocaldns/nodelocaldns/internal/nft/nftconn"
 )
 
 // The link-local fallback (internal/nft/fallback.go): a table no instance owns, which sends the queries to the
@@ -20,10 +20,10 @@ import (
 // when no instance is left, for as long as its lease.
 //
 // Every instance says in its own table what it wants (set fallback4: the kube-dns ClusterIP and its DNS port,
-// or nothing), and every instance derives the table from what all the live instances say (decideFallback), so
+// or nothing), and every instance derives the table from what all the live instances say (nft.DecideFallback), so
 // two instances never fight over it: each one's write is the other's no-op, whatever their flags.
 
-// fallbackTable is the fallback table in the kernel ([nft.FallbackTable]).
+// fallbackTable is the fallback table in the kernel ([nftconn.FallbackTable]).
 type fallbackTable interface {
 	Apply(*nft.Fallback) error
 	InSync(*nft.Fallback) (bool, error)
@@ -34,7 +34,7 @@ type fallbackTable interface {
 	Delete() (bool, error)
 }
 
-var _ fallbackTable = nft.FallbackTable{}
+var _ fallbackTable = nftconn.FallbackTable{}
 
 // logDisagreements says, once at start, where $KUBE_DNS_SERVICE_HOST was not taken, and what was instead.
 func logDisagreements(log *zap.Logger, dis []desired.Disagreement) {
@@ -60,87 +60,11 @@ func PrintFallback(st desired.State) (table *nft.Fallback, why string) {
 		return nil, "-setupiptables=false"
 	}
 	self := nft.Instance{Table: "self", IPs: st.NFT.LocalIPs, Self: true, Voted: true, Fallbacks: st.NFT.Fallbacks}
-	d := decideFallback([]nft.Instance{self}, st.Fallback.Lease)
-	if d.spec == nil {
+	d := nft.DecideFallback([]nft.Instance{self}, st.Fallback.Lease)
+	if d.Spec == nil {
 		return nil, why
 	}
-	return nft.BuildFallback(*d.spec), d.why + ", " + why
-}
-
-// fallbackDecision is what the live instances' words add up to.
-type fallbackDecision struct {
-	// leave: no instance of this version has a say (only earlier versions', which keep a table of their own
-	// making, or instances that intercept nothing): the table is left as it is.
-	leave bool
-	// spec is the table to keep; nil with leave false: delete it.
-	spec *nft.FallbackSpec
-	why  string // the decision, for the log
-}
-
-// decideFallback derives the fallback table from every live instance's word, the same on every instance:
-// none while any instance wants none (a rollout of -linklocal-fallback=false sticks from its first pod on);
-// else, for each family every instance names a kube-dns ClusterIP of, towards the lowest one said, covering
-// every address of every instance (the union) on its own DNS port, except the ClusterIPs said, which fail
-// open through kube-proxy. A family some instance names none of gets no fallback: so an earlier version's
-// instance (IPv4 only) and this one decide the same table during a rollout, rather than rewriting each
-// other's.
-func decideFallback(ins []nft.Instance, lease time.Duration) fallbackDecision {
-	var voters []nft.Instance
-	for _, in := range ins {
-		if in.Legacy {
-			return fallbackDecision{leave: true, why: "an earlier version's instance keeps its own fallback table (" + in.Table + ")"}
-		}
-		if in.Voted {
-			voters = append(voters, in)
-		}
-	}
-	if len(voters) == 0 {
-		return fallbackDecision{leave: true, why: "no instance intercepts"}
-	}
-	var said []netip.Addr
-	for _, in := range voters {
-		if len(in.Fallbacks) == 0 {
-			return fallbackDecision{why: "instance table " + in.Table + " wants no fallback"}
-		}
-		for _, v := range in.Fallbacks {
-			said = append(said, v.Addr())
-		}
-	}
-	slices.SortFunc(said, netip.Addr.Compare)
-	spec := &nft.FallbackSpec{Lease: lease}
-	var why []string
-	for _, v6 := range []bool{false, true} {
-		ofFamily := func(v netip.AddrPort) bool { return v.Addr().Is6() == v6 }
-		everyone := !slices.ContainsFunc(voters, func(in nft.Instance) bool { return !slices.ContainsFunc(in.Fallbacks, ofFamily) })
-		if i := slices.IndexFunc(said, func(ip netip.Addr) bool { return ip.Is6() == v6 }); i >= 0 && everyone {
-			spec.Targets = append(spec.Targets, said[i])
-			why = append(why, said[i].String())
-		}
-	}
-	if len(spec.Targets) == 0 {
-		return fallbackDecision{why: "the instances name no ClusterIP of one family all alike"}
-	}
-	for _, in := range voters {
-		for _, ip := range in.IPs {
-			if !slices.Contains(said, ip) {
-				spec.Covered = append(spec.Covered, netip.AddrPortFrom(ip, votedPort(in.Fallbacks, ip)))
-			}
-		}
-	}
-	slices.SortFunc(spec.Covered, netip.AddrPort.Compare)
-	spec.Covered = slices.Compact(spec.Covered)
-	return fallbackDecision{spec: spec, why: "towards " + strings.Join(why, " and ")}
-}
-
-// votedPort is the DNS port an instance's vote names for ip's family (its one port, whatever the family,
-// when it names no ClusterIP of that family: nothing covers that address then).
-func votedPort(vote []netip.AddrPort, ip netip.Addr) uint16 {
-	for _, v := range vote {
-		if v.Addr().Is4() == ip.Is4() {
-			return v.Port()
-		}
-	}
-	return vote[0].Port()
+	return nft.BuildFallback(*d.Spec), d.Why + ", " + why
 }
 
 // fallback keeps the kernel's fallback table equal to the live instances' decision.
@@ -175,19 +99,19 @@ func (f *fallback) ensure(ins []nft.Instance) (string, error) {
 	if f.table == nil {
 		return "", nil
 	}
-	d := decideFallback(ins, f.lease)
-	if d.why != f.said {
-		f.said = d.why
-		f.log.Info("link-local fallback decided", zap.String("decision", d.why), zap.Int("instances", len(ins)))
+	d := nft.DecideFallback(ins, f.lease)
+	if d.Why != f.said {
+		f.said = d.Why
+		f.log.Info("link-local fallback decided", zap.String("decision", d.Why), zap.Int("instances", len(ins)))
 	}
 	covered := false
 	defer func() {
 		f.m.FailOpen.WithLabelValues("link-local").Set(b2f(covered))
 	}()
 	switch {
-	case d.leave:
+	case d.Leave:
 		return "", nil
-	case d.spec == nil:
+	case d.Spec == nil:
 		had, err := removeFallback(f.table, drainDelay)
 		if err != nil {
 			return "", fmt.Errorf("delete the link-local fallback: %w", err)
@@ -195,14 +119,14 @@ func (f *fallback) ensure(ins []nft.Instance) (string, error) {
 		if !had {
 			return "", nil
 		}
-		return "deleted the fallback table (" + d.why + ")", nil
+		return "deleted the fallback table (" + d.Why + ")", nil
 	}
-	want := nft.BuildFallback(*d.spec)
+	want := nft.BuildFallback(*d.Spec)
 	if !slices.Equal(want.Skipped, f.skipped) {
 		f.skipped = want.Skipped
 		if len(want.Skipped) > 0 {
 			f.log.Warn("no link-local fallback for these local IPs (not every live instance names a kube-dns ClusterIP of their family)",
-				zap.Stringers("pairs", want.Skipped), zap.Stringers("kube-dns", d.spec.Targets))
+				zap.Stringers("pairs", want.Skipped), zap.Stringers("kube-dns", d.Spec.Targets))
 		}
 	}
 	ok, err := f.table.InSync(want)
@@ -227,7 +151,7 @@ func (f *fallback) ensure(ins []nft.Instance) (string, error) {
 	if ok || back {
 		return "", nil
 	}
-	return fmt.Sprintf("fallback table for %v towards %v (lease %v)", want.Covered(), d.spec.Targets, f.lease), nil
+	return fmt.Sprintf("fallback table for %v towards %v (lease %v)", want.Covered(), d.Spec.Targets, f.lease), nil
 }
 
 // standBack reports whether the kernel's table, out of sync with want, is a later version's writing of the same

@@ -2,7 +2,6 @@ package supervisor
 
 import (
 	"net/netip"
-	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -115,89 +114,6 @@ func votes(s string) []netip.AddrPort {
 		}
 	}
 	return out
-}
-
-// TestDecideFallback: every instance derives the same table from the same instances, whatever their flags.
-func TestDecideFallback(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		ins    []nft.Instance
-		leave  bool
-		target string   // the targets, space-separated; "" with leave false: delete the table
-		covers []string // the covered pairs, sorted
-	}{
-		{name: "one instance, iptables mode: the ClusterIP fails open through kube-proxy",
-			ins:    []nft.Instance{instance("nodelocaldns", "10.96.0.10:53", "169.254.20.10", "10.96.0.10")},
-			target: "10.96.0.10", covers: []string{"169.254.20.10:53"}},
-		{name: "a surge adding an address on another port: the union",
-			ins: []nft.Instance{instance("nodelocaldns", "10.96.0.10:53", "169.254.20.10", "10.96.0.10"),
-				instance("nodelocaldns-1", "10.96.0.10:5353", "169.254.20.11")},
-			target: "10.96.0.10", covers: []string{"169.254.20.10:53", "169.254.20.11:5353"}},
-		{name: "two ClusterIPs said (kube-dns recreated): the lowest, and neither is covered",
-			ins: []nft.Instance{instance("nodelocaldns", "10.96.0.20:53", "169.254.20.10", "10.96.0.20"),
-				instance("nodelocaldns-1", "10.96.0.10:53", "169.254.20.10", "10.96.0.10")},
-			target: "10.96.0.10", covers: []string{"169.254.20.10:53"}},
-		{name: "one instance wants none: none, from its first pod on",
-			ins: []nft.Instance{instance("nodelocaldns", "10.96.0.10:53", "169.254.20.10"),
-				instance("nodelocaldns-1", "", "169.254.20.10")}},
-		{name: "an instance without interception has no say",
-			ins: []nft.Instance{instance("nodelocaldns", "-", "169.254.20.11"),
-				instance("nodelocaldns-1", "10.96.0.10:53", "169.254.20.10")},
-			target: "10.96.0.10", covers: []string{"169.254.20.10:53"}},
-		{name: "IPv6-only: the IPv6 ClusterIP, the IPv6 local address",
-			ins:    []nft.Instance{instance("nodelocaldns", "[fd00:96::a]:53", "fd00::10", "fd00:96::a")},
-			target: "fd00:96::a", covers: []string{"[fd00::10]:53"}},
-		{name: "dual-stack: each family towards its own ClusterIP",
-			ins:    []nft.Instance{instance("nodelocaldns", "10.96.0.10:53,[fd00:96::a]:53", "169.254.20.10", "fd00::10", "10.96.0.10", "fd00:96::a")},
-			target: "10.96.0.10 fd00:96::a", covers: []string{"169.254.20.10:53", "[fd00::10]:53"}},
-		{name: "a surge from an IPv4 to a dual-stack vote: IPv4 only, as the old instance decides, until it leaves",
-			ins: []nft.Instance{instance("nodelocaldns", "10.96.0.10:53", "169.254.20.10", "10.96.0.10", "fd00::10"),
-				instance("nodelocaldns-1", "10.96.0.10:53,[fd00:96::a]:53", "169.254.20.10", "fd00::10", "10.96.0.10", "fd00:96::a")},
-			target: "10.96.0.10", covers: []string{"169.254.20.10:53"}},
-		{name: "an IPv4 vote and an IPv6 one: no family both name, no table",
-			ins: []nft.Instance{instance("nodelocaldns", "10.96.0.10:53", "169.254.20.10"),
-				instance("nodelocaldns-1", "[fd00:96::a]:53", "fd00::10")}},
-		{name: "nobody has a say", ins: []nft.Instance{instance("nodelocaldns", "-", "169.254.20.10")}, leave: true},
-		{name: "an earlier version keeps its own table",
-			ins: []nft.Instance{{Table: "nodelocaldns", IPs: addrs("169.254.20.10"), Legacy: true},
-				instance("nodelocaldns-1", "10.96.0.10:53", "169.254.20.10")}, leave: true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			d := decideFallback(tc.ins, testLease)
-			rev := slices.Clone(tc.ins)
-			slices.Reverse(rev)
-			if again := decideFallback(rev, testLease); !reflect.DeepEqual(again.spec, d.spec) || again.leave != d.leave {
-				t.Errorf("the order of the instances changes the decision: %+v, then %+v", d, again)
-			}
-			switch {
-			case d.leave != tc.leave:
-				t.Fatalf("leave = %v (%s), want %v", d.leave, d.why, tc.leave)
-			case tc.leave:
-				return
-			case tc.target == "":
-				if d.spec != nil {
-					t.Fatalf("decided %+v (%s), want no table", d.spec, d.why)
-				}
-				return
-			case d.spec == nil:
-				t.Fatalf("decided no table (%s), want one towards %s", d.why, tc.target)
-			}
-			var targets []string
-			for _, ip := range d.spec.Targets {
-				targets = append(targets, ip.String())
-			}
-			if got := strings.Join(targets, " "); got != tc.target {
-				t.Errorf("target %s, want %s", got, tc.target)
-			}
-			var got []string
-			for _, p := range nft.BuildFallback(*d.spec).Covered() {
-				got = append(got, p.String())
-			}
-			if !slices.Equal(got, tc.covers) {
-				t.Errorf("covers %v, want %v", got, tc.covers)
-			}
-		})
-	}
 }
 
 // TestFallbackKeepsTheDecision: the table is written only when it differs from what the kernel holds (two

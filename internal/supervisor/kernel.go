@@ -9,13 +9,14 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft/foreign"
+	"github.com/nodelocaldns/nodelocaldns/internal/nft/nftconn"
 )
 
 // kernel owns the agent's two netlink handles for their whole life: our nftables socket (which owns our table:
 // closing it is what removes the table if nothing else did) and the link manager. The objects that act on them
 // (node, the reconcile watchers, the foreign report, the rule counters) borrow them at construction.
 type kernel struct {
-	conn  *nft.Conn     // nil: the agent touches no kernel state at all
+	conn  *nftconn.Conn // nil: the agent touches no kernel state at all
 	links *link.Manager // nil: -setupinterface=false
 	m     *metrics.Metrics
 }
@@ -29,7 +30,7 @@ func newKernel(log *zap.Logger, m *metrics.Metrics, manage, setupInterface bool)
 		return k, nil
 	}
 	var err error
-	if k.conn, err = nft.Open(nft.WithLogger(log)); err != nil {
+	if k.conn, err = nftconn.Open(nftconn.WithLogger(log)); err != nil {
 		return nil, fmt.Errorf("open nftables: %w", err)
 	}
 	// Scrapes read our rules' counters through this same socket: it owns our table, whatever its name.
@@ -86,9 +87,19 @@ func (k *kernel) fallbackTable() fallbackTable {
 	return k.conn.Fallback()
 }
 
+// counterReader is what a scrape reads our rule counters through ([*nftconn.Conn]): reads only.
+type counterReader interface {
+	Table() string
+	TableCounters(table string, chains ...string) ([]nftconn.RuleCounter, error)
+}
+
+var _ counterReader = (*nftconn.Conn)(nil)
+
 // ruleCounters reads our table's rule counters for a scrape.
-func (k *kernel) ruleCounters() ([]metrics.RuleCounter, error) {
-	rcs, err := k.conn.TableCounters(k.conn.Table(), nft.OurChains()...)
+func (k *kernel) ruleCounters() ([]metrics.RuleCounter, error) { return readRuleCounters(k.conn) }
+
+func readRuleCounters(c counterReader) ([]metrics.RuleCounter, error) {
+	rcs, err := c.TableCounters(c.Table(), nft.OurChains()...)
 	if err != nil {
 		return nil, err
 	}

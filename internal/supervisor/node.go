@@ -15,6 +15,7 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/link"
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
+	"github.com/nodelocaldns/nodelocaldns/internal/nft/nftconn"
 )
 
 // The node's kernel state is shared by every instance running on it (a surge rollout runs two), and the kernel
@@ -30,7 +31,7 @@ import (
 // addresses off looks once more afterwards, so the last look is always after the last change to the interface
 // (interleave_test.go drives every order).
 
-// registry is this instance's owned table and the kernel's list of all instances ([*nft.Conn]).
+// registry is this instance's owned table and the kernel's list of all instances ([*nftconn.Conn]).
 type registry interface {
 	Apply(*nft.Ruleset) error
 	// Leave deletes our table, putting the drain table ([nft.Draining]; nil: none) in its place in the same
@@ -50,7 +51,7 @@ type linkManager interface {
 }
 
 var (
-	_ registry    = (*nft.Conn)(nil)
+	_ registry    = (*nftconn.Conn)(nil)
 	_ linkManager = (*link.Manager)(nil)
 )
 

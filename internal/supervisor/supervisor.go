@@ -30,6 +30,8 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/netip"
 	"os"
 	"strconv"
 	"sync"
@@ -39,6 +41,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/clients"
+	"github.com/nodelocaldns/nodelocaldns/internal/corefile"
 	"github.com/nodelocaldns/nodelocaldns/internal/desired"
 	"github.com/nodelocaldns/nodelocaldns/internal/dnsserver"
 	"github.com/nodelocaldns/nodelocaldns/internal/fastpath"
@@ -133,6 +136,13 @@ func New(cfg Config) (*Supervisor, error) {
 	s.config = &renderer{log: cfg.Log.Named("render"), m: cfg.Metrics, base: c.Base, out: c.Out, kubeDNSDir: c.KubeDNSDir, params: c.Params}
 	s.dnsOpts.HealthSocket = o.HealthSocket
 	s.dnsOpts.Clients = cfg.Clients
+	if o.UpstreamClientSubnet {
+		a, err := netip.ParseAddr(f.UpstreamHost)
+		if err != nil {
+			return nil, fmt.Errorf("flag -upstream-client-subnet needs the cluster DNS address from %s: %w", corefile.ServiceHostEnv(o.UpstreamSvc), err)
+		}
+		s.dnsOpts.ClientSubnetTo = a
+	}
 	if fastpath.Enabled(cfg.Getenv) {
 		if cfg.FastPath == nil {
 			return nil, errors.New("the fast path is on, but has no metrics to count into")

@@ -10,6 +10,7 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/link"
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
+	"github.com/nodelocaldns/nodelocaldns/internal/nft/nftconn"
 	"github.com/nodelocaldns/nodelocaldns/internal/options"
 )
 
@@ -21,7 +22,7 @@ import (
 // whatever -setupinterface says, for an uninstall cleans up after any earlier run.
 func Teardown(o *options.Options, log *zap.Logger) error {
 	st := TeardownState(o)
-	c, err := nft.Open(nft.WithLogger(log))
+	c, err := nftconn.Open(nftconn.WithLogger(log))
 	if err != nil {
 		return fmt.Errorf("open nftables: %w", err)
 	}

@@ -67,6 +67,13 @@ func AskEverywhere(pod *testenv.Peer, name string) map[string]string {
 func ExpectEverywhere(t testing.TB, pod *testenv.Peer, phase string, want func(query string) string) map[string]string {
 	t.Helper()
 	got := AskEverywhere(pod, "failsafe.default.svc.cluster.local.")
+	Expect(t, phase, got, want)
+	return got
+}
+
+// Expect compares what AskEverywhere got with want, one error per query answered by another.
+func Expect(t testing.TB, phase string, got map[string]string, want func(query string) string) {
+	t.Helper()
 	keys := make([]string, 0, len(got))
 	for k := range got {
 		keys = append(keys, k)
@@ -77,7 +84,6 @@ func ExpectEverywhere(t testing.TB, pod *testenv.Peer, phase string, want func(q
 			t.Errorf("%s: %s answered by %s, want %s", phase, k, got[k], e)
 		}
 	}
-	return got
 }
 
 // All wants every query answered by who.

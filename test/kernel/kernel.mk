@@ -1,6 +1,7 @@
 # Kernel matrix, included from the top-level Makefile: boot Debian's stock kernel in QEMU (TCG) and run
-# the kernel tests of internal/link and internal/nft inside it, with the production `dummy` link kind. Needs root
-# (apt-get install of qemu-system-x86, busybox-static, kmod, cpio; the kernel is cached under .cache/kernel).
+# the kernel tests of internal/link and internal/nft (its subpackages too) inside it, with the production `dummy`
+# link kind. Needs root (apt-get install of qemu-system-x86, busybox-static, kmod, cpio; the kernel is cached
+# under .cache/kernel).
 #   make test-kernel                          all tests of both packages in the VM; fails on any failure
 #   make test-kernel KERNEL_TEST_RUN=VM       only tests matching the -test.run pattern
 #   make test-kernel-if-possible              as test-kernel, but skips (exit 0, saying why) when QEMU or the

@@ -10,7 +10,7 @@
 # TCG): every row the agent knows about is the same on both boots but for the numbers (first start 1/1/0 for
 # the ClusterIP, 2/0/0 link-local; surge 9-10/0/0; SIGTERM and SIGKILL then 5 s, 0/6-7/0; a bind leaving the
 # ClusterIP out 0/5-6/0 for it); SIGSTOP 4 s, 2/0/3 on both (lost while stopped); a listener failing inside the
-# running agent (internal/nft TestGateFailsOpen, TestUngatedFollowsTheBoundAddresses): kube-dns answers with
+# running agent (internal/nft/nftconn TestGateFailsOpen, TestUngatedFollowsTheBoundAddresses): kube-dns answers with
 # nft_socket, lost without it until the process exits. One TCP loss at a switch in four runs of each boot.
 # busybox sh; dig, ip and nft are the real tools.
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
@@ -177,7 +177,9 @@ expect $ll lost cache # no fallback exists before the first registration
 
 load surge
 start 2
-sleep 3 # the second instance comes up beside the first (it serves the same addresses: no observable switch)
+# The second instance comes up beside the first (it serves the same addresses: no observable switch); the
+# first leaves once it is ready, as a rollout's maxSurge waits for the new pod's readiness.
+poll 120 grep -q '"msg":"ready"' "$m/agent2.log" || fail "surge: the second instance not ready within 120 s"
 kill -TERM "$pid1"
 wait_exit "$pid1" 60 || fail "surge: the first instance still runs 60 s after SIGTERM"
 lasts 5

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Kernel matrix: boot Debian's stock kernel (linux-image-amd64, where dummy, nf_tables, nft_ct, veth and
-# ifb are modules) in QEMU and run the kernel tests of internal/link and internal/nft (nft/foreign and nft/nftwatch
-# too) inside it, so the production `dummy` path is tested although the development kernel lacks it.
+# ifb are modules) in QEMU and run the kernel tests of internal/link, internal/nft (nft/nftconn, nft/foreign and
+# nft/nftwatch too) and internal/preflight inside it, so the production `dummy` path is tested although the
+# development kernel lacks it.
 #
 # Usage: test/kernel/run.sh [--if-possible]
 #   --if-possible   exit 0 with a message saying why when QEMU or the kernel cannot be installed (for `make test-ci`);
@@ -174,7 +175,7 @@ build_initramfs() {
 	# beside them, so the goldens resolve.
 	local dir
 	: >"$root/tests/list"
-	for dir in internal/link internal/nft internal/nft/foreign internal/nft/nftwatch internal/preflight; do
+	for dir in internal/link internal/nft internal/nft/nftconn internal/nft/foreign internal/nft/nftwatch internal/preflight; do
 		CGO_ENABLED=0 go test -c -o "$root/tests/${dir##*/}.test" "./$dir"
 		mkdir -p "$root/src/$dir"
 		echo "$dir ${dir##*/}.test" >>"$root/tests/list"

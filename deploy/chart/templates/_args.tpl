@@ -49,5 +49,8 @@ that differs from the agent's default (so the default args are the base's exactl
 {{- if .Values.podIdentity.enabled -}}
 {{- $args = append $args "-pod-identity" -}}
 {{- end -}}
+{{- if .Values.upstreamClientSubnet -}}
+{{- $args = append $args "-upstream-client-subnet" -}}
+{{- end -}}
 {{- toJson $args -}}
 {{- end -}}

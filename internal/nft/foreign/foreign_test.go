@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
+	"github.com/nodelocaldns/nodelocaldns/internal/nft/nftconn"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft/nfttest"
 	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
@@ -135,7 +136,7 @@ func runQuiet(name string, args ...string) (string, error) {
 	return string(out), err
 }
 
-func freshConn(t *testing.T) *nft.Conn { return nfttest.FreshConn(t) }
+func freshConn(t *testing.T) *nftconn.Conn { return nfttest.FreshConn(t) }
 
 // ipv4 is an instance table's spec with one local IPv4 address.
 var ipv4 = nft.Spec{LocalIPs: ips("169.254.20.10"), DNSPort: 53, HealthPort: 8080}

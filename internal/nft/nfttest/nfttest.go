@@ -8,17 +8,17 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
-	"github.com/nodelocaldns/nodelocaldns/internal/nft"
+	"github.com/nodelocaldns/nodelocaldns/internal/nft/nftconn"
 	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
 // FreshConn flushes the namespace's ruleset and opens an owning socket that tears our table down after the
 // test. It skips the test without root (testenv.RequireRoot).
-func FreshConn(t *testing.T) *nft.Conn {
+func FreshConn(t *testing.T) *nftconn.Conn {
 	t.Helper()
 	testenv.RequireRoot(t)
 	testenv.Run(t, "nft", "flush", "ruleset")
-	c, err := nft.Open(nft.WithLogger(zaptest.NewLogger(t)))
+	c, err := nftconn.Open(nftconn.WithLogger(zaptest.NewLogger(t)))
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}

@@ -13,9 +13,9 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
-	"github.com/nodelocaldns/nodelocaldns/internal/nlwatch"
-
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
+	"github.com/nodelocaldns/nodelocaldns/internal/nft/nlsock"
+	"github.com/nodelocaldns/nodelocaldns/internal/nlwatch"
 )
 
 // Option configures [Watch].
@@ -157,10 +157,10 @@ func attachFilter(nl *netlink.Conn, tables []string) (int, error) {
 }
 
 // listBaseChains dumps the chains once (no rules) and keeps the base chains of tables other than ours. The dump
-// runs on a socket of its own, with the same deadline as every request on ours (nft.RequestTimeout).
+// runs on a socket of its own, with the same deadline as every request on ours (nlsock.RequestTimeout).
 func listBaseChains(ours []string) (map[chainKey]chainHook, error) {
 	c, err := nftables.New(nftables.WithSockOptions(func(nc *netlink.Conn) error {
-		return nc.SetDeadline(time.Now().Add(nft.RequestTimeout))
+		return nc.SetDeadline(time.Now().Add(nlsock.RequestTimeout))
 	}))
 	if err != nil {
 		return nil, fmt.Errorf("open nftables reader: %w", err)

@@ -13,9 +13,9 @@ import (
 	"go.uber.org/zap/zaptest"
 	"golang.org/x/sys/unix"
 
-	"github.com/nodelocaldns/nodelocaldns/internal/nlwatch"
-
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
+	"github.com/nodelocaldns/nodelocaldns/internal/nft/nftconn"
+	"github.com/nodelocaldns/nodelocaldns/internal/nlwatch"
 )
 
 // startWatch runs Watch until the test ends and returns the channel of trigger reasons.
@@ -72,10 +72,10 @@ func next(t *testing.T, ch <-chan string) string {
 func TestWatchIgnoresOwnWritesAndSeesOthers(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		opts func(*nft.Conn) []Option
+		opts func(*nftconn.Conn) []Option
 	}{
-		{"by connection", func(c *nft.Conn) []Option { return []Option{IgnoreConn(c)} }},
-		{"by pid", func(*nft.Conn) []Option { return nil }},
+		{"by connection", func(c *nftconn.Conn) []Option { return []Option{IgnoreConn(c)} }},
+		{"by pid", func(*nftconn.Conn) []Option { return nil }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := freshConn(t)

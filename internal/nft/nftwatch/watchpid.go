@@ -21,7 +21,7 @@ func pidsAreGlobal() bool {
 // isOwn reports whether a transaction was committed by this process: through one of the ignored connections,
 // or, where pids are global (see pidsAreGlobal), by one of our threads. Elsewhere only the netlink port says
 // it, which is why every connection that writes is given to Watch with IgnoreConn.
-// Writer is a socket of ours that writes to nftables ([nft.Conn]): the kernel stamps its port on the
+// Writer is a socket of ours that writes to nftables ([nftconn.Conn]): the kernel stamps its port on the
 // notifications its transactions cause.
 type Writer interface{ PortID() uint32 }
 

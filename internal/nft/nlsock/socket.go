@@ -1,8 +1,10 @@
 // Package nlsock is the netlink socket to nftables that every part of internal/nft writes and reads through:
 // google/nftables' lasting socket, plus what v0.3.0 cannot do (decode `ct original ...` in a rule dump, send a
 // raw batch such as a NEWTABLE with flags, drop stale acknowledgements after a failed batch), each request
-// under a deadline. It touches nothing by itself: what a socket may change is its caller's (nft: our tables;
-// nft/foreign: node-cache's rules).
+// under a deadline, and the raw messages themselves (msg.go). What a socket may change is its caller's
+// (nft/nftconn: our tables; nft/foreign: node-cache's rules; preflight: nothing, its batches are aborted).
+//
+// May touch: nothing by itself.
 package nlsock
 
 import (

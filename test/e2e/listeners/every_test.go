@@ -6,12 +6,14 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -158,7 +160,10 @@ func TestEveryListenerBoundedUnderPodFlood(t *testing.T) {
 	defer cancel()
 	var wg sync.WaitGroup
 	for _, target := range targets {
-		wg.Go(func() { holdIdle(ctx, t, n.Pod, target, everyFloodRate) })
+		wg.Go(func() {
+			var opened atomic.Int64
+			holdIdle(ctx, t, n.Pod, target, everyFloodRate, &opened, math.MaxInt64)
+		})
 	}
 
 	// Meanwhile: held connections per listener, RSS and descriptors sampled; DNS and a scrape from the node.
