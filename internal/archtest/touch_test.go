@@ -40,9 +40,23 @@ var (
 	effExec    = effect{"processes (runs a command)", []string{"command", "process"}}
 )
 
-// netlinkImports are the libraries that speak netlink to the kernel.
-var netlinkImports = []string{"github.com/google/nftables", "github.com/mdlayher/netlink", "github.com/vishvananda/netlink",
-	"github.com/vishvananda/netns", "github.com/ti-mo/conntrack", "github.com/ti-mo/netfilter"}
+// netlinkCall says whether calling name from the package at path opens or uses a netlink socket: the calls
+// that make a connection or a handle (google/nftables, mdlayher/netlink), and every function of
+// vishvananda/netlink and netns but the few that only build a value. A package that only uses their types
+// (nft encodes google/nftables expressions) touches nothing by that.
+func netlinkCall(path, name string) bool {
+	switch path {
+	case "github.com/google/nftables":
+		return strings.HasPrefix(name, "New")
+	case "github.com/mdlayher/netlink":
+		return name == "Dial"
+	case "github.com/vishvananda/netlink", "github.com/vishvananda/netns":
+		return !slices.Contains([]string{"NewLinkAttrs", "ParseAddr", "ParseIPNet", "NewIPNet"}, name)
+	case "github.com/ti-mo/conntrack":
+		return name == "Dial"
+	}
+	return false
+}
 
 // fileCalls are the os functions that open, read, write or list a file or a folder.
 var fileCalls = map[string]bool{
@@ -51,7 +65,8 @@ var fileCalls = map[string]bool{
 	"ReadFile": true, "Open": true, "ReadDir": true, "Stat": true, "Lstat": true, "Readlink": true, "DirFS": true,
 }
 
-// effectsOf lists the effects the Go files of one package show, each with where it was seen first.
+// effectsOf lists the effects the Go files of one package show, by effect name, each with where it was seen
+// first.
 func effectsOf(fset *token.FileSet, files []*ast.File) map[string]string {
 	found := map[string]string{}
 	see := func(e effect, pos token.Pos, what string) {
@@ -60,13 +75,14 @@ func effectsOf(fset *token.FileSet, files []*ast.File) map[string]string {
 		}
 	}
 	for _, f := range files {
+		imported := map[string]string{} // the name a file calls a package by, to its path
 		for _, imp := range f.Imports {
 			path, _ := strconv.Unquote(imp.Path.Value)
-			for _, nl := range netlinkImports {
-				if path == nl || strings.HasPrefix(path, nl+"/") {
-					see(effNetlink, imp.Pos(), "imports "+path)
-				}
+			name := filepath.Base(path)
+			if imp.Name != nil {
+				name = imp.Name.Name
 			}
+			imported[name] = path
 			switch path {
 			case "os/exec":
 				see(effExec, imp.Pos(), "imports os/exec")
@@ -75,7 +91,9 @@ func effectsOf(fset *token.FileSet, files []*ast.File) map[string]string {
 			}
 		}
 		for _, l := range listenCalls(fset, f) {
-			found[effListen.name] = l
+			if _, ok := found[effListen.name]; !ok {
+				found[effListen.name] = l
+			}
 		}
 		ast.Inspect(f, func(n ast.Node) bool {
 			call, ok := n.(*ast.CallExpr)
@@ -91,20 +109,36 @@ func effectsOf(fset *token.FileSet, files []*ast.File) map[string]string {
 			if id, ok := sel.X.(*ast.Ident); ok {
 				pkg = id.Name
 			}
+			path := imported[pkg]
 			switch {
-			case pkg == "os" && fileCalls[name]:
+			case netlinkCall(path, name):
+				see(effNetlink, call.Pos(), path+"."+name)
+			case path == "os" && fileCalls[name]:
 				see(effFiles, call.Pos(), "os."+name)
-			case pkg == "net" && strings.HasPrefix(name, "Listen"):
+			case path == "net" && strings.HasPrefix(name, "Listen"):
 				see(effListen, call.Pos(), "net."+name)
-			case pkg == "net" && strings.HasPrefix(name, "Dial"), pkg == "unix" && name == "Socket":
+			case path == "golang.org/x/sys/unix" && name == "Socket" && len(call.Args) > 0 && isIdent(call.Args[0], "AF_NETLINK"):
+				see(effNetlink, call.Pos(), "unix.Socket(AF_NETLINK)")
+			case path == "net" && strings.HasPrefix(name, "Dial"), path == "golang.org/x/sys/unix" && name == "Socket":
 				see(effDial, call.Pos(), pkg+"."+name)
-			case pkg != "net" && (name == "DialContext" || name == "Dial") && len(call.Args) >= 2:
+			case path == "" && (name == "DialContext" || name == "Dial") && len(call.Args) >= 2:
 				see(effDial, call.Pos(), "a Dialer's "+name)
 			}
 			return true
 		})
 	}
 	return found
+}
+
+// isIdent reports whether e is name or pkg.name.
+func isIdent(e ast.Expr, name string) bool {
+	switch e := e.(type) {
+	case *ast.Ident:
+		return e.Name == name
+	case *ast.SelectorExpr:
+		return e.Sel.Name == name
+	}
+	return false
 }
 
 // mayTouchLine returns the first sentence after "May touch: " in the package's doc comment, without its period.
@@ -287,7 +321,7 @@ import (
 	"github.com/vishvananda/netlink"
 )
 
-var _ = netlink.LinkList
+var _, _ = netlink.LinkList()
 
 func f() { os.WriteFile("x", nil, 0o600); net.ListenPacket("udp", ":0"); net.Dial("tcp", "x:1") }
 `

@@ -5,6 +5,8 @@
 // dashboards and alerts keep working; the iptables labels stay at zero forever, and the label nftables counts
 // what replaced them. Everything nodelocaldns adds is under the nodelocaldns_ prefix. Registered with the
 // default registry, the series also appear on CoreDNS's own prometheus endpoint, as node-cache's do.
+//
+// May touch: the metrics listener it opens through listenlimit.
 package metrics
 
 import (
