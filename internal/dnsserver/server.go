@@ -181,7 +181,7 @@ func (s *Server) Start(corefile []byte, path string) error {
 	}
 	s.inst, s.corefile = inst, corefile
 	s.gen++
-	s.conns = connlimit.Start(s.log.Named("connlimit"), connlimit.Default)
+	s.conns = connlimit.Start(s.log.Named("connlimit"), connlimit.Default())
 	return s.commit()
 }
 
