@@ -47,7 +47,7 @@ func TestClientsCountsEveryAnswerOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	corefile := fmt.Sprintf(".:0 {\n  bind 127.0.0.1\n  errors\n  cache 30\n  template IN A nx.example {\n    rcode NXDOMAIN\n  }\n  forward . %s\n}\n", up.addr)
+	corefile := fmt.Sprintf(".:0 {\n  bind 127.0.0.1\n  errors\n  cache 30\n  template IN A nx.example {\n    rcode NXDOMAIN\n  }\n  forward . %s\n}\n", up.Addr)
 	if err := s.Start([]byte(corefile), "Corefile"); err != nil {
 		t.Fatal(err)
 	}
@@ -86,8 +86,8 @@ func TestClientsCountsEveryAnswerOnce(t *testing.T) {
 	if b.Answers != nxB || b.NXDomain != nxB {
 		t.Errorf("127.0.0.3: %+v: want %d NXDOMAIN answers", b, nxB)
 	}
-	if up.count.Load() != 1 {
-		t.Errorf("upstream asked %d times: want once (the rest from the cache)", up.count.Load())
+	if up.Queries.Load() != 1 {
+		t.Errorf("upstream asked %d times: want once (the rest from the cache)", up.Queries.Load())
 	}
 }
 
