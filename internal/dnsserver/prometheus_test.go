@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/listenlimit"
@@ -68,7 +69,8 @@ func TestPrometheusServesBounded(t *testing.T) {
 	dns := freeTCP(t)
 	host, port, _ := net.SplitHostPort(dns)
 	corefile := fmt.Sprintf(".:%s {\n\tbind %s\n\twhoami\n\tprometheus %s\n}\n", port, host, metricsAddr)
-	s, err := New(zaptest.NewLogger(t), Options{})
+	// The default registry, as the agent passes it: upstream's plugins register their series there at init.
+	s, err := New(zaptest.NewLogger(t), Options{Registerer: prometheus.DefaultRegisterer, Gatherer: prometheus.DefaultGatherer})
 	if err != nil {
 		t.Fatal(err)
 	}

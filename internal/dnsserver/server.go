@@ -3,8 +3,10 @@
 // may call os.Exit).
 //
 // caddy keeps its registry of plugins and server types per process (plugins.go registers ours once); what a
-// configuration's directives ask of the Server travels in the caddy instance they configure (pending.go), so a
-// Server shares no state with anything but the instances it started. A reload that fails (a Corefile that does not parse, a plugin that fails to start, an address that cannot be
+// configuration's directives ask of the Server travels in the caddy instance they configure (pending.go), and
+// what they count into is lent to them by the Server starting them (env.go: the registry it was given), so a
+// Server shares no state with anything but the instances it started. CoreDNS and caddy log through the standard
+// logger, which the process's owner routes (LogWriter). A reload that fails (a Corefile that does not parse, a plugin that fails to start, an address that cannot be
 // bound) leaves the running instance serving: caddy only swaps instances once the new one listens, and the
 // listeners of unchanged addresses are handed over, so no UDP query is dropped by a reload. A TCP connection
 // that the old instance accepted in the instant it stops can be closed unanswered (CoreDNS's restart behaviour);

@@ -70,7 +70,7 @@ func TestServeReloadStop(t *testing.T) {
 			t.Fatalf("answer = %v, want the upstream's 192.0.2.1", r.Answer)
 		}
 		query(t, addr, "cached.example")
-		if n := up.Queries.Load(); n != 1 {
+		if n := up.QueriesFor("cached.example"); n != 1 {
 			t.Errorf("upstream saw %d queries for two identical lookups, want 1 (second from cache)", n)
 		}
 	})
