@@ -72,10 +72,10 @@ var figures = []figure{
 		`limits: memory: (\d+)Mi`,
 		`The manifests set a (\d+)Mi limit`,
 	}},
-	{name: "TCP connections per source on the DNS listeners", code: fmt.Sprint(connlimit.Default.PerSource), patterns: []string{
+	{name: "TCP connections per source on the DNS listeners", code: fmt.Sprint(connlimit.DefaultPerSource), patterns: []string{
 		`(\d+) per source(?: address)? and \d+ in all`,
 	}},
-	{name: "TCP connections in all on the DNS listeners", code: fmt.Sprint(connlimit.Default.Total), patterns: []string{
+	{name: "TCP connections in all on the DNS listeners", code: fmt.Sprint(connlimit.DefaultTotal), patterns: []string{
 		`\d+ per source(?: address)? and (\d+) in all`,
 	}},
 	{name: "misses in flight per forward", code: fmt.Sprint(corefile.ForwardMaxConcurrent), patterns: []string{

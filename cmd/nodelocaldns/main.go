@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	stdlog "log"
 	"os"
 	"os/signal"
 	"strings"
@@ -85,8 +86,12 @@ func serve(o *options.Options, log *zap.Logger) int {
 	// owned table by itself.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT)
 	defer stop()
+	// CoreDNS and caddy log through the standard logger, which is the process's: routed into ours here, once.
+	stdlog.SetFlags(0)
+	stdlog.SetOutput(dnsserver.LogWriter(log.Named("dns").Named("coredns")))
 
-	// The default registry: CoreDNS's plugins register into it, and its prometheus plugin serves it too.
+	// The default registry: CoreDNS's plugins register into it at init, so everything else registers there too,
+	// and both metrics endpoints (ours, the Corefile's prometheus) serve it.
 	m, err := metrics.New(prometheus.DefaultRegisterer, nil) // the supervisor sets the rule counters' source
 	if err != nil {
 		log.Error("register metrics", zap.Error(err))
@@ -101,7 +106,7 @@ func serve(o *options.Options, log *zap.Logger) int {
 	pf.Log(log.Named("preflight"))
 	pf.Export(m.NodeCapability)
 	cfg := supervisor.Config{Options: o, Log: log, Getenv: os.Getenv, Metrics: m, FastPath: fast,
-		Gatherer: prometheus.DefaultGatherer}
+		Gatherer: prometheus.DefaultGatherer, Registerer: prometheus.DefaultRegisterer}
 	taint, err := startupTaint(o, os.Getenv, nodetaint.ServiceAccountDir, log)
 	if err != nil {
 		log.Error("invalid configuration", zap.Error(err))

@@ -14,8 +14,14 @@ type Limits struct {
 	Total     int // connections all sources together may hold
 }
 
-// Default are the caps the agent runs with.
-var Default = Limits{PerSource: 100, Total: 1000}
+// The caps the agent runs with (Default).
+const (
+	DefaultPerSource = 100
+	DefaultTotal     = 1000
+)
+
+// Default returns the caps the agent runs with: DefaultPerSource and DefaultTotal.
+func Default() Limits { return Limits{PerSource: DefaultPerSource, Total: DefaultTotal} }
 
 // ConnWorstCaseBytes is what one held connection is counted for in the memory check: 7.4 KiB of RSS measured
 // (goroutine, buffers; test/e2e/outage TestTCPConnectionFlood) and the kernel's socket, charged to the cgroup.

@@ -2,6 +2,7 @@ package connlimit
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"sync/atomic"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"go.uber.org/zap/zaptest"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
 func TestChoose(t *testing.T) {
@@ -64,11 +67,7 @@ func TestPassClosesOverTheCap(t *testing.T) {
 			defer c.Close()
 			clients = append(clients, c)
 		}
-		for deadline := time.Now().Add(5 * time.Second); open.Load() != 5; time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("the server accepted %d of 5", open.Load())
-			}
-		}
+		testenv.Eventually(t, 5*time.Second, "the server to accept all 5", func() bool { return open.Load() == 5 })
 		l := &Limiter{log: zaptest.NewLogger(t), lim: Limits{PerSource: 3, Total: 10}, noDestroy: noDestroy}
 		l.Watch([]netip.AddrPort{ln.Addr().(*net.TCPAddr).AddrPort()})
 		if n, _ := l.pass(); n != 2 {
@@ -86,11 +85,7 @@ func TestPassClosesOverTheCap(t *testing.T) {
 		if ended != 2 {
 			t.Errorf("destroy %v: %d client connections ended, want 2", !noDestroy, ended)
 		}
-		for deadline := time.Now().Add(5 * time.Second); open.Load() != 3; time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("destroy %v: the server holds %d, want 3", !noDestroy, open.Load())
-			}
-		}
+		testenv.Eventually(t, 5*time.Second, fmt.Sprintf("destroy %v: the server to hold 3", !noDestroy), func() bool { return open.Load() == 3 })
 		if n, _ := l.pass(); n != 0 {
 			t.Errorf("destroy %v: second pass closed %d, want 0", !noDestroy, n)
 		}
@@ -119,18 +114,17 @@ func serve(ln net.Listener, open *atomic.Int64) {
 	}
 }
 
-// settle waits (bounded) until the limiter has not run a pass for a while, and returns how many it ran.
+// settle waits (bounded) until the limiter has not run a pass for 300 ms, and returns how many it ran.
 func settle(t *testing.T, l *Limiter) int64 {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
-		n := l.passes.Load()
-		time.Sleep(300 * time.Millisecond)
-		if l.passes.Load() == n {
-			return n
+	n, since := l.passes.Load(), time.Now()
+	testenv.Eventually(t, 10*time.Second, "the limiter to stop running passes", func() bool {
+		if m := l.passes.Load(); m != n {
+			n, since = m, time.Now()
 		}
-	}
-	t.Fatal("the limiter never stopped running passes")
-	return 0
+		return time.Since(since) >= 300*time.Millisecond
+	})
+	return n
 }
 
 // A running Limiter on a real listener: connections over the cap are closed without any pass on a timer
@@ -169,11 +163,8 @@ func TestWakesOnConnections(t *testing.T) {
 			}
 			clients = append(clients, c)
 		}
-		for deadline := time.Now().Add(10 * time.Second); open.Load() != perSource; time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: the server holds %d connections of one source, want the cap of %d", what, open.Load(), perSource)
-			}
-		}
+		testenv.Eventually(t, 10*time.Second, fmt.Sprintf("%s: the server to hold the cap of %d connections of one source", what, perSource),
+			func() bool { return open.Load() == perSource })
 		// Idle: no pass at all. Polling every 100 ms, as before, ran 20 in these 2 s.
 		before := settle(t, l)
 		time.Sleep(2 * time.Second)
@@ -183,11 +174,7 @@ func TestWakesOnConnections(t *testing.T) {
 	}
 	settle(t, l)
 	flood("listener")
-	for deadline := time.Now().Add(10 * time.Second); open.Load() != 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d connections still open after the clients closed", open.Load())
-		}
-	}
+	testenv.Eventually(t, 10*time.Second, "every connection to end after the clients closed", func() bool { return open.Load() == 0 })
 
 	// caddy's reload: the new server's listener is a copy of the old one's descriptor, the old one closed.
 	f, err := ln.(*net.TCPListener).File()
@@ -231,10 +218,8 @@ func TestQueuedCountsTheAcceptQueue(t *testing.T) {
 		}
 		// The client's connect returns when its SYN-ACK arrives; the server's side joins the queue with the
 		// final ACK, just after.
-		n, err := a[0].queued()
-		for deadline := time.Now().Add(5 * time.Second); err == nil && n != 2 && time.Now().Before(deadline); n, err = a[0].queued() {
-			time.Sleep(10 * time.Millisecond)
-		}
+		var n int
+		testenv.Eventually(t, 5*time.Second, "2 connections queued", func() bool { n, err = a[0].queued(); return err != nil || n == 2 })
 		if err != nil || n != 2 {
 			t.Errorf("mptcp %v: queued %d, %v; want 2", mptcp, n, err)
 		}
@@ -269,10 +254,7 @@ func TestPassClosesQueued(t *testing.T) {
 		}
 		defer c.Close()
 	}
-	n, err := l.armed[0].queued()
-	for deadline := time.Now().Add(5 * time.Second); err == nil && n != 5 && time.Now().Before(deadline); n, err = l.armed[0].queued() {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, 5*time.Second, "5 connections queued", func() bool { n, err := l.armed[0].queued(); return err != nil || n == 5 })
 	if n, _ := l.pass(); n != 2 {
 		t.Errorf("pass closed %d queued connections, want 2 of 5 over a cap of 3", n)
 	}

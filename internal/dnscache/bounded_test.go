@@ -11,7 +11,7 @@ import (
 // Where ours differs from CoreDNS's on purpose: a response whose records take more than MaxMsgBytes packed is
 // answered but not cached (CoreDNS's would keep it, up to 64 KiB of TCP message, as parsed records).
 func TestEntriesAreBounded(t *testing.T) {
-	s := build(t, dnscache.Setup, "cache 30", "dns://bounded", map[string]string{
+	s := build(t, dnscache.Setup(nil), "cache 30", "dns://bounded", map[string]string{
 		"fits.example.":  "big 200", // ~3.2 KB
 		"large.example.": "big 300", // ~4.8 KB
 	})

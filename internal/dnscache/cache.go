@@ -71,7 +71,7 @@ type Cache struct {
 	keepttl bool
 
 	cfg     *dnsserver.Config // the block, for the fast path; nil outside a server
-	metrics *cacheMetrics
+	metrics *Metrics          // Setup's; a set registered nowhere until then
 	// entries are the coredns_cache_entries series the cache inserted under, by server (entriesSeries).
 	entries   atomic.Pointer[map[string]*entriesSeries]
 	entriesMu sync.Mutex
@@ -85,7 +85,7 @@ func New() *Cache {
 		pcap: defaultCap, pttl: maxTTL, minpttl: minTTL,
 		ncap: defaultCap, nttl: maxNTTL, minnttl: minNTTL,
 		failttl: minNTTL, duration: time.Minute, percentage: 10,
-		metrics: sharedMetrics(),
+		metrics: NewMetrics(nil),
 	}
 	c.SetClock(time.Now)
 	return c

@@ -27,20 +27,22 @@ import (
 // the boundaries where the two could round apart), and compares every answer, the upstream's query count, and
 // at the end every coredns_cache_* series, server label aside.
 
-// upstream answers by name from a script the scenario changes as it goes.
-type upstream struct {
+// scripted is each cache's next handler, standing for its upstream: it answers by name from a script the
+// scenario changes as it goes. It is a plugin.Handler in the chain, not a DNS server (testenv.StartUpstream):
+// the scenarios compare caches, and failures forward reports (an error, no answer written) need a handler.
+type scripted struct {
 	mu     sync.Mutex
 	script map[string]string // name -> "a TTL", "nx TTL", "nodata TTL", "empty", "referral TTL", "servfail", "fail"
 	calls  int
 }
 
-func (u *upstream) set(name, how string) { u.mu.Lock(); u.script[name] = how; u.mu.Unlock() }
+func (u *scripted) set(name, how string) { u.mu.Lock(); u.script[name] = how; u.mu.Unlock() }
 
-func (u *upstream) count() int { u.mu.Lock(); defer u.mu.Unlock(); return u.calls }
+func (u *scripted) count() int { u.mu.Lock(); defer u.mu.Unlock(); return u.calls }
 
-func (u *upstream) Name() string { return "upstream" }
+func (u *scripted) Name() string { return "upstream" }
 
-func (u *upstream) ServeDNS(_ context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+func (u *scripted) ServeDNS(_ context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
 	u.mu.Lock()
 	u.calls++
 	how := u.script[strings.ToLower(r.Question[0].Name)]
@@ -86,7 +88,7 @@ func (u *upstream) ServeDNS(_ context.Context, w dns.ResponseWriter, r *dns.Msg)
 // side is one cache in front of its upstream.
 type side struct {
 	h   plugin.Handler
-	up  *upstream
+	up  *scripted
 	srv *dnsserver.Server
 }
 
@@ -98,7 +100,7 @@ func build(t testing.TB, setup caddy.SetupFunc, directive, server string, script
 		t.Errorf("setup %q: %v", directive, err)
 		return nil
 	}
-	up := &upstream{script: map[string]string{}}
+	up := &scripted{script: map[string]string{}}
 	for k, v := range script {
 		up.script[k] = v
 	}
@@ -145,8 +147,9 @@ type scenario struct {
 	steps           []step
 }
 
-// ours is the setup under test.
-var ours caddy.SetupFunc = dnscache.Setup
+// ours is the setup under test, counting into the default registry, where CoreDNS's cache plugin registered its
+// identical series at init: both count into them, told apart by the server label (cacheSeries).
+var ours = dnscache.Setup(dnscache.NewMetrics(prometheus.DefaultRegisterer))
 
 // scenarioAttempts is how often a scenario runs before its differences fail the test. The scenarios run on
 // the wall clock (CoreDNS's cache takes no clock from outside), with TTLs of 2 s and steps 500 ms from their

@@ -94,7 +94,7 @@ func entriesCache(t *testing.T, g *entriesGauge) *Cache {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := *sharedMetrics()
+	m := *NewMetrics(nil)
 	m.entries = g
 	c.metrics = &m
 	c.Next = plugin.HandlerFunc(func(_ context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {

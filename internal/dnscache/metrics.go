@@ -10,20 +10,26 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// cacheMetrics are CoreDNS's coredns_cache_* series: the same names, help and labels, so dashboards and alerts
-// written for CoreDNS read ours. They live in prometheus's default registry, which CoreDNS's prometheus
-// plugin serves (and which is process-wide: hence one set, made on first use, not at init). CoreDNS's cache
-// plugin registers identical collectors at init when it is linked in (a test binary that runs both does);
-// then registering ours returns its collectors, and both count into them, so a differential test tells the
-// two caches apart by the server label.
-type cacheMetrics struct {
+// Metrics are CoreDNS's coredns_cache_* series: the same names, help and labels, so dashboards and alerts
+// written for CoreDNS read ours. Whoever runs the caches makes one set with the registry it serves
+// (NewMetrics) and hands it to every `cache` directive it sets up (Setup), so that the counts carry on across
+// reloads. CoreDNS's cache plugin registers identical collectors into the default registry at init when it is
+// linked in (a test binary that runs both does); a set made with that registry then takes its collectors, and
+// both count into them, so a differential test tells the two caches apart by the server label.
+type Metrics struct {
 	entries                                                           *entriesGauge
 	requests, hits, misses, prefetches, drops, servedStale, evictions *prometheus.CounterVec
 }
 
-var sharedMetrics = sync.OnceValue(func() *cacheMetrics {
-	return &cacheMetrics{
-		entries:     newEntriesGauge(prometheus.DefaultRegisterer),
+// NewMetrics makes the series and registers them with reg; nil registers them nowhere (a cache built by a
+// test, counting for no one).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: plugin.Namespace, Subsystem: "cache", Name: name, Help: help}, labels))
+	}
+	return &Metrics{
+		entries:     newEntriesGauge(reg),
 		requests:    counter("requests_total", "The count of cache requests.", "server", "zones", "view"),
 		hits:        counter("hits_total", "The count of cache hits.", "server", "type", "zones", "view"),
 		misses:      counter("misses_total", "The count of cache misses. Deprecated, derive misses from cache hits/requests counters.", "server", "zones", "view"),
@@ -32,15 +38,6 @@ var sharedMetrics = sync.OnceValue(func() *cacheMetrics {
 		servedStale: counter("served_stale_total", "The number of requests served from stale cache entries.", "server", "zones", "view"),
 		evictions:   counter("evictions_total", "The count of cache evictions.", "server", "type", "zones", "view"),
 	}
-})
-
-// RegisterMetrics registers the coredns_cache_* series now rather than at the first `cache` directive's setup:
-// the agent does it with the other compiled-in plugins, whose series CoreDNS registers at init.
-func RegisterMetrics() { sharedMetrics() }
-
-func counter(name, help string, labels ...string) *prometheus.CounterVec {
-	return register(prometheus.DefaultRegisterer, prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: plugin.Namespace, Subsystem: "cache", Name: name, Help: help}, labels))
 }
 
 // entriesGauge is coredns_cache_entries. CoreDNS's cache sets it on every insert, to its caches' Len, which
@@ -139,8 +136,11 @@ func (g *entriesGauge) stopped(c *Cache) {
 	}
 }
 
-// register registers c with reg, or returns the identical collector already registered.
+// register registers c with reg, or returns the identical collector already registered; with no reg, c.
 func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	if reg == nil {
+		return c
+	}
 	err := reg.Register(c)
 	var are prometheus.AlreadyRegisteredError
 	if errors.As(err, &are) {

@@ -16,7 +16,7 @@ import (
 func BenchmarkHitServe(b *testing.B) {
 	for _, directive := range []string{"cache 30", "cache 30 {\n prefetch 2 1m 10%\n serve_stale 1h\n serve_stale_policy prefer_positive\n}"} {
 		b.Run(map[bool]string{true: "plain", false: "resilient"}[directive == "cache 30"], func(b *testing.B) {
-			s := build(b, dnscache.Setup, directive, "dns://bench", map[string]string{"b.example.": "a 300"})
+			s := build(b, dnscache.Setup(nil), directive, "dns://bench", map[string]string{"b.example.": "a 300"})
 			r := new(dns.Msg)
 			r.SetQuestion("b.example.", dns.TypeA)
 			var hit *dnscache.Hit

@@ -12,13 +12,22 @@ import (
 	"github.com/coredns/coredns/plugin"
 )
 
-// Setup is the `cache` directive's setup function (plugin.Register("cache", dnscache.Setup) in our build; not
-// at init, so that a test binary can link CoreDNS's cache plugin beside this one).
-func Setup(c *caddy.Controller) error {
+// Setup returns the `cache` directive's setup function, its caches counting into m (internal/dnsserver
+// registers it as "cache"; not at init, so that a test binary can link CoreDNS's cache plugin beside this one).
+// nil counts into a set registered nowhere.
+func Setup(m *Metrics) caddy.SetupFunc {
+	if m == nil {
+		m = NewMetrics(nil)
+	}
+	return func(c *caddy.Controller) error { return setup(c, m) }
+}
+
+func setup(c *caddy.Controller, m *Metrics) error {
 	ca, err := Parse(c)
 	if err != nil {
 		return plugin.Error("cache", err)
 	}
+	ca.metrics = m
 	cfg := dnsserver.GetConfig(c)
 	ca.cfg = cfg
 	c.OnStartup(func() error {

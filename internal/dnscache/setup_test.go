@@ -95,7 +95,7 @@ func runSetupCases(t *testing.T, cases []setupCase) {
 					t.Errorf("parsed to\n%+v\nwant\n%+v", got, want)
 				}
 			}
-			ours, theirs := setupError(Setup, tc.directive()), setupError(ref, tc.directive())
+			ours, theirs := setupError(Setup(nil), tc.directive()), setupError(ref, tc.directive())
 			if ours != theirs {
 				t.Errorf("setup error %q, coredns's cache plugin's %q", ours, theirs)
 			}

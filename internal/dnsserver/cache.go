@@ -11,10 +11,10 @@ import (
 )
 
 // registerCache registers our cache directive (internal/dnscache), which the fast path answers from, with the
-// per-client accounting's handler in front of its block's chain (clients_handler.go).
+// per-client accounting's handler in front of its block's chain (clients_handler.go), counting into the
+// starting Server's series (envOf).
 func registerCache() {
-	plugin.Register("cache", withClients(dnscache.Setup))
-	dnscache.RegisterMetrics()
+	plugin.Register("cache", withClients(func(c *caddy.Controller) error { return dnscache.Setup(envOf().cache)(c) }))
 }
 
 // withClients runs setup, then puts the accounting's handler (clientsHandler) first in the block's chain:

@@ -2,8 +2,10 @@ package dnsserver
 
 import (
 	"fmt"
+	stdlog "log"
 	"net"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -120,6 +122,10 @@ func TestClientSubnetToKubeDNS(t *testing.T) {
 		t.Run(fmt.Sprintf("on=%v", on), func(t *testing.T) {
 			core, logs := observer.New(zap.InfoLevel)
 			log := zap.New(zapcore.NewTee(core, zaptest.NewLogger(t).Core()))
+			// CoreDNS's log plugin writes to the standard logger, which the agent's main routes into zap.
+			stdlog.SetOutput(LogWriter(log.Named("coredns")))
+			stdlog.SetFlags(0)
+			t.Cleanup(func() { stdlog.SetOutput(os.Stderr); stdlog.SetFlags(stdlog.LstdFlags) })
 			o := Options{}
 			if on {
 				o.ClientSubnetTo = kubeDNS.Addr()

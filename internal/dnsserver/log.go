@@ -2,7 +2,7 @@ package dnsserver
 
 import (
 	"bytes"
-	"log"
+	"io"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -10,12 +10,10 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/sockholder"
 )
 
-// routeStdLog sends the standard logger, which CoreDNS and caddy write to ("[INFO] plugin/reload: ..."), into z
-// at the level named by the line's prefix.
-func routeStdLog(z *zap.Logger) {
-	log.SetFlags(0)
-	log.SetOutput(stdLogWriter{z.WithOptions(zap.AddCallerSkip(3))})
-}
+// LogWriter is where the standard logger, which CoreDNS and caddy write to ("[INFO] plugin/reload: ..."), is to
+// write, with no flags (log.SetFlags(0)): it logs each line into z at the level named by its prefix. The
+// standard logger is the process's: its owner (cmd/nodelocaldns) routes it, once.
+func LogWriter(z *zap.Logger) io.Writer { return stdLogWriter{z.WithOptions(zap.AddCallerSkip(3))} }
 
 type stdLogWriter struct{ z *zap.Logger }
 

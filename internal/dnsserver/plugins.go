@@ -50,7 +50,7 @@ var register = sync.OnceFunc(func() {
 	plugin.Register("health", setupHealth)
 	plugin.Register("loop", setupLoop)
 	plugin.Register(metricsDirective, setupPrometheus)
-	plugin.Register(fairshare.Name, fairshare.Setup)
+	plugin.Register(fairshare.Name, func(c *caddy.Controller) error { return fairshare.Setup(envOf().fair())(c) })
 	plugin.Register(forwardDirective, forward.SetupWith(func(c *caddy.Controller, f *forward.Forward) {
 		p := pendingFor(c)
 		p.forwards = append(p.forwards, f)

@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"runtime"
-	"sync"
 	"time"
 
 	"github.com/coredns/caddy"
@@ -16,7 +15,6 @@ import (
 	"github.com/coredns/coredns/plugin/metrics"
 	"github.com/coredns/coredns/plugin/metrics/vars"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
@@ -47,14 +45,8 @@ const (
 	metricsMaxHeader         = 8 << 10
 )
 
-// runtimeMetrics swaps the Go collector for one with every runtime metric, as upstream's runtime_metrics does:
-// one Go runtime per process, so a latch for the process's life.
-var runtimeMetrics = sync.OnceFunc(func() {
-	prometheus.Unregister(collectors.NewGoCollector())
-	prometheus.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsAll)))
-})
-
 func setupPrometheus(c *caddy.Controller) error {
+	env := envOf()
 	m := metrics.New(defaultMetricsAddr)
 	i := 0
 	for c.Next() {
@@ -81,7 +73,9 @@ func setupPrometheus(c *caddy.Controller) error {
 				if len(c.RemainingArgs()) != 0 {
 					return plugin.Error(userMetrics, c.ArgErr())
 				}
-				runtimeMetrics()
+				if err := env.runtimeMetrics(); err != nil {
+					return plugin.Error(userMetrics, err)
+				}
 			case "tls":
 				return plugin.Error(userMetrics, c.Err("tls is not supported by nodelocaldns"))
 			default:
@@ -104,7 +98,7 @@ func setupPrometheus(c *caddy.Controller) error {
 	c.OnStartup(enabled)
 	c.OnRestartFailed(enabled)
 	c.OnRestart(func() error { vars.PluginEnabled.Reset(); return nil })
-	if err := setBuildInfo(); err != nil {
+	if err := setBuildInfo(env.reg); err != nil {
 		return plugin.Error(userMetrics, err)
 	}
 	pendingFor(c).metrics[m.Addr] = true
@@ -115,15 +109,18 @@ func setupPrometheus(c *caddy.Controller) error {
 	return nil
 }
 
-// setBuildInfo sets coredns_build_info, which plugin/metrics registers and only its own setup sets: registering
-// the same gauge again hands back the registered one.
-func setBuildInfo() error {
+// setBuildInfo sets coredns_build_info in reg, where plugin/metrics registers it (in the default registry) and
+// only its own setup sets it: registering the same gauge again hands back the registered one.
+func setBuildInfo(reg prometheus.Registerer) error {
+	if reg == nil {
+		return nil
+	}
 	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: plugin.Namespace,
 		Name:      "build_info",
 		Help:      "A metric with a constant '1' value labeled by version, revision, and goversion from which CoreDNS was built.",
 	}, []string{"version", "revision", "goversion"})
-	if err := prometheus.Register(g); err != nil {
+	if err := reg.Register(g); err != nil {
 		are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err)
 		if !ok {
 			return fmt.Errorf("register coredns_build_info: %w", err)
@@ -137,7 +134,8 @@ func setBuildInfo() error {
 }
 
 // syncMetrics opens metrics listeners for wanted addresses and closes the ones no longer wanted, as syncHealth
-// does for health's. They serve what upstream's serve: the default registry, where CoreDNS's plugins register.
+// does for health's. They serve the Server's gatherer (Options.Gatherer): the agent's is the default registry,
+// where CoreDNS's plugins register, which is what upstream's serve.
 // An address that cannot be bound is logged, with who holds it, and DNS serves on without its metrics, as with
 // upstream's plugin; the next reload tries it again.
 func (s *Server) syncMetrics(wanted map[string]bool) {
@@ -152,7 +150,7 @@ func (s *Server) syncMetrics(wanted map[string]bool) {
 			continue
 		}
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(prometheus.DefaultGatherer, promhttp.HandlerOpts{}))
+		mux.Handle("/metrics", promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{}))
 		ml := &httpListener{ln: ln, srv: &http.Server{Handler: mux, ReadHeaderTimeout: metricsReadHeaderTimeout,
 			ReadTimeout: metricsTimeout, WriteTimeout: metricsTimeout, IdleTimeout: metricsTimeout, MaxHeaderBytes: metricsMaxHeader}}
 		go ml.srv.Serve(ln)

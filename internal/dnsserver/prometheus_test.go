@@ -11,9 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/listenlimit"
+	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
 func TestCorefileForCaddy(t *testing.T) {
@@ -67,7 +69,8 @@ func TestPrometheusServesBounded(t *testing.T) {
 	dns := freeTCP(t)
 	host, port, _ := net.SplitHostPort(dns)
 	corefile := fmt.Sprintf(".:%s {\n\tbind %s\n\twhoami\n\tprometheus %s\n}\n", port, host, metricsAddr)
-	s, err := New(zaptest.NewLogger(t), Options{})
+	// The default registry, as the agent passes it: upstream's plugins register their series there at init.
+	s, err := New(zaptest.NewLogger(t), Options{Registerer: prometheus.DefaultRegisterer, Gatherer: prometheus.DefaultGatherer})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,11 +97,14 @@ func TestPrometheusServesBounded(t *testing.T) {
 		return string(b)
 	}
 	// The handler counts a request after its answer is written: wait for the count (bounded).
-	body := scrape("127.0.0.1")
-	for i, deadline := 0, time.Now().Add(5*time.Second); !strings.Contains(body, "coredns_dns_requests_total{") && time.Now().Before(deadline); i++ {
-		time.Sleep(50 * time.Millisecond)
-		body = scrape(fmt.Sprintf("127.0.1.%d", 1+i%250)) // a source each: a scraped connection is held 0.5 s more
-	}
+	body, i := scrape("127.0.0.1"), 0
+	testenv.Eventually(t, 5*time.Second, "coredns_dns_requests_total in a scrape", func() bool {
+		if strings.Contains(body, "coredns_dns_requests_total{") {
+			return true
+		}
+		body, i = scrape(fmt.Sprintf("127.0.1.%d", 1+i%250)), i+1 // a source each: a scraped connection is held 0.5 s more
+		return false
+	})
 	for _, want := range []string{"coredns_build_info{", `coredns_dns_requests_total{`, `coredns_plugin_enabled{`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("scrape lacks %s", want)

@@ -3,8 +3,10 @@
 // may call os.Exit).
 //
 // caddy keeps its registry of plugins and server types per process (plugins.go registers ours once); what a
-// configuration's directives ask of the Server travels in the caddy instance they configure (pending.go), so a
-// Server shares no state with anything but the instances it started. A reload that fails (a Corefile that does not parse, a plugin that fails to start, an address that cannot be
+// configuration's directives ask of the Server travels in the caddy instance they configure (pending.go), and
+// what they count into is lent to them by the Server starting them (env.go: the registry it was given), so a
+// Server shares no state with anything but the instances it started. CoreDNS and caddy log through the standard
+// logger, which the process's owner routes (LogWriter). A reload that fails (a Corefile that does not parse, a plugin that fails to start, an address that cannot be
 // bound) leaves the running instance serving: caddy only swaps instances once the new one listens, and the
 // listeners of unchanged addresses are handed over, so no UDP query is dropped by a reload. A TCP connection
 // that the old instance accepted in the instant it stops can be closed unanswered (CoreDNS's restart behaviour);
@@ -25,6 +27,7 @@ import (
 
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/clients"
@@ -51,6 +54,14 @@ type Options struct {
 	// -upstream-client-subnet): the queries our forward sends it carry the asking client's address as EDNS0
 	// Client Subnet (internal/forward's clientsubnet.go), so that kube-dns's dnstap names the pod.
 	ClientSubnetTo netip.Addr
+	// Registerer is where our directives (cache, fairshare, prometheus) register their series (env.go), and
+	// Gatherer what the Corefile's `prometheus` listeners serve. The agent passes the default registry for both:
+	// CoreDNS's own plugins register into it at init. A nil Registerer is a registry of the Server's own, and
+	// a nil Gatherer the Registerer when it is a *prometheus.Registry.
+	Registerer prometheus.Registerer
+	Gatherer   prometheus.Gatherer
+	// TCPLimits caps the TCP connections CoreDNS holds (internal/connlimit); zero, connlimit.Default().
+	TCPLimits connlimit.Limits
 }
 
 // Server is the embedded CoreDNS.
@@ -61,8 +72,12 @@ type Server struct {
 	clients *clients.Accounting
 	// clientSubnetTo is Options.ClientSubnetTo.
 	clientSubnetTo netip.Addr
-	// conns caps the TCP connections CoreDNS holds (internal/connlimit), while it runs.
-	conns *connlimit.Limiter
+	// conns caps the TCP connections CoreDNS holds (internal/connlimit) to tcpLimits, while it runs.
+	conns     *connlimit.Limiter
+	tcpLimits connlimit.Limits
+	// env is what our directives count into (env.go); gatherer what the `prometheus` listeners serve.
+	env      *directiveEnv
+	gatherer prometheus.Gatherer
 
 	mu       sync.Mutex // one start, reload or stop at a time
 	inst     *caddy.Instance
@@ -116,8 +131,8 @@ func (s *Server) reportLoop(e *LoopError) {
 	}
 }
 
-// New prepares the embedded CoreDNS and routes its log output (the standard logger, which is per process) into
-// log.
+// New prepares the embedded CoreDNS. CoreDNS and caddy log through the standard logger, which belongs to the
+// process: its owner routes it (LogWriter).
 func New(log *zap.Logger, o Options) (*Server, error) {
 	register()
 	if err := dnsserver.Register(); err != nil {
@@ -126,14 +141,27 @@ func New(log *zap.Logger, o Options) (*Server, error) {
 	s := &Server{log: log, health: map[string]*httpListener{}, metrics: map[string]*httpListener{},
 		socketPath: o.HealthSocket, healthPool: listenlimit.NewPool(listenlimit.Health),
 		metricsPool: listenlimit.NewPool(listenlimit.CoreDNSMetrics), clients: o.Clients,
-		clientSubnetTo: o.ClientSubnetTo}
+		clientSubnetTo: o.ClientSubnetTo, tcpLimits: o.TCPLimits, gatherer: o.Gatherer}
+	if s.tcpLimits == (connlimit.Limits{}) {
+		s.tcpLimits = connlimit.Default()
+	}
+	reg := o.Registerer
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	if r, ok := reg.(*prometheus.Registry); ok && s.gatherer == nil {
+		s.gatherer = r
+	}
+	if s.gatherer == nil {
+		return nil, errors.New("dnsserver: a Registerer that is not a *prometheus.Registry needs a Gatherer")
+	}
+	s.env = newDirectiveEnv(reg)
 	if o.FastPath != nil {
 		s.fast = fastpath.New(log.Named("fastpath"), o.FastPath)
 		if o.Clients != nil {
 			s.fast.SetClients(o.Clients)
 		}
 	}
-	routeStdLog(log.Named("coredns"))
 	s.SetReadiness(nil)
 	s.SetLiveness(nil)
 	return s, nil
@@ -178,7 +206,7 @@ func (s *Server) Start(corefile []byte, path string) error {
 	if err != nil {
 		return fmt.Errorf("start coredns from %s: %w", path, err)
 	}
-	inst, err := caddy.Start(in)
+	inst, err := lend(s.env, func() (*caddy.Instance, error) { return caddy.Start(in) })
 	if err != nil {
 		return fmt.Errorf("start coredns from %s: %w", path, sockholder.Explain(err))
 	}
@@ -190,7 +218,7 @@ func (s *Server) Start(corefile []byte, path string) error {
 	}
 	s.inst, s.corefile = inst, corefile
 	s.gen++
-	s.conns = connlimit.Start(s.log.Named("connlimit"), connlimit.Default)
+	s.conns = connlimit.Start(s.log.Named("connlimit"), s.tcpLimits)
 	return s.commit()
 }
 
@@ -209,7 +237,7 @@ func (s *Server) Reload(corefile []byte) (changed bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("reload coredns from %s: %w", s.path, err)
 	}
-	inst, err := s.inst.Restart(in)
+	inst, err := lend(s.env, func() (*caddy.Instance, error) { return s.inst.Restart(in) })
 	if err != nil {
 		return false, fmt.Errorf("reload coredns from %s: %w", s.path, sockholder.Explain(err))
 	}

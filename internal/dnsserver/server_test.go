@@ -7,41 +7,24 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/fastpath"
+	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
-// Conventions: everything listens on 127.0.0.1 with kernel-chosen ports; the "upstream" is an in-process
-// miekg/dns server that answers A queries with 192.0.2.1 and counts what reaches it.
+// Conventions: everything listens on 127.0.0.1 with kernel-chosen ports; the "upstream" is testenv's in-process
+// server (testenv.StartUpstream) that answers A queries with 192.0.2.1 and counts what reaches it.
 
-type upstream struct {
-	addr  string
-	count atomic.Int64
-}
-
-func startUpstream(t *testing.T) *upstream {
+// startUpstream is the tests' upstream: testenv's, answering 192.0.2.1.
+func startUpstream(t *testing.T) *testenv.Upstream {
 	t.Helper()
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := &upstream{addr: pc.LocalAddr().String()}
-	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
-		u.count.Add(1)
-		m := new(dns.Msg)
-		m.SetReply(r)
-		m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: r.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 300}, A: net.IPv4(192, 0, 2, 1)})
-		w.WriteMsg(m)
-	})}
-	go srv.ActivateAndServe()
-	t.Cleanup(func() { srv.Shutdown() })
-	return u
+	return testenv.StartUpstream(t, "127.0.0.1:0", "192.0.2.1")
 }
 
 func query(t *testing.T, server, name string) *dns.Msg {
@@ -74,7 +57,7 @@ func TestServeReloadStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	corefile := fmt.Sprintf(".:0 {\n  bind 127.0.0.1\n  errors\n  reload\n  health 127.0.0.1:0\n  cache 30\n  forward . %s\n}\n", up.addr)
+	corefile := fmt.Sprintf(".:0 {\n  bind 127.0.0.1\n  errors\n  reload\n  health 127.0.0.1:0\n  cache 30\n  forward . %s\n}\n", up.Addr)
 	if err := s.Start([]byte(corefile), "Corefile"); err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +70,7 @@ func TestServeReloadStop(t *testing.T) {
 			t.Fatalf("answer = %v, want the upstream's 192.0.2.1", r.Answer)
 		}
 		query(t, addr, "cached.example")
-		if n := up.count.Load(); n != 1 {
+		if n := up.QueriesFor("cached.example"); n != 1 {
 			t.Errorf("upstream saw %d queries for two identical lookups, want 1 (second from cache)", n)
 		}
 	})
@@ -217,5 +200,52 @@ func TestFairshareOrder(t *testing.T) {
 	i, c, f := slices.Index(d, "fairshare"), slices.Index(d, "cache"), slices.Index(d, "forward")
 	if i < 0 || c > i || f != i+1 {
 		t.Errorf("Directives() = %v: want fairshare after cache and right before forward", d)
+	}
+}
+
+// TestMetricsInTheServersRegistry: our directives count into the registry the Server was given, and its
+// `prometheus` listener serves it; nothing of theirs reaches the default registry.
+func TestMetricsInTheServersRegistry(t *testing.T) {
+	up := startUpstream(t)
+	reg := prometheus.NewRegistry()
+	s, err := New(zaptest.NewLogger(t), Options{Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	corefile := fmt.Sprintf(".:0 {\n  bind 127.0.0.1\n  prometheus 127.0.0.1:0\n  cache 30\n  fairshare 10\n  forward . %s\n}\n", up.Addr)
+	if err := s.Start([]byte(corefile), "Corefile"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Stop() })
+	query(t, udpAddr(t, s), "counted.example")
+	names := func(g prometheus.Gatherer) map[string]bool {
+		mfs, err := g.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]bool{}
+		for _, mf := range mfs {
+			out[mf.GetName()] = true
+		}
+		return out
+	}
+	ours, def := names(reg), names(prometheus.DefaultGatherer)
+	for _, n := range []string{"coredns_cache_requests_total", "coredns_cache_entries", "coredns_fairshare_refused_total", "coredns_build_info"} {
+		if !ours[n] {
+			t.Errorf("%s not in the Server's registry", n)
+		}
+	}
+	for _, n := range []string{"coredns_cache_requests_total", "coredns_fairshare_refused_total"} {
+		if def[n] {
+			t.Errorf("%s in the default registry", n)
+		}
+	}
+	if len(s.metrics) != 1 {
+		t.Fatalf("%d metrics listeners, want 1", len(s.metrics))
+	}
+	for _, ml := range s.metrics {
+		if _, body := get(t, "http://"+ml.ln.Addr().String()+"/metrics"); !strings.Contains(body, "coredns_cache_requests_total{") {
+			t.Errorf("the prometheus listener does not serve the Server's registry:\n%s", body)
+		}
 	}
 }

@@ -3,7 +3,6 @@ package fairshare
 import (
 	"context"
 	"errors"
-	"sync"
 
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/request"
@@ -13,8 +12,9 @@ import (
 
 // Fair is the directive's handler.
 type Fair struct {
-	Next plugin.Handler
-	lim  *limiter
+	Next    plugin.Handler
+	lim     *limiter
+	refused prometheus.Counter
 }
 
 // errShare is what a refused query's error says (the errors plugin logs it, as it logs forward's).
@@ -29,17 +29,33 @@ func (f *Fair) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (
 	state := request.Request{W: w, Req: r}
 	src := state.IP()
 	if !f.lim.acquire(ctx, src) {
-		refused.Inc()
+		f.refused.Inc()
 		return dns.RcodeRefused, errShare
 	}
 	defer f.lim.release(src)
 	return plugin.NextOrFailure(f.Name(), f.Next, ctx, w, r)
 }
 
-var refused = prometheus.NewCounter(prometheus.CounterOpts{
-	Namespace: plugin.Namespace, Subsystem: Name, Name: "refused_total",
-	Help: "Queries refused because their source held its share of the upstream queries in flight.",
-})
+// Metrics are the directive's series. Whoever runs the directive makes them once with the registry it serves
+// and hands them to every setup (Setup), so that the count carries on across reloads.
+type Metrics struct{ refused prometheus.Counter }
 
-// registerMetrics registers the counter with the default registry, as CoreDNS's plugins do, once per process.
-var registerMetrics = sync.OnceFunc(func() { prometheus.MustRegister(refused) })
+// NewMetrics makes the series and registers them with reg, or takes the identical ones already registered
+// there; nil registers them nowhere.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{refused: prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: Name, Name: "refused_total",
+		Help: "Queries refused because their source held its share of the upstream queries in flight.",
+	})}
+	if reg == nil {
+		return m
+	}
+	if err := reg.Register(m.refused); err != nil {
+		if are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); ok {
+			if c, ok := are.ExistingCollector.(prometheus.Counter); ok {
+				m.refused = c
+			}
+		}
+	}
+	return m
+}

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
 // A lone source takes the whole bound; once another asks, the flooder's next queries are refused and the slot
@@ -65,12 +67,10 @@ func TestLimiterWaitIsBounded(t *testing.T) {
 
 func waitFor(t *testing.T, l *limiter, waiting int) {
 	t.Helper()
-	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		if _, w, _ := l.inFlight(); w == waiting {
-			return
-		}
-	}
-	t.Fatalf("never %d waiting", waiting)
+	testenv.Eventually(t, 2*time.Second, fmt.Sprintf("%d waiting", waiting), func() bool {
+		_, w, _ := l.inFlight()
+		return w == waiting
+	})
 }
 
 // Many sources at once, some flooding: never more than the limit in flight, and nothing left once all end.

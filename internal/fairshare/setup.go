@@ -16,9 +16,17 @@ const Name = "fairshare"
 // waits is held no longer than one admitted at once could be.
 const MaxWait = 5 * time.Second
 
-// Setup is the directive's setup function (plugin.Register(Name, Setup), in dnsserver). A block that names it
-// more than once gets one limiter, with the largest LIMIT.
-func Setup(c *caddy.Controller) error {
+// Setup returns the directive's setup function, counting into m (internal/dnsserver registers it as Name); nil
+// counts into series registered nowhere. A block that names the directive more than once gets one limiter, with
+// the largest LIMIT.
+func Setup(m *Metrics) caddy.SetupFunc {
+	if m == nil {
+		m = NewMetrics(nil)
+	}
+	return func(c *caddy.Controller) error { return setup(c, m) }
+}
+
+func setup(c *caddy.Controller, m *Metrics) error {
 	limit := 0
 	for c.Next() {
 		args := c.RemainingArgs()
@@ -34,8 +42,7 @@ func Setup(c *caddy.Controller) error {
 		}
 		limit = max(limit, n)
 	}
-	registerMetrics()
-	f := &Fair{lim: newLimiter(limit, MaxWait)}
+	f := &Fair{lim: newLimiter(limit, MaxWait), refused: m.refused}
 	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
 		f.Next = next
 		return f

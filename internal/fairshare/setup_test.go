@@ -17,7 +17,7 @@ func TestSetup(t *testing.T) {
 		{"fairshare 0", `LIMIT "0" is not a positive number`},
 		{"fairshare 5 {\n wait 1s\n}", `unknown property "wait"`},
 	} {
-		err := Setup(caddy.NewTestController("dns", tc.in))
+		err := Setup(nil)(caddy.NewTestController("dns", tc.in))
 		if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
 			t.Errorf("Setup(%q) = %v; want an error containing %q", tc.in, err, tc.wantErr)
 		}

@@ -22,7 +22,7 @@ import (
 // loop, a response, trailing bytes).
 func FuzzHitAnswersLikeCoreDNS(f *testing.F) {
 	up := startUpstream(f)
-	body := "cache 30\n forward . " + up.addr
+	body := "cache 30\n forward . " + up.Addr
 	p, fast := startCoreDNS(f, body)
 	alone := startCoreDNSAlone(f, body)
 	valid, hostile := hitSeeds(f)

@@ -75,7 +75,7 @@ func TestBurstsAreAnsweredPerSender(t *testing.T) {
 			seen[m.Id] = true
 		}
 	}
-	if n := up.queries("burst.example."); n != 1 {
+	if n := up.QueriesFor("burst.example."); n != 1 {
 		t.Errorf("upstream saw %d queries for the hit, want 1", n)
 	}
 	calls, got := p.Metrics().Received()

@@ -21,7 +21,7 @@ func TestMetricsRegistered(t *testing.T) {
 		t.Error("registering the same series twice: no error")
 	}
 	up := startUpstream(t)
-	_, addr := startCoreDNSOn(t, "cache 30\n forward . "+up.addr, nil, m)
+	_, addr := startCoreDNSOn(t, "cache 30\n forward . "+up.Addr, nil, m)
 	for range 3 {
 		ask(t, addr, "counted.example.")
 	}

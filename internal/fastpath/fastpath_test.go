@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,51 +23,13 @@ import (
 
 // Conventions: CoreDNS is embedded as the agent embeds it (internal/dnsserver registers the server type), with
 // the agent's own fast path turned off so that each test drives a fastpath.Path of its own; everything listens
-// on 127.0.0.1 with kernel-chosen ports. The upstream answers every A query with 192.0.2.1 and the TTL ttl, and
-// counts queries per name.
+// on 127.0.0.1 with kernel-chosen ports. The upstream (testenv.StartUpstream) answers every A query with
+// 192.0.2.1 and the TTL it is set to, and counts queries per name.
 
-type upstream struct {
-	addr string
-	ttl  atomic.Uint32
-	mu   sync.Mutex
-	seen map[string]int
-}
-
-func startUpstream(t testing.TB) *upstream {
+// startUpstream is the tests' upstream: testenv's, answering 192.0.2.1.
+func startUpstream(t testing.TB) *testenv.Upstream {
 	t.Helper()
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := &upstream{addr: pc.LocalAddr().String(), seen: map[string]int{}}
-	u.ttl.Store(300)
-	// TCP too, on the same port: the cache's prefetches and background refreshes ask over TCP.
-	ln, err := net.Listen("tcp", u.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	handler := dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
-		u.mu.Lock()
-		u.seen[strings.ToLower(r.Question[0].Name)]++
-		u.mu.Unlock()
-		m := new(dns.Msg)
-		m.SetReply(r)
-		m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: r.Question[0].Name, Rrtype: dns.TypeA,
-			Class: dns.ClassINET, Ttl: u.ttl.Load()}, A: net.IPv4(192, 0, 2, 1)})
-		w.WriteMsg(m)
-	})
-	srv := &dns.Server{PacketConn: pc, Handler: handler}
-	tsrv := &dns.Server{Listener: ln, Handler: handler}
-	go srv.ActivateAndServe()
-	go tsrv.ActivateAndServe()
-	t.Cleanup(func() { srv.Shutdown(); tsrv.Shutdown() })
-	return u
-}
-
-func (u *upstream) queries(name string) int {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.seen[dns.Fqdn(name)]
+	return testenv.StartUpstream(t, "127.0.0.1:0", "192.0.2.1")
 }
 
 var registerOnce sync.Once
@@ -170,7 +131,7 @@ func packed(t *testing.T, name string, id uint16) []byte {
 // A hit is answered with CoreDNS's answer, the query's ID, and without allocating.
 func TestHitDoesNotAllocate(t *testing.T) {
 	up := startUpstream(t)
-	p, addr := startCoreDNS(t, "prometheus 127.0.0.1:0\n cache 30\n forward . "+up.addr)
+	p, addr := startCoreDNS(t, "prometheus 127.0.0.1:0\n cache 30\n forward . "+up.Addr)
 	ask(t, addr, "hit.example.") // fetched: cached by CoreDNS
 	if p.Stored(addr) != 0 {
 		t.Fatalf("%d answers stored after a miss, want none: only answers from the cache are learned", p.Stored(addr))
@@ -206,7 +167,7 @@ func TestHitDoesNotAllocate(t *testing.T) {
 	if allocs != 0 {
 		t.Errorf("a hit allocates %v times, want 0", allocs)
 	}
-	if n := up.queries("hit.example."); n != 1 {
+	if n := up.QueriesFor("hit.example."); n != 1 {
 		t.Errorf("upstream saw %d queries, want 1", n)
 	}
 }
@@ -214,14 +175,14 @@ func TestHitDoesNotAllocate(t *testing.T) {
 // Over the network: the fast path's sockets get the queries, and what it cannot answer reaches CoreDNS.
 func TestServesOverTheNetwork(t *testing.T) {
 	up := startUpstream(t)
-	_, addr := startCoreDNS(t, "cache 30\n forward . "+up.addr)
+	_, addr := startCoreDNS(t, "cache 30\n forward . "+up.Addr)
 	for i := range 5 {
 		r := ask(t, addr, "net.example.")
 		if len(r.Answer) != 1 {
 			t.Fatalf("query %d: %v", i, r)
 		}
 	}
-	if n := up.queries("net.example."); n != 1 {
+	if n := up.QueriesFor("net.example."); n != 1 {
 		t.Errorf("upstream saw %d queries for 5 lookups, want 1", n)
 	}
 }
@@ -231,8 +192,8 @@ func TestServesOverTheNetwork(t *testing.T) {
 func TestNeverServesWhatTheCacheDropped(t *testing.T) {
 	up := startUpstream(t)
 	clk := clocktesting.NewFakeClock(time.Now())
-	p, addr := startCoreDNSOn(t, "cache 30 {\n success 1024 30 1\n }\n forward . "+up.addr, clk, fastpath.NewMetrics())
-	up.ttl.Store(2)
+	p, addr := startCoreDNSOn(t, "cache 30 {\n success 1024 30 1\n }\n forward . "+up.Addr, clk, fastpath.NewMetrics())
+	up.SetTTL(2)
 	for range 3 { // a miss, two answers from the cache: learned
 		ask(t, addr, "short.example.")
 	}
@@ -240,11 +201,11 @@ func TestNeverServesWhatTheCacheDropped(t *testing.T) {
 	ask(t, addr, "short.example.")
 	clk.Step(2100 * time.Millisecond)
 	ask(t, addr, "short.example.")
-	if n := up.queries("short.example."); n != 2 {
+	if n := up.QueriesFor("short.example."); n != 2 {
 		t.Errorf("upstream saw %d queries for short.example., want 2 (once more after the TTL)", n)
 	}
 
-	up.ttl.Store(300)
+	up.SetTTL(300)
 	for range 3 { // learned
 		ask(t, addr, "victim.example.")
 	}
@@ -263,7 +224,7 @@ func TestNeverServesWhatTheCacheDropped(t *testing.T) {
 	}
 	before := p.Stored(addr)
 	ask(t, addr, "victim.example.")
-	if n := up.queries("victim.example."); n != 2 {
+	if n := up.QueriesFor("victim.example."); n != 2 {
 		t.Errorf("upstream saw %d queries for the evicted name, want 2: the fast path answered what the cache evicted (%d stored)", n, before)
 	}
 }
@@ -274,11 +235,11 @@ func TestStepsAside(t *testing.T) {
 	up := startUpstream(t)
 	for _, body := range []string{
 		"log\n cache 30",
-		"forward . " + up.addr, // no cache at all
+		"forward . " + up.Addr, // no cache at all
 	} {
 		t.Run(strings.Fields(body)[0]+" "+strings.Join(strings.Fields(body)[1:], " "), func(t *testing.T) {
 			if !strings.HasPrefix(body, "forward") {
-				body += "\n forward . " + up.addr
+				body += "\n forward . " + up.Addr
 			}
 			p, addr := startCoreDNS(t, body)
 			for range 3 {

@@ -15,7 +15,7 @@ import (
 // goes to CoreDNS alone and through a fast path, and the answers must be the same bytes.
 func TestMalformedLikeCoreDNS(t *testing.T) {
 	u := startUpstream(t)
-	body := " cache 30\n forward . " + u.addr
+	body := " cache 30\n forward . " + u.Addr
 	_, fast := startCoreDNS(t, body)
 	alone := startCoreDNSAlone(t, body)
 

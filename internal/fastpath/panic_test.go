@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/fastpath"
+	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
 // A panic in the fast path's reader (injected into its hit path for queries naming "boom") is counted, the
@@ -33,16 +34,16 @@ func TestPanicIsContained(t *testing.T) {
 			t.Fatalf("after the panics: %v", r)
 		}
 	}
-	if n := up.queries("ok.example."); n != 1 {
+	if n := up.QueriesFor("ok.example."); n != 1 {
 		t.Errorf("upstream saw %d queries for ok.example., want 1: hits are still the fast path's", n)
 	}
 }
 
 // startLearnt starts CoreDNS with a fast path that has learnt name's answer, and wraps its hit path with wrap.
-func startLearnt(t *testing.T, name string, wrap func(fastpath.HitFunc) fastpath.HitFunc) (*upstream, *fastpath.Path, netip.AddrPort) {
+func startLearnt(t *testing.T, name string, wrap func(fastpath.HitFunc) fastpath.HitFunc) (*testenv.Upstream, *fastpath.Path, netip.AddrPort) {
 	t.Helper()
 	up := startUpstream(t)
-	p, addr := startCoreDNS(t, "cache 30\n forward . "+up.addr)
+	p, addr := startCoreDNS(t, "cache 30\n forward . "+up.Addr)
 	for range 3 { // a miss, then two answers from the cache: learned
 		ask(t, addr, name)
 	}

@@ -18,9 +18,9 @@ import (
 
 func TestServesPrefetch(t *testing.T) {
 	up := startUpstream(t)
-	up.ttl.Store(4)
+	up.SetTTL(4)
 	clk := clocktesting.NewFakeClock(time.Now())
-	p, addr := startCoreDNSOn(t, "cache 30 {\n success 1024 30 0\n prefetch 2 1m 50%\n }\n forward . "+up.addr, clk, fastpath.NewMetrics())
+	p, addr := startCoreDNSOn(t, "cache 30 {\n success 1024 30 0\n prefetch 2 1m 50%\n }\n forward . "+up.Addr, clk, fastpath.NewMetrics())
 	for range 3 { // a miss, two hits: learned
 		ask(t, addr, "pf.example.")
 	}
@@ -38,7 +38,7 @@ func TestServesPrefetch(t *testing.T) {
 	if len(r.Answer) != 1 || r.Answer[0].Header().Ttl > 2 {
 		t.Errorf("answer to the prefetching hit: %v, want the old entry's (TTL <= 2)", r.Answer)
 	}
-	testenv.Eventually(t, 2*time.Second, "the prefetch reaches the upstream", func() bool { return up.queries("pf.example.") == 2 })
+	testenv.Eventually(t, 2*time.Second, "the prefetch reaches the upstream", func() bool { return up.QueriesFor("pf.example.") == 2 })
 }
 
 func TestServesStale(t *testing.T) {
@@ -48,9 +48,9 @@ func TestServesStale(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			up := startUpstream(t)
-			up.ttl.Store(1)
+			up.SetTTL(1)
 			clk := clocktesting.NewFakeClock(time.Now())
-			p, addr := startCoreDNSOn(t, "cache 30 {\n success 1024 30 0\n "+tc.opts+"\n }\n forward . "+up.addr, clk, fastpath.NewMetrics())
+			p, addr := startCoreDNSOn(t, "cache 30 {\n success 1024 30 0\n "+tc.opts+"\n }\n forward . "+up.Addr, clk, fastpath.NewMetrics())
 			for range 3 { // a miss, two hits: learned
 				ask(t, addr, "st.example.")
 			}
@@ -70,7 +70,7 @@ func TestServesStale(t *testing.T) {
 			if len(r.Answer) != 1 || r.Answer[0].Header().Ttl != want {
 				t.Errorf("answer after expiry: %v, want TTL %d", r.Answer, want)
 			}
-			testenv.Eventually(t, 2*time.Second, "the refresh reaches the upstream", func() bool { return up.queries("st.example.") == 2 })
+			testenv.Eventually(t, 2*time.Second, "the refresh reaches the upstream", func() bool { return up.QueriesFor("st.example.") == 2 })
 		})
 	}
 }

@@ -11,7 +11,7 @@ import (
 // answer's own, not part of the key (keyed by it, the set grew by one per length until a reload).
 func TestSeriesNotKeyedByRequestLength(t *testing.T) {
 	up := startUpstream(t)
-	p, addr := startCoreDNS(t, "prometheus 127.0.0.1:0\n cache 30\n forward . "+up.addr)
+	p, addr := startCoreDNS(t, "prometheus 127.0.0.1:0\n cache 30\n forward . "+up.Addr)
 	const lengths = 20
 	for n := range lengths {
 		m := new(dns.Msg)

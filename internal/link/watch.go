@@ -38,7 +38,7 @@ const defaultRcvbuf = 1 << 20
 // fails. Events caused by our own repairs (creating the link, removing a stray address) trigger at most one
 // more pass, which finds the kernel in sync and writes nothing, so they cannot loop.
 func Watch(ctx context.Context, log *zap.Logger, name string, trigger func(reason string)) error {
-	cfg := watchConfig{rcvbuf: defaultRcvbuf, backoff: nlwatch.DefaultBackoff}
+	cfg := watchConfig{rcvbuf: defaultRcvbuf, backoff: nlwatch.DefaultBackoff()}
 	return watch(ctx, log.Named("link"), name, trigger, cfg)
 }
 

@@ -123,7 +123,7 @@ func TestKernelWatchTriggers(t *testing.T) {
 	if _, err := m.Ensure(s); err != nil {
 		t.Fatalf("Ensure: %v", err)
 	}
-	events := startWatch(t, watchConfig{rcvbuf: defaultRcvbuf, backoff: nlwatch.DefaultBackoff}, nil)
+	events := startWatch(t, watchConfig{rcvbuf: defaultRcvbuf, backoff: nlwatch.DefaultBackoff()}, nil)
 	ready(t, m, events)
 	tampers := []struct {
 		name   string

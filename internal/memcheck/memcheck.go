@@ -20,13 +20,14 @@ import (
 // queries in flight (bounded per forward by corefile.ForwardMaxConcurrent).
 const Baseline = 64 << 20
 
-// TCPWorstCase is the TCP connections CoreDNS may hold under connlimit's caps, each at its worst.
-var TCPWorstCase = connlimit.Default.WorstCaseBytes()
+// TCPWorstCase is the TCP connections CoreDNS may hold under connlimit's default caps (the agent's), each at its
+// worst: connlimit.Default().WorstCaseBytes().
+const TCPWorstCase int64 = connlimit.DefaultTotal * connlimit.ConnWorstCaseBytes
 
 // ListenersWorstCase is the connections of every listener the agent opens itself (health, its metrics,
 // CoreDNS's metrics: internal/listenlimit), each bound full. Each kind is bounded in all its addresses together,
 // so it does not depend on the Corefile.
-var ListenersWorstCase = listenlimit.WorstCaseBytes()
+func ListenersWorstCase() int64 { return listenlimit.WorstCaseBytes() }
 
 // StoreWorstCase is the fast path's store beside one `cache` directive at its fullest (a store is per listener
 // address, for every block on it, so one per directive over-counts in the usual Corefile: never under).
@@ -48,7 +49,7 @@ func ClientsWorstCase(caches int) int64 {
 type Estimate struct {
 	Caches    int   // `cache` directives
 	Entries   int64 // their success + denial capacities
-	WorstCase int64 // bytes: Baseline + TCPWorstCase + ListenersWorstCase + each cache's Entries × dnscache.KeyWorstCaseBytes + Caches × StoreWorstCase + ClientsWorstCase(Caches)
+	WorstCase int64 // bytes: Baseline + TCPWorstCase + ListenersWorstCase() + each cache's Entries × dnscache.KeyWorstCaseBytes + Caches × StoreWorstCase + ClientsWorstCase(Caches)
 	Limit     int64 // the cgroup's memory limit; 0 for none
 }
 
@@ -58,7 +59,7 @@ func (e Estimate) Fits() bool { return e.Limit == 0 || e.WorstCase <= e.Limit }
 // New computes the worst case of caches against limit.
 func New(caches []Cache, limit int64) Estimate {
 	e := Estimate{Caches: len(caches), Limit: limit}
-	e.WorstCase = Baseline + TCPWorstCase + ListenersWorstCase + int64(e.Caches)*StoreWorstCase + ClientsWorstCase(e.Caches)
+	e.WorstCase = Baseline + TCPWorstCase + ListenersWorstCase() + int64(e.Caches)*StoreWorstCase + ClientsWorstCase(e.Caches)
 	for _, c := range caches {
 		e.Entries += c.Success + c.Denial
 		e.WorstCase += (c.Success + c.Denial) * dnscache.KeyWorstCaseBytes(c.PreferPositive)

@@ -8,6 +8,7 @@ import (
 	coredns "github.com/coredns/coredns/core/dnsserver"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/clients"
+	"github.com/nodelocaldns/nodelocaldns/internal/connlimit"
 )
 
 func write(t *testing.T, path, content string) {
@@ -129,11 +130,18 @@ func TestEstimate(t *testing.T) {
 // caches is Baseline and their caps.
 func TestEstimateCountsTCPConnections(t *testing.T) {
 	e := New(nil, 0)
-	if ListenersWorstCase < 3*256*16<<10 {
-		t.Errorf("listeners counted for %s; want at least health, the agent's metrics and CoreDNS's, 256 of 16 KiB each", MiB(ListenersWorstCase))
+	if ListenersWorstCase() < 3*256*16<<10 {
+		t.Errorf("listeners counted for %s; want at least health, the agent's metrics and CoreDNS's, 256 of 16 KiB each", MiB(ListenersWorstCase()))
 	}
-	if e.WorstCase != Baseline+TCPWorstCase+ListenersWorstCase || TCPWorstCase < 1000*7<<10 {
+	if e.WorstCase != Baseline+TCPWorstCase+ListenersWorstCase() || TCPWorstCase < 1000*7<<10 {
 		t.Errorf("worst case of no cache %s, TCP connections %s; want Baseline + TCP, TCP at least 1000 of 7 KiB",
 			MiB(e.WorstCase), MiB(TCPWorstCase))
+	}
+}
+
+// TestTCPWorstCaseIsConnlimits: the constant is what connlimit's default caps hold at their worst.
+func TestTCPWorstCaseIsConnlimits(t *testing.T) {
+	if got := connlimit.Default().WorstCaseBytes(); TCPWorstCase != got {
+		t.Errorf("TCPWorstCase = %d, connlimit.Default().WorstCaseBytes() = %d", TCPWorstCase, got)
 	}
 }

@@ -4,7 +4,8 @@
 // iptables, iptables_lock, interface_add, interface_check, configmap, all pre-initialised to zero) so existing
 // dashboards and alerts keep working; the iptables labels stay at zero forever, and the label nftables counts
 // what replaced them. Everything nodelocaldns adds is under the nodelocaldns_ prefix. Registered with the
-// default registry, the series also appear on CoreDNS's own prometheus endpoint, as node-cache's do.
+// registry the caller passes (cmd/nodelocaldns passes the default one, which CoreDNS's own prometheus endpoint
+// serves too), the series also appear there, as node-cache's do.
 //
 // May touch: the metrics listener it opens through listenlimit.
 package metrics

@@ -5,11 +5,13 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/listenlimit"
 	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
@@ -49,20 +51,29 @@ func TestScrapeWhileAPodHoldsConnections(t *testing.T) {
 	defer cancel()
 
 	pod := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}, Timeout: time.Second}
+	var tried, holding atomic.Int64 // pod goroutines that have dialed once; connections the pod holds now
 	for range 20 {
 		go func() {
-			for ctx.Err() == nil {
+			for first := true; ctx.Err() == nil; first = false {
 				c, err := pod.DialContext(ctx, "tcp", addr)
+				if first {
+					tried.Add(1)
+				}
 				if err != nil {
 					time.Sleep(10 * time.Millisecond)
 					continue
 				}
+				holding.Add(1)
 				c.Read(make([]byte, 1)) // idle until the server drops it
+				holding.Add(-1)
 				c.Close()
 			}
 		}()
 	}
-	time.Sleep(300 * time.Millisecond) // the pod's connections are in place
+	share := int64(listenlimit.AgentMetrics.PerSource)
+	testenv.Eventually(t, 5*time.Second, "the pod to dial from every goroutine and hold its share", func() bool {
+		return tried.Load() == 20 && holding.Load() >= share
+	})
 
 	scraper := &http.Client{Timeout: time.Second, Transport: &http.Transport{
 		DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 3)}}).DialContext, DisableKeepAlives: true}}

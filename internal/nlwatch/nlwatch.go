@@ -23,7 +23,7 @@ type Backoff struct{ Min, Max time.Duration }
 
 // DefaultBackoff is the agent's: a lost subscription is usually back at the first attempt, and one that keeps
 // failing (the socket cannot be created, the group not joined) is retried twice a minute at most.
-var DefaultBackoff = Backoff{Min: 100 * time.Millisecond, Max: 30 * time.Second}
+func DefaultBackoff() Backoff { return Backoff{Min: 100 * time.Millisecond, Max: 30 * time.Second} }
 
 // Subscribe makes one subscription and relays its events until ctx is done or the subscription ends, and
 // returns why it ended. It calls up once it is subscribed (every event from then on will be seen), before it

@@ -200,18 +200,20 @@ func Parse(args []string, usage io.Writer) (*Options, error) {
 
 // CompatibilityOnly lists, in one place, the flags accepted only so that node-cache's manifests and scripts run
 // unchanged: each parses, and does little or nothing of what it did in node-cache, for the reason given. The usage
-// text marks them.
-var CompatibilityOnly = map[string]string{
-	"setupiptables":    "alias of -setupnftables: there are no iptables rules, the switch governs the nftables table",
-	"corefile":         "node-cache overwrote it with -conf; used only as the output path when -conf is not given",
-	"reloadwithsignal": "SIGUSR1 always reloads, and ConfigMap changes reload without a signal",
-	"pidfile":          "node-cache polled it before programming rules; written for tools that still read it",
-	"quiet":            "accepted and ignored: the agent prints no banner",
+// text marks them. Each call returns a new map.
+func CompatibilityOnly() map[string]string {
+	return map[string]string{
+		"setupiptables":    "alias of -setupnftables: there are no iptables rules, the switch governs the nftables table",
+		"corefile":         "node-cache overwrote it with -conf; used only as the output path when -conf is not given",
+		"reloadwithsignal": "SIGUSR1 always reloads, and ConfigMap changes reload without a signal",
+		"pidfile":          "node-cache polled it before programming rules; written for tools that still read it",
+		"quiet":            "accepted and ignored: the agent prints no banner",
+	}
 }
 
 // markCompatibility prefixes the usage of the compatibility-only flags.
 func markCompatibility(fs *flag.FlagSet) {
-	for name, why := range CompatibilityOnly {
+	for name, why := range CompatibilityOnly() {
 		if f := fs.Lookup(name); f != nil {
 			f.Usage = "(node-cache compatibility: " + why + ") " + f.Usage
 		}

@@ -133,7 +133,7 @@ func TestCompatibilityOnlyFlags(t *testing.T) {
 		t.Fatalf("-h: %v", err)
 	}
 	values := map[string]string{"setupiptables": "true", "corefile": "/etc/Corefile", "reloadwithsignal": "true", "pidfile": "/tmp/node-cache.pid", "quiet": "true"}
-	for name, why := range CompatibilityOnly {
+	for name, why := range CompatibilityOnly() {
 		if !strings.Contains(usage.String(), "(node-cache compatibility: "+why+")") {
 			t.Errorf("-%s: usage does not mark it as compatibility-only:\n%s", name, usage.String())
 		}

@@ -89,8 +89,11 @@ type Config struct {
 	// Clients is the per-client accounting CoreDNS and the fast path count into (internal/clients); nil counts
 	// nothing. The caller runs its drain (an Actor in Serving).
 	Clients *clients.Accounting
-	// Gatherer is served on -metrics-listen-address for the agent's whole life; nil serves no endpoint.
+	// Gatherer is served on -metrics-listen-address for the agent's whole life, and on the Corefile's
+	// `prometheus` addresses; nil serves no endpoint of the agent's.
 	Gatherer prometheus.Gatherer
+	// Registerer is where CoreDNS's directives register their series (dnsserver.Options.Registerer).
+	Registerer prometheus.Registerer
 	// Serving runs once the agent serves (interface, table and CoreDNS ready), with the loops, and is stopped
 	// with them, first of all at shutdown (the start-up taint's removal, cmd/nodelocaldns).
 	Serving []Actor
@@ -137,6 +140,7 @@ func New(cfg Config) (*Supervisor, error) {
 	c := s.state.Corefile
 	s.config = &renderer{log: cfg.Log.Named("render"), m: cfg.Metrics, base: c.Base, out: c.Out, kubeDNSDir: c.KubeDNSDir, params: c.Params}
 	s.dnsOpts.HealthSocket = o.HealthSocket
+	s.dnsOpts.Registerer, s.dnsOpts.Gatherer = cfg.Registerer, cfg.Gatherer
 	s.dnsOpts.Clients = cfg.Clients
 	if o.UpstreamClientSubnet {
 		a, err := netip.ParseAddr(f.UpstreamHost)

@@ -8,7 +8,7 @@
 //
 // Inside it, tests build what they send traffic through with the same few helpers: [AddPeer] (a namespace
 // joined by veth, ready for IPv6 when it returns), [NewPodNetwork] (the pod and kube-dns peers of a node),
-// [ServeDNS] (a DNS server on UDP and TCP), [NftApply] and [Run] (fixture and observer commands), and
+// [ServeDNS] (a DNS server on UDP and TCP), [StartUpstream] (the one fake upstream, on it), [NftApply] and [Run] (fixture and observer commands), and
 // [Eventually] to wait on a signal.
 //
 // May touch: only the network namespaces it creates, with the commands it runs there.

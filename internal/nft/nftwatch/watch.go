@@ -71,7 +71,7 @@ func Watch(ctx context.Context, log *zap.Logger, trigger func(reason string), op
 	log = log.Named("nft-watch")
 	w := &watcher{log: log, trigger: trigger, own: o.own, globalPIDs: pidsAreGlobal(), buf: make([]byte, 64<<10),
 		state: watchState{ours: o.tables}}
-	return nlwatch.Run(ctx, log, nlwatch.DefaultBackoff, trigger, func(ctx context.Context, up func()) error {
+	return nlwatch.Run(ctx, log, nlwatch.DefaultBackoff(), trigger, func(ctx context.Context, up func()) error {
 		nl, err := w.subscribe(o)
 		if err != nil {
 			return fmt.Errorf("subscribe to nftables events: %w", err)

@@ -24,7 +24,7 @@ const (
 	// machine dials slower; the flood then lasts longer (up to floodBound), never fewer connections.
 	floodConns = floodRate * int64(floodFor/time.Second)
 	floodBound = 5 * floodFor
-	probeGap  = 200 * time.Millisecond
+	probeGap   = 200 * time.Millisecond
 )
 
 // holdIdle opens rate TCP connections a second from the pod to addr until opened reaches target, sends nothing
@@ -99,8 +99,12 @@ func TestProbesUnderPodFlood(t *testing.T) {
 	defer cancel()
 	var wg sync.WaitGroup
 	var healthConns, metricsConns atomic.Int64
-	wg.Go(func() { holdIdle(ctx, t, n.Pod, net.JoinHostPort(harness.LocalIP, "8080"), floodRate, &healthConns, floodConns) })
-	wg.Go(func() { holdIdle(ctx, t, n.Pod, net.JoinHostPort(harness.LocalIP, metricsPort), floodRate, &metricsConns, floodConns) })
+	wg.Go(func() {
+		holdIdle(ctx, t, n.Pod, net.JoinHostPort(harness.LocalIP, "8080"), floodRate, &healthConns, floodConns)
+	})
+	wg.Go(func() {
+		holdIdle(ctx, t, n.Pod, net.JoinHostPort(harness.LocalIP, metricsPort), floodRate, &metricsConns, floodConns)
+	})
 	flooded := func() bool { return healthConns.Load() >= floodConns && metricsConns.Load() >= floodConns }
 	started := time.Now()
 	time.Sleep(time.Second) // the flood is under way

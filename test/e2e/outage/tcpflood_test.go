@@ -128,8 +128,8 @@ func TestTCPConnectionFlood(t *testing.T) {
 	}
 	// The peak is logged, not judged: it depends on how the agent's goroutines are scheduled against the
 	// flood's (internal/connlimit's doc); what is left after is the cap.
-	if slack := 10; held > connlimit.Default.PerSource+slack {
-		t.Errorf("the agent holds %d connections from one pod, over the per-source cap of %d", held, connlimit.Default.PerSource)
+	if slack := 10; held > connlimit.DefaultPerSource+slack {
+		t.Errorf("the agent holds %d connections from one pod, over the per-source cap of %d", held, connlimit.DefaultPerSource)
 	}
 }
 
