@@ -13,7 +13,7 @@
 //
 // client.go talks to the API server; remove.go decides and retries.
 //
-// May touch: the API server's node object, as the pod's service account.
+// May touch: the API server's node object, as the pod's service account (its token file).
 package nodetaint
 
 import (

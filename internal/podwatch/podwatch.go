@@ -9,7 +9,7 @@
 // them. Every change recomputes the names from the whole set of pods; a watch that ends or fails is followed by
 // a new list, after a backoff on error.
 //
-// May touch: the API server's pods (get, list, watch), as the pod's service account.
+// May touch: the API server's pods (get, list, watch), as the pod's service account (its token file).
 package podwatch
 
 import (

@@ -11,7 +11,7 @@
 // [ServeDNS] (a DNS server on UDP and TCP), [StartUpstream] (the one fake upstream, on it), [NftApply] and [Run] (fixture and observer commands), and
 // [Eventually] to wait on a signal.
 //
-// May touch: only the network namespaces it creates, with the commands it runs there.
+// May touch: the network namespaces, interfaces, files, listeners a test makes through it, with the commands it runs there.
 package testenv
 
 import (

@@ -2,7 +2,7 @@
 // ruleset in the test's network namespace and an owning socket of ours, torn down after the test. nft's own
 // tests have theirs (main_test.go), which cannot import this package.
 //
-// May touch: only the network namespaces it creates, with the commands it runs there.
+// May touch: the network namespaces, interfaces, files, listeners a test makes through it, with the commands it runs there.
 package nfttest
 
 import (

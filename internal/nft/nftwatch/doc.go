@@ -4,5 +4,5 @@
 // subscription, filtered by a BPF program before anything reaches user space, and a short-lived one for the
 // one chain dump at subscribe time), and it never sends a request that changes the ruleset.
 //
-// May touch: nftables, read-only, over netlink sockets of its own.
+// May touch: nftables, read-only, over netlink sockets of its own (with /proc/self/ns/pid to tell its own commits).
 package nftwatch
