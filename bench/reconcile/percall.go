@@ -22,7 +22,7 @@ import (
 // run in the same process, call for call alternating with "after" (nftconn.Conn): the old Instances dumped every
 // chain of every table to learn which instance tables had chains; the old Apply dumped them all to find its own
 // before the batch (here: one full dump, then the same Apply). The foreign-drop check must see other tables'
-// base chains, so it still dumps them (internal/nft/foreign.go), but it is no longer on /ready's or a link
+// base chains, so it still dumps them (internal/nft/foreign), but it is no longer on /ready's or a link
 // repair's path.
 
 // perCallSizes are the foreign chain counts: none, a mid-sized node, kube-proxy's nftables mode with ~6k Services.

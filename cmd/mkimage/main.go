@@ -10,6 +10,8 @@
 // image; `skopeo copy --all oci-archive:...`, or `crane push` of the unpacked directory, pushes the index (README
 // "Build and push the image"). It prints the archive, the reference and the index digest, then each platform's
 // manifest digest.
+//
+// May touch: files under out/.
 package main
 
 import (

@@ -1,6 +1,8 @@
 // Command nodelocaldns is an nftables-native, drop-in replacement for Kubernetes' NodeLocal DNSCache agent
 // (node-cache): it takes node-cache's flags, renders node-cache's Corefile template, serves DNS with embedded
 // CoreDNS, and steers traffic with one nftables table it owns.
+//
+// May touch: what the supervisor, preflight or nodetaint touch for it; itself, with -top or -probe, the health socket it dials.
 package main
 
 import (

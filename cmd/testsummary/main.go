@@ -6,6 +6,8 @@
 // With -failures FILE it also appends each failure (test and package, the first lines of its output) to FILE, for
 // the closing summary of `make test`: `testsummary -stages DIR NAME...` prints, as the last lines of the run, each
 // stage's result (scripts/stage.sh records them in DIR), the failures, and the stages that did not run (stages.go).
+//
+// May touch: its standard streams, with the stage files under out/stages.
 package main
 
 import (

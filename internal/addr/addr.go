@@ -4,6 +4,8 @@
 // (internal/corefile) all check these values; each calls this package so that a value one part accepts is never
 // refused by another at run time. It is a leaf: it imports only the standard library, so every other package may
 // import it.
+//
+// May touch: nothing.
 package addr
 
 import (

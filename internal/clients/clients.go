@@ -16,6 +16,8 @@
 // 1/MaxClients of all queries is), and any client not in it asked at most the smallest count (the tail
 // bound). Each client keeps its most asked names the same way, NamesPerClient of them. No Go library fitted:
 // the ones found key by string (an allocation per query) and carry nothing per key.
+//
+// May touch: nothing.
 package clients
 
 import (

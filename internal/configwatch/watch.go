@@ -13,6 +13,8 @@
 // When inotify is unavailable (its per-user limits fs.inotify.max_user_instances or max_user_watches are
 // exhausted, which a busy node reaches), the watcher does not fail: it warns once, sets the polling gauge to 1
 // and re-reads the directories every PollInterval instead, as node-cache always did.
+//
+// May touch: the ConfigMap volumes' files, read-only (inotify).
 package configwatch
 
 import (

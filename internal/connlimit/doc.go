@@ -37,4 +37,6 @@
 // Touches: the listening sockets' file flags (O_ASYNC and owner), the kernel's socket table of this network
 // namespace (dump; destroy of connections on our listeners' addresses only), and this process's descriptor
 // table (read, and shutdown of connections CoreDNS accepted).
+//
+// May touch: the TCP sockets on CoreDNS's listener addresses, found over sock_diag netlink or /proc/self/fd.
 package connlimit

@@ -10,4 +10,6 @@
 // no ConfigMap value can inject Corefile text: whitespace, braces, quotes, '#' and newlines cannot pass.
 //
 // Watching the ConfigMap volumes for changes is internal/configwatch's job; this package only reads and renders.
+//
+// May touch: the kube-dns ConfigMap volume's files, read-only (LoadKubeDNS, through volume).
 package corefile

@@ -8,6 +8,8 @@
 // context value through which ServeDNS reports which entry answered (WithReport). It differs from CoreDNS's in
 // one way, on purpose: an entry holds its response packed and at most MaxMsgBytes of it, so that the memory a
 // cache can take is bounded (KeyWorstCaseBytes a key), where CoreDNS's holds any response as parsed records.
+//
+// May touch: nothing.
 package dnscache
 
 import (

@@ -7,6 +7,7 @@ import (
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/clientsplugin"
 	"github.com/nodelocaldns/nodelocaldns/internal/dnscache"
 )
 
@@ -17,7 +18,7 @@ func registerCache() {
 	plugin.Register("cache", withClients(func(c *caddy.Controller) error { return dnscache.Setup(envOf().cache)(c) }))
 }
 
-// withClients runs setup, then puts the accounting's handler (clientsHandler) first in the block's chain:
+// withClients runs setup, then puts the accounting's handler (clientsplugin.Handler) first in the block's chain:
 // CoreDNS builds the chain from Config.Plugin in order, so whatever directive comes first, the handler sees each
 // query the block gets and the answer the chain gave. Every block with a cache gets it (node-cache's Corefile
 // caches in every block), once; it counts into the accounting the Server hands the configuration when it
@@ -29,7 +30,7 @@ func withClients(setup caddy.SetupFunc) caddy.SetupFunc {
 		}
 		to := &pendingFor(c).clients
 		cfg := dnsserver.GetConfig(c)
-		h := func(next plugin.Handler) plugin.Handler { return &clientsHandler{Next: next, To: to} }
+		h := func(next plugin.Handler) plugin.Handler { return &clientsplugin.Handler{Next: next, To: to} }
 		cfg.Plugin = append([]plugin.Plugin{h}, cfg.Plugin...)
 		return nil
 	}

@@ -11,6 +11,8 @@
 // listeners of unchanged addresses are handed over, so no UDP query is dropped by a reload. A TCP connection
 // that the old instance accepted in the instant it stops can be closed unanswered (CoreDNS's restart behaviour);
 // DNS clients retry such a query on a new connection, and the e2e tests count these retries.
+//
+// May touch: the sockets it listens on, with the health socket's file.
 package dnsserver
 
 import (

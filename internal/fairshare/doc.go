@@ -16,4 +16,6 @@
 // are to any upstream. What a source-address rule cannot do: a spoofing pod that spreads its sources over as
 // many prefixes as the bound has slots (250 /24s) brings every prefix's share, the victim's too, down to one
 // slot; and the pods of one node usually share one /24, where addresses share per address as before.
+//
+// May touch: nothing.
 package fairshare

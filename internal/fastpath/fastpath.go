@@ -20,6 +20,8 @@
 // counts per query (log, dnstap, acl, loadbalance, rewrite, view, metadata, ...) are left to CoreDNS. The metrics
 // CoreDNS's prometheus and cache plugins record for a cache hit are recorded for each fast-path answer, with the
 // same labels (metrics.go). CoreDNS is read only through public API (core.go).
+//
+// May touch: its own UDP sockets on CoreDNS's addresses, beside CoreDNS's listeners found through handover.
 package fastpath
 
 import (

@@ -22,6 +22,8 @@
 //
 // Nothing else connects a listening socket, so "detached" needs no further bookkeeping: a socket with a peer
 // is one of ours that one of these two steps detached.
+//
+// May touch: the process's own UDP sockets, found in /proc/self/fd.
 package handover
 
 import (

@@ -8,6 +8,8 @@
 // One image per platform ([Build]); an OCI image index over them ([Index]), so that one reference serves the
 // amd64 and the arm64 nodes of a cluster. Both are pure: bytes in, an in-memory value out, identical bytes and
 // Spec give an identical digest. Only [WriteArchive] touches the filesystem.
+//
+// May touch: files under out/.
 package image
 
 import (

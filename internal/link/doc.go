@@ -22,4 +22,6 @@
 //
 // Everything that touches the kernel goes through the small [linkOps] interface, which *netlink.Handle
 // satisfies and which the unit tests replace with a map-backed fake returning the kernel's errors.
+//
+// May touch: our interface, over rtnetlink.
 package link

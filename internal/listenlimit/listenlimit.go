@@ -20,6 +20,8 @@
 // of that Pool, and the memory check counts every bound there (WorstCaseBytes). A listener opened anywhere else
 // fails internal/archtest's check; the listeners the embedded CoreDNS opens for DNS are bounded by
 // internal/connlimit.
+//
+// May touch: the listening sockets it opens.
 package listenlimit
 
 import (

@@ -2,6 +2,8 @@
 // cache sized beyond what the limit holds is said at start and on every reload instead of being found by the
 // OOM killer (the most common way node caches get restarted: four server blocks of 9984 success + 9984 denial
 // entries under a 200Mi limit). It reads two files (CgroupLimit) and otherwise computes.
+//
+// May touch: the cgroup's memory files under /proc/self or /sys/fs/cgroup, read-only.
 package memcheck
 
 import (

@@ -6,6 +6,8 @@
 // what replaced them. Everything nodelocaldns adds is under the nodelocaldns_ prefix. Registered with the
 // registry the caller passes (cmd/nodelocaldns passes the default one, which CoreDNS's own prometheus endpoint
 // serves too), the series also appear there, as node-cache's do.
+//
+// May touch: the metrics listener it opens through listenlimit.
 package metrics
 
 import (

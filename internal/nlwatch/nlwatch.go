@@ -2,6 +2,8 @@
 // (internal/nft's nftables events, internal/link's link and address events): subscribe, relay, and when a
 // subscription ends (a socket overrun, ENOBUFS, a failed socket) subscribe again and say that events may have
 // been lost.
+//
+// May touch: nothing.
 package nlwatch
 
 import (

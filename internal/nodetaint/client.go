@@ -12,6 +12,8 @@
 // was read and replaces them without ours. net/http, crypto/tls and encoding/json are in the binary anyway.
 //
 // client.go talks to the API server; remove.go decides and retries.
+//
+// May touch: the API server's node object, as the pod's service account (its token file).
 package nodetaint
 
 import (

@@ -4,6 +4,8 @@
 // meaning, single or double dash, so the standard nodelocaldns.yaml runs unchanged. node-cache's quirks are fixed
 // rather than copied; each fix is noted where the flag is defined. Parsing is pure: it reads no files and touches
 // no kernel, so `-print-rules` and the deploy tests can use it to validate a manifest's arguments.
+//
+// May touch: nothing.
 package options
 
 import (

@@ -8,6 +8,8 @@
 // stream of JSON lines) need no client library, and client-go would add its dependency tree to the binary for
 // them. Every change recomputes the names from the whole set of pods; a watch that ends or fails is followed by
 // a new list, after a backoff on error.
+//
+// May touch: the API server's pods (get, list, watch), as the pod's service account (its token file).
 package podwatch
 
 import (

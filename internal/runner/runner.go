@@ -1,6 +1,8 @@
 // Package runner runs a pass function on demand at a bounded frequency, with backoff on failure, damping
 // of a fight with another writer, and the start of the pass in progress for a liveness check. It touches
 // nothing of the node: what a pass does is its caller's.
+//
+// May touch: nothing.
 package runner
 
 import (

@@ -5,6 +5,8 @@
 // With hostNetwork the agent shares the node's network namespace, so every socket on the node's ports is listed,
 // but a pod without hostPID sees only its own processes: a holder outside the pod is named by its socket (uid
 // and inode) and the command that finds it on the node, not by its process.
+//
+// May touch: /proc, read-only.
 package sockholder
 
 import (

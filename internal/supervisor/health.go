@@ -47,7 +47,7 @@ type health struct {
 //     dropped like any query; TCP has its own accept queue and CoreDNS serves each connection on a goroutine of
 //     its own, so under UDP overload the probe still says whether the process schedules, accepts and
 //     dispatches. A stopped or deadlocked process answers neither.
-//   - concurrent /health requests share one probe (probeOnce): a pod looping on /health costs one probe at a
+//   - concurrent /health requests share one probe (the flight in h.probe): a pod looping on /health costs one probe at a
 //     time, not one per request.
 //
 // The probe asks nothing of a plugin or an upstream, so an upstream outage never fails liveness either.

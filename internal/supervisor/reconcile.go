@@ -165,7 +165,7 @@ func (r *reconciler) startWatchers(ctx context.Context, wg *sync.WaitGroup, k *k
 	}
 	if k.conn != nil {
 		// A drop rule added to an existing foreign base chain is filtered out with every other foreign rule
-		// event (nft/nftwatch/watchbpf.go), so the foreign report is also refreshed on this slow tick.
+		// event (nft/nftwatch/bpf.go), so the foreign report is also refreshed on this slow tick.
 		wg.Go(func() { r.recheckForeign(ctx) })
 	}
 	if k.links != nil {
@@ -180,7 +180,7 @@ func (r *reconciler) startWatchers(ctx context.Context, wg *sync.WaitGroup, k *k
 
 // recheckForeign asks for a pass every foreignRecheck, on the runner's clock, until ctx is done: a drop rule
 // added to an existing foreign base chain is filtered out with every other foreign rule event
-// (nft/watchbpf.go), so the foreign report is also refreshed on this slow tick, whatever -syncinterval says.
+// (nft/nftwatch/bpf.go), so the foreign report is also refreshed on this slow tick, whatever -syncinterval says.
 func (r *reconciler) recheckForeign(ctx context.Context) {
 	tick := r.runner.Clock().Tick(foreignRecheck) // collected once this returns (Go 1.23's time.Tick)
 	for {

@@ -25,6 +25,8 @@
 // looks at other tables (drops reported and stepped aside for, node-cache's leftovers removed); health.go answers /health and /ready; listeners.go checks CoreDNS bound our
 // addresses; shutdown.go stops everything by its deadline; teardown.go is `-teardown`; background.go runs the
 // metrics endpoint; detach.go hands the listeners over.
+//
+// May touch: the node through the rooms below it; itself, the Corefile it writes, its pidfile, the DNS probe's sockets.
 package supervisor
 
 import (

@@ -10,6 +10,8 @@
 // joined by veth, ready for IPv6 when it returns), [NewPodNetwork] (the pod and kube-dns peers of a node),
 // [ServeDNS] (a DNS server on UDP and TCP), [StartUpstream] (the one fake upstream, on it), [NftApply] and [Run] (fixture and observer commands), and
 // [Eventually] to wait on a signal.
+//
+// May touch: the network namespaces, interfaces, files, listeners a test makes through it, with the commands it runs there.
 package testenv
 
 import (

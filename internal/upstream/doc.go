@@ -15,4 +15,6 @@
 // (the new one is opened first, the old one drains: no new queries, closed once its queries are answered), so a
 // node's misses are spread over many placements, and reach new pods after a scale-up. Nothing runs while nothing
 // is asked: renewal is done on the query path, and expiry by timers that queries arm.
+//
+// May touch: the sockets it dials to one upstream.
 package upstream

@@ -2,6 +2,8 @@
 // ..<timestamp>/ directories, a ..data symlink to the current one, and one symlink per key (key -> ..data/key),
 // and swaps ..data in one rename on every change, so a reader that goes through the key symlinks sees one
 // version of the ConfigMap or the next.
+//
+// May touch: a ConfigMap volume's files, read-only.
 package volume
 
 import (

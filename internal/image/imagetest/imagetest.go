@@ -1,5 +1,7 @@
 // Package imagetest reads back the images and archives internal/image builds, for the tests of that package and
 // of deploy/: the one walk over an image's layer, over an index's platforms and over an archive's layout.
+//
+// May touch: the image files it is given, read-only.
 package imagetest
 
 import (

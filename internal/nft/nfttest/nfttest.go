@@ -1,6 +1,8 @@
 // Package nfttest starts the kernel tests of the packages beside nft (nft/foreign, nft/nftwatch): a flushed
 // ruleset in the test's network namespace and an owning socket of ours, torn down after the test. nft's own
 // tests have theirs (main_test.go), which cannot import this package.
+//
+// May touch: the network namespaces, interfaces, files, listeners a test makes through it, with the commands it runs there.
 package nfttest
 
 import (

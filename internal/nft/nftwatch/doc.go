@@ -3,4 +3,6 @@
 // or notrack our traffic added, removed or re-declared. It only reads: its sockets are its own (the
 // subscription, filtered by a BPF program before anything reaches user space, and a short-lived one for the
 // one chain dump at subscribe time), and it never sends a request that changes the ruleset.
+//
+// May touch: nftables, read-only, over netlink sockets of its own (with /proc/self/ns/pid to tell its own commits).
 package nftwatch

@@ -52,7 +52,7 @@ func OnSubscribed(f func()) Option { return func(o *watchOptions) { o.subscribed
 // priority or policy (a drop policy may have appeared or gone), and set element changes it cannot attribute.
 // A base chain re-declared unchanged (kube-proxy and iptables-nft-restore do so on every sync) is no trigger,
 // and rules and set elements of other tables are dropped by a socket filter before they reach us (see
-// watchbpf.go): the work per foreign transaction does not grow with its size.
+// bpf.go): the work per foreign transaction does not grow with its size.
 //
 // Transactions committed by this process (see [IgnoreConn]) are not triggers, so our own Apply never causes
 // a storm. When events may have been lost (ENOBUFS, socket error) it resubscribes and calls

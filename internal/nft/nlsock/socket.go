@@ -4,7 +4,7 @@
 // under a deadline, and the raw messages themselves (msg.go). What a socket may change is its caller's
 // (nft/nftconn: our tables; nft/foreign: node-cache's rules; preflight: nothing, its batches are aborted).
 //
-// May touch: nothing by itself.
+// May touch: the nftables netlink sockets its callers open through it.
 package nlsock
 
 import (

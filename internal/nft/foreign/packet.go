@@ -15,7 +15,7 @@ import (
 // A probe is one packet of ours, as a foreign base chain sees it, and match says what one rule does with it.
 // Only what the probe certainly holds counts: a condition on something it does not know (the client's address,
 // a set, an xt match we do not read, a mark) makes the rule "maybe", and a maybe never proves a drop. So the
-// step-aside decision (foreign_cover.go) errs towards "not covered", which keeps today's behaviour, never
+// step-aside decision (cover.go) errs towards "not covered", which keeps today's behaviour, never
 // towards turning the cache off.
 
 // probe is a pod's query to one of our addresses (addr is the destination, port the destination port), or,

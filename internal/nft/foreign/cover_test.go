@@ -11,7 +11,7 @@ import (
 
 // Conventions: our local IPs are 169.254.20.10 (link-local) and 10.96.0.10 (ClusterIP) and fd00::a; each case
 // writes a host firewall with the real nft or iptables-nft, and Covering must name exactly the addresses whose
-// pods' DNS the firewall certainly stops while we intercept (foreign_cover.go says what counts).
+// pods' DNS the firewall certainly stops while we intercept (cover.go says what counts).
 var coverIPs = ips("10.96.0.10", "169.254.20.10", "fd00::a")
 
 type coverCase struct {

@@ -1,4 +1,10 @@
-package dnsserver
+// Package clientsplugin is the per-client accounting's handler in CoreDNS's chain: first in every block with a
+// cache, it counts each answer the chain gives into internal/clients, hit or miss (the cache says which). The
+// embedded server (internal/dnsserver) puts it there; a miss the fast path hands CoreDNS runs down through it,
+// the cache, fairshare and the forward to upstream, never back into the server.
+//
+// May touch: nothing.
+package clientsplugin
 
 import (
 	"context"
@@ -15,20 +21,20 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/dnscache"
 )
 
-// clientsHandler counts what CoreDNS's chain answers into the per-client accounting (internal/clients): the
-// fast path's misses, TCP, and every query when the fast path is off. withClients (cache.go) puts it in front of
+// Handler counts what CoreDNS's chain answers into the per-client accounting (internal/clients): the
+// fast path's misses, TCP, and every query when the fast path is off. dnsserver's withClients puts it in front of
 // every block with a cache, so that it sees each query before any plugin, and learns from the cache
 // (dnscache.ReportIn) whether it was a hit. It answers nothing. Its name, clients, is one the fast path lets
 // run before the cache (fastpath's preCache): its readers count their hits themselves.
-type clientsHandler struct {
+type Handler struct {
 	Next plugin.Handler
 	// To is the accounting it counts into, once the configuration it belongs to serves; nil counts nothing.
 	To *atomic.Pointer[clients.Accounting]
 }
 
-func (h *clientsHandler) Name() string { return "clients" }
+func (h *Handler) Name() string { return "clients" }
 
-func (h *clientsHandler) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+func (h *Handler) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
 	a := h.To.Load()
 	if a == nil {
 		return plugin.NextOrFailure(h.Name(), h.Next, ctx, w, r)

@@ -11,7 +11,7 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 )
 
-// What a foreign base chain does to our traffic, decided from its rules (foreign_probe.go), for two reports:
+// What a foreign base chain does to our traffic, decided from its rules (packet.go), for two reports:
 //
 // Covering: the addresses whose DNS a foreign drop certainly stops while we intercept. We deliver an
 // intercepted query locally, through input, and reply through output; without interception the same query

@@ -128,7 +128,7 @@ func Drops(chains []Chain, port uint16) []Drop {
 
 // Drop says whether ch may drop DNS on port: by policy, or by drop and reject rules that may match a query
 // to port or a reply from it, in either family, over either transport, whatever the address and interface:
-// the rule read by the probe (foreign_probe.go) with the address left unknown. What it rules out: another
+// the rule read by the probe (packet.go) with the address left unknown. What it rules out: another
 // protocol, other ports, a conntrack match our untracked packets fail (`ct state invalid drop`).
 func (ch Chain) Drop(port uint16) (Drop, bool) {
 	d := Drop{Chain: ch.Chain, Hook: string(ch.Hook), Policy: ch.PolicyDrop}
