@@ -27,10 +27,10 @@ func TestPrintPreflight(t *testing.T) {
 func fakeNode(missing ...string) preflight.Node {
 	return preflight.Node{
 		Release: func() (string, error) { return "6.6.0-azl3", nil },
-		Probe: func() ([]preflight.Probed, error) {
-			var out []preflight.Probed
+		Try: func() ([]preflight.Tried, error) {
+			var out []preflight.Tried
 			for _, c := range preflight.Capabilities() {
-				p := preflight.Probed{Capability: c, Present: !slices.Contains(missing, c.Name)}
+				p := preflight.Tried{Capability: c, Present: !slices.Contains(missing, c.Name)}
 				if !p.Present {
 					p.Refusal = syscall.ENOENT
 				}

@@ -10,15 +10,15 @@ import (
 	"time"
 )
 
-// probeTimeout bounds `-probe`, below the manifests' timeoutSeconds (2 s), so that a probe that gets no answer
+// trialTimeout bounds `-probe`, below the manifests' timeoutSeconds (2 s), so that a probe that gets no answer
 // says why before the kubelet kills it. /health's own DNS probe takes up to 900 ms.
-const probeTimeout = 1800 * time.Millisecond
+const trialTimeout = 1800 * time.Millisecond
 
 // probe is `-probe PATH`: the kubelet's exec probe. It asks the agent in this pod, through its health socket
 // (dnsserver/health_socket.go), and exits 0 on 200; otherwise it writes the answer or the error to stderr,
 // which the kubelet puts in the probe's event, and exits 1.
 func probe(socket, path string, stdout, stderr io.Writer) int {
-	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), trialTimeout)
 	defer cancel()
 	c := &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {

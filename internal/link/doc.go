@@ -8,7 +8,7 @@
 //     missing, set it UP, AddrReplace every listen IP as /32 or /128, and delete any other address on that link
 //     (the kernel's own IPv6 link-local address excepted), so a second [Manager.Ensure] writes nothing;
 //   - use the `dummy` kind in production and fall back to `ifb` where the kernel has no dummy support (some
-//     minimal and development kernels), saying why once at start-up: the probe in [New] creates and deletes a
+//     minimal and development kernels), saying why once at start-up: the trial in [New] creates and deletes a
 //     short-lived link of each kind, because only the kernel can say whether a kind exists (module autoload);
 //   - watch link and address notifications ([Watch]) so a deleted interface, a removed address or a link set
 //     down is repaired in milliseconds instead of at the next periodic pass.

@@ -29,8 +29,8 @@ func TestKernelProbeMatchesIproute2(t *testing.T) {
 	if m.Kind() != want {
 		t.Fatalf("Kind() = %q, want %q", m.Kind(), want)
 	}
-	if _, ok := ipShow(t, probeName); ok {
-		t.Errorf("probe link %s left behind", probeName)
+	if _, ok := ipShow(t, trialName); ok {
+		t.Errorf("trial link %s left behind", trialName)
 	}
 }
 
@@ -154,13 +154,13 @@ func TestKernelRefusesForeignLink(t *testing.T) {
 
 func TestKernelNewWithStaleProbeLink(t *testing.T) {
 	testenv.RequireRoot(t)
-	ip(t, "link", "add", probeName, "type", "ifb")
+	ip(t, "link", "add", trialName, "type", "ifb")
 	m, err := New(zaptest.NewLogger(t))
 	if err != nil {
-		t.Fatalf("New with a stale probe link: %v", err)
+		t.Fatalf("New with a stale trial link: %v", err)
 	}
 	m.Close()
-	if _, ok := ipShow(t, probeName); ok {
-		t.Error("stale probe link still there")
+	if _, ok := ipShow(t, trialName); ok {
+		t.Error("stale trial link still there")
 	}
 }

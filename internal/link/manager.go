@@ -39,8 +39,8 @@ func withoutDummy() Option { return func(c *config) { c.noDummy = true } }
 // withOps replaces the netlink handle (unit tests pass a fake).
 func withOps(ops linkOps) Option { return func(c *config) { c.ops = ops } }
 
-// New opens a netlink handle in the current network namespace and probes which link kind to use (see
-// [probeKind]); it fails when the kernel supports neither dummy nor ifb.
+// New opens a netlink handle in the current network namespace and tries which link kind to use (see
+// [chooseKind]); it fails when the kernel supports neither dummy nor ifb.
 func New(log *zap.Logger, opts ...Option) (*Manager, error) {
 	var c config
 	for _, o := range opts {
@@ -54,7 +54,7 @@ func New(log *zap.Logger, opts ...Option) (*Manager, error) {
 		}
 		c.ops = h
 	}
-	kind, why, err := probeKind(c.ops, !c.noDummy)
+	kind, why, err := chooseKind(c.ops, !c.noDummy)
 	if err != nil {
 		c.ops.Close()
 		return nil, err

@@ -28,7 +28,7 @@ func newFakeManager(t *testing.T, k *fakeKernel, opts ...Option) (*Manager, *obs
 		t.Fatalf("New: %v", err)
 	}
 	t.Cleanup(m.Close)
-	k.writes = nil // the probe's create and delete
+	k.writes = nil // the trial's create and delete
 	return m, logs
 }
 
@@ -50,7 +50,7 @@ func TestProbeKind(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			k := newFakeKernel(tt.kinds...)
 			if tt.stale {
-				k.add(probeName, KindDummy, false)
+				k.add(trialName, KindDummy, false)
 			}
 			m, logs := newFakeManager(t, k, tt.opts...)
 			if m.Kind() != tt.want {
@@ -59,8 +59,8 @@ func TestProbeKind(t *testing.T) {
 			if n := logs.FilterMessage("using ifb links instead of dummy").Len(); n != tt.warnings {
 				t.Errorf("fallback warnings = %d, want %d", n, tt.warnings)
 			}
-			if _, ok := k.links[probeName]; ok {
-				t.Errorf("probe link %q left behind", probeName)
+			if _, ok := k.links[trialName]; ok {
+				t.Errorf("probe link %q left behind", trialName)
 			}
 		})
 	}

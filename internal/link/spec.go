@@ -14,8 +14,8 @@ const (
 	// KindIfb is the fallback for kernels built without dummy support. It is a plain ARPHRD_ETHER device that
 	// sends nothing anywhere unless a tc redirect points at it, so it can hold local addresses just as well.
 	KindIfb = "ifb"
-	// probeName is short, unlikely to collide, and not of the ifbN form that the ifb module claims.
-	probeName = "nldns-probe"
+	// trialName is short, unlikely to collide, and not of the ifbN form that the ifb module claims.
+	trialName = "nldns-probe"
 )
 
 // Spec is the desired state of our interface: it exists, is UP, and carries exactly IPs as host routes (/32, /128).

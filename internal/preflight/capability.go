@@ -18,7 +18,7 @@ import (
 )
 
 // Capability is a kernel feature our tables rely on, what a node without it costs, and how to ask the kernel
-// for it without changing anything (see [ProbeCapabilities]).
+// for it without changing anything (see [TryCapabilities]).
 type Capability struct {
 	Name string // the metric's label (nodelocaldns_node_capability{name})
 	What string // for people, with the kernel option or module a node lacks
@@ -72,60 +72,60 @@ func Capabilities() []Capability {
 			What: "the IPv6 address rewrite with its transport checksum fix (a payload write with NFT_PAYLOAD_L4CSUM_PSEUDOHDR)",
 			Cost: "the link-local fallback cannot be written where a kube-dns ClusterIP is IPv6: while no instance serves, " +
 				"queries to the local IPs no Service backs get no answer (nodelocaldns_fail_open{path=\"link-local\"} is 0)",
-			exprs: nft.RewriteExprs(nft.DirTo, probeIPv6),
+			exprs: nft.RewriteExprs(nft.DirTo, trialIPv6),
 		},
 	}
 }
 
-// Probed is one capability as the kernel answered its probe.
-type Probed struct {
+// Tried is one capability as the kernel answered its probe.
+type Tried struct {
 	Capability
 	Present bool
 	Refusal error // the kernel's answer when it lacks the capability
 }
 
-// probeIPv6 is the address the IPv6 rewrite's probe writes (never into a packet: the rule is never committed).
-var probeIPv6 = netip.MustParseAddr("fd00::53")
+// trialIPv6 is the address the IPv6 rewrite's probe writes (never into a packet: the rule is never committed).
+var trialIPv6 = netip.MustParseAddr("fd00::53")
 
-// probeChain is the regular chain of a probe's table: no hook, so that no packet ever meets its rule.
-const probeChain = "probe"
+// trialChain is the regular chain of a probe's table: no hook, so that no packet ever meets its rule.
+const trialChain = "probe"
 
-// probeTimeout bounds the wait for the kernel's answers (seconds under emulation, never forever).
-const probeTimeout = 10 * time.Second
+// trialTimeout bounds the wait for the kernel's answers (seconds under emulation, never forever).
+const trialTimeout = 10 * time.Second
 
-// ProbeCapabilities asks the kernel, in the caller's network namespace, which of [Capabilities] it has, and
+// TryCapabilities asks the kernel, in the caller's network namespace, which of [Capabilities] it has, and
 // changes nothing: each probe is one batch that the kernel checks message by message and then aborts. The
 // batch has no end message, so the kernel never commits it (net/netfilter/nfnetlink.c, nfnetlink_rcv_batch:
 // without NFNL_MSG_BATCH_END it aborts, as `nft --check` relies on): no table appears, no event is sent. The
 // error is for a probe that could not ask (no CAP_NET_ADMIN, no nf_tables), never for a capability missing.
-func ProbeCapabilities() ([]Probed, error) {
+func TryCapabilities() ([]Tried, error) {
 	nl, err := netlink.Dial(unix.NETLINK_NETFILTER, nil)
 	if err != nil {
 		return nil, fmt.Errorf("open nftables netlink socket: %w", err)
 	}
 	defer nl.Close()
-	var out []Probed
+	var out []Tried
 	for _, c := range Capabilities() {
-		refusal, err := probeCapability(nl, c)
+		refusal, err := tryCapability(nl, c)
 		if err != nil {
 			return nil, fmt.Errorf("probe %s: %w", c.Name, err)
 		}
-		out = append(out, Probed{Capability: c, Present: refusal == nil, Refusal: refusal})
+		out = append(out, Tried{Capability: c, Present: refusal == nil, Refusal: refusal})
 	}
 	return out, nil
 }
 
-// probeCapability sends c's batch and returns the kernel's refusal of the message that carries the capability, or an
+// tryCapability sends c's batch and returns the kernel's refusal of the message that carries the capability, or an
 // error when an earlier message or the exchange failed.
-func probeCapability(nl *netlink.Conn, c Capability) (refusal error, err error) {
-	msgs, err := probeMessages(c, "nodelocaldns-probe-"+strconv.Itoa(os.Getpid()))
+func tryCapability(nl *netlink.Conn, c Capability) (refusal error, err error) {
+	msgs, err := trialMessages(c, "nodelocaldns-probe-"+strconv.Itoa(os.Getpid()))
 	if err != nil {
 		return nil, err
 	}
 	if _, err := nl.SendMessages(append([]netlink.Message{nlsock.BatchMark(unix.NFNL_MSG_BATCH_BEGIN)}, msgs...)); err != nil {
 		return nil, fmt.Errorf("send: %w", err)
 	}
-	if err := nl.SetReadDeadline(time.Now().Add(probeTimeout)); err != nil {
+	if err := nl.SetReadDeadline(time.Now().Add(trialTimeout)); err != nil {
 		return nil, err
 	}
 	defer nl.SetReadDeadline(time.Time{})
@@ -157,9 +157,9 @@ func probeCapability(nl *netlink.Conn, c Capability) (refusal error, err error) 
 	}
 }
 
-// probeMessages is c's batch, without its begin and end: the table, and the chain and the rule with c's
+// trialMessages is c's batch, without its begin and end: the table, and the chain and the rule with c's
 // expressions when it has some.
-func probeMessages(c Capability, table string) ([]netlink.Message, error) {
+func trialMessages(c Capability, table string) ([]netlink.Message, error) {
 	t, err := nlsock.NewTableMsg(table, c.tableFlags)
 	if err != nil {
 		return nil, err
@@ -169,7 +169,7 @@ func probeMessages(c Capability, table string) ([]netlink.Message, error) {
 	}
 	chain, err := nlsock.Msg(unix.NFT_MSG_NEWCHAIN, netlink.Create, []netlink.Attribute{
 		{Type: unix.NFTA_CHAIN_TABLE, Data: nlsock.NulTerminated(table)},
-		{Type: unix.NFTA_CHAIN_NAME, Data: nlsock.NulTerminated(probeChain)},
+		{Type: unix.NFTA_CHAIN_NAME, Data: nlsock.NulTerminated(trialChain)},
 	})
 	if err != nil {
 		return nil, err
@@ -188,7 +188,7 @@ func probeMessages(c Capability, table string) ([]netlink.Message, error) {
 	}
 	rule, err := nlsock.Msg(unix.NFT_MSG_NEWRULE, netlink.Create|netlink.Append, []netlink.Attribute{
 		{Type: unix.NFTA_RULE_TABLE, Data: nlsock.NulTerminated(table)},
-		{Type: unix.NFTA_RULE_CHAIN, Data: nlsock.NulTerminated(probeChain)},
+		{Type: unix.NFTA_RULE_CHAIN, Data: nlsock.NulTerminated(trialChain)},
 		{Type: unix.NLA_F_NESTED | unix.NFTA_RULE_EXPRESSIONS, Data: exprs},
 	})
 	if err != nil {

@@ -42,9 +42,9 @@ func TestProbeCapabilities(t *testing.T) {
 	testenv.NftApply(t, "table inet bystander {\n\tchain c {\n\t}\n}\n")
 	before, gen := testenv.Run(t, "nft", "list", "ruleset"), rulesetGeneration(t)
 
-	got, err := ProbeCapabilities()
+	got, err := TryCapabilities()
 	if err != nil {
-		t.Fatalf("ProbeCapabilities: %v", err)
+		t.Fatalf("TryCapabilities: %v", err)
 	}
 	missing := heldBack()
 	var names []string
@@ -95,7 +95,7 @@ func TestProbeReportsTheKernelsRefusal(t *testing.T) {
 		if heldBack()[CapSocket] && c.exprs != nil {
 			continue // refused for the missing module instead: TestProbeCapabilities
 		}
-		refusal, err := probeCapability(nl, c)
+		refusal, err := tryCapability(nl, c)
 		if err != nil || !nft.IsNotSupported(refusal) {
 			t.Errorf("%s: refusal %v, error %v; want the kernel's EOPNOTSUPP as the refusal", c.Name, refusal, err)
 		}

@@ -1,6 +1,6 @@
 // Package preflight is a node's own answer to "will this work here?": which of the kernel capabilities the
 // agent relies on the node lacks, and what each costs. It asks before anything is touched, and changes
-// nothing: the nftables capabilities through [ProbeCapabilities] (capability.go), IPv6 (only where an IPv6
+// nothing: the nftables capabilities through [TryCapabilities] (capability.go), IPv6 (only where an IPv6
 // -localip is configured) from /proc. `-print-rules` prints the report, the agent logs it at start and exports
 // it (nodelocaldns_node_capability{name}), so that the dashboard and the alerts name the nodes that run degraded.
 //
@@ -29,27 +29,27 @@ const CapIPv6 = "ipv6"
 type Finding struct {
 	Name, What, Cost string
 	Present          bool
-	Known            bool   // false: not probed (no CAP_NET_ADMIN)
+	Known            bool   // false: not tried (no CAP_NET_ADMIN)
 	Why              string // the kernel's refusal, or what told us
 }
 
 // Report is the preflight of one node.
 type Report struct {
-	Release   string
-	Findings  []Finding
-	NotProbed error // the nftables capabilities could not be asked for; Findings then judge the owner flag by Release
+	Release  string
+	Findings []Finding
+	NotTried error // the nftables capabilities could not be asked for; Findings then judge the owner flag by Release
 }
 
 // Node is what a check reads: the kernel release, the nftables probes and /proc. [Host] is the real one.
 type Node struct {
 	Release  func() (string, error)
-	Probe    func() ([]Probed, error)
+	Try      func() ([]Tried, error)
 	ReadFile func(string) ([]byte, error)
 }
 
 // Host is the node this process runs on, in its network namespace.
 func Host() Node {
-	return Node{Release: release, Probe: ProbeCapabilities, ReadFile: os.ReadFile}
+	return Node{Release: release, Try: TryCapabilities, ReadFile: os.ReadFile}
 }
 
 func release() (string, error) {
@@ -73,9 +73,9 @@ func (n Node) Check(localIPs []netip.Addr) Report {
 		rel = "(release not read: " + err.Error() + ")"
 	}
 	r.Release = rel
-	probed, err := n.Probe()
+	probed, err := n.Try()
 	if err != nil {
-		r.NotProbed = err
+		r.NotTried = err
 		for _, c := range Capabilities() {
 			f := Finding{Name: c.Name, What: c.What, Cost: c.Cost}
 			if c.Name == CapOwnerFlag {

@@ -29,13 +29,13 @@ var (
 func fakeNode(rel string, probeErr error, ipv6 *string, lacks ...string) Node {
 	return Node{
 		Release: func() (string, error) { return rel, nil },
-		Probe: func() ([]Probed, error) {
+		Try: func() ([]Tried, error) {
 			if probeErr != nil {
 				return nil, probeErr
 			}
-			var out []Probed
+			var out []Tried
 			for _, c := range Capabilities() {
-				p := Probed{Capability: c, Present: true}
+				p := Tried{Capability: c, Present: true}
 				for _, l := range lacks {
 					if l == c.Name {
 						p.Present, p.Refusal = false, syscall.ENOENT
@@ -77,12 +77,12 @@ func TestLines(t *testing.T) {
 			[]string{"MISSING ipv6", "lacks ipv6"}},
 		{"IPv6 disabled, but not configured", fakeNode("6.12.0", nil, ptr("1")), v4,
 			[]string{"nothing missing (owner-flag, socket, conntrack, ipv6-rewrite)"}},
-		{"not probed, old kernel", fakeNode("5.10.0-21-amd64", syscall.EPERM, ptr("0")), v4,
-			[]string{"MISSING owner-flag: the table owner flag (NFT_TABLE_F_OWNER, Linux 5.12): the agent cannot start", "has none; not probed: socket, conntrack, ipv6-rewrite"}},
-		{"not probed, new kernel", fakeNode("5.15.0-91-generic", syscall.EPERM, ptr("0")), v4,
-			[]string{"kernel 5.15.0-91-generic has owner-flag; not probed: socket, conntrack, ipv6-rewrite (operation not permitted: needs CAP_NET_ADMIN"}},
-		{"not probed, release not understood", fakeNode("6", syscall.EPERM, ptr("0")), v4,
-			[]string{"kernel 6 has none; not probed: owner-flag, socket, conntrack, ipv6-rewrite"}},
+		{"not tried, old kernel", fakeNode("5.10.0-21-amd64", syscall.EPERM, ptr("0")), v4,
+			[]string{"MISSING owner-flag: the table owner flag (NFT_TABLE_F_OWNER, Linux 5.12): the agent cannot start", "has none; not tried: socket, conntrack, ipv6-rewrite"}},
+		{"not tried, new kernel", fakeNode("5.15.0-91-generic", syscall.EPERM, ptr("0")), v4,
+			[]string{"kernel 5.15.0-91-generic has owner-flag; not tried: socket, conntrack, ipv6-rewrite (operation not permitted: needs CAP_NET_ADMIN"}},
+		{"not tried, release not understood", fakeNode("6", syscall.EPERM, ptr("0")), v4,
+			[]string{"kernel 6 has none; not tried: owner-flag, socket, conntrack, ipv6-rewrite"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			lines := tc.node.Check(tc.ips).Lines()
@@ -104,7 +104,7 @@ func TestLines(t *testing.T) {
 }
 
 // The agent's start-up: one warning per missing capability, with its cost; one info line when nothing is
-// missing; and the gauge, 0 for what is missing, 1 for what is there, nothing for what was not probed.
+// missing; and the gauge, 0 for what is missing, 1 for what is there, nothing for what was not tried.
 func TestLogAndExport(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -117,7 +117,7 @@ func TestLogAndExport(t *testing.T) {
 			map[string]float64{"owner-flag": 1, "socket": 1, "conntrack": 1, "ipv6-rewrite": 1, "ipv6": 1}},
 		{"no nft_socket", fakeNode("6.6.0", nil, ptr("0"), CapSocket).Check(v4), []string{"socket"}, false,
 			map[string]float64{"owner-flag": 1, "socket": 0, "conntrack": 1, "ipv6-rewrite": 1}},
-		{"not probed", fakeNode("6.6.0", errors.New("probe owner-flag: operation not permitted"), ptr("1")).Check(dual), []string{"ipv6", ""}, false,
+		{"not tried", fakeNode("6.6.0", errors.New("probe owner-flag: operation not permitted"), ptr("1")).Check(dual), []string{"ipv6", ""}, false,
 			map[string]float64{"owner-flag": 1, "ipv6": 0}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

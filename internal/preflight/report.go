@@ -44,7 +44,7 @@ func (r Report) Lines() []string {
 		sum = fmt.Sprintf("kernel %s: nothing missing (%s)", r.Release, list(present))
 	}
 	if len(unknown) > 0 {
-		sum += fmt.Sprintf("; not probed: %s (%v: needs CAP_NET_ADMIN, as the agent has; the owner flag judged by the kernel release)", list(unknown), r.NotProbed)
+		sum += fmt.Sprintf("; not tried: %s (%v: needs CAP_NET_ADMIN, as the agent has; the owner flag judged by the kernel release)", list(unknown), r.NotTried)
 	}
 	return append(lines, linePrefix+sum)
 }
@@ -57,7 +57,7 @@ func (r Report) Log(log *zap.Logger) {
 	}
 	unknown := names(r.where(func(f Finding) bool { return !f.Known }))
 	if len(unknown) > 0 {
-		log.Warn("kernel capabilities not probed", zap.Strings("capabilities", unknown), zap.Error(r.NotProbed))
+		log.Warn("kernel capabilities not tried", zap.Strings("capabilities", unknown), zap.Error(r.NotTried))
 	}
 	if len(r.Missing()) == 0 && len(unknown) == 0 {
 		log.Info("the node has every kernel capability the agent uses", zap.Strings("capabilities", names(r.Findings)),
@@ -66,7 +66,7 @@ func (r Report) Log(log *zap.Logger) {
 }
 
 // Export sets g (nodelocaldns_node_capability{name}) to 1 for each capability present, 0 for each missing,
-// and leaves out those not probed.
+// and leaves out those not tried.
 func (r Report) Export(g *prometheus.GaugeVec) {
 	if g == nil {
 		return

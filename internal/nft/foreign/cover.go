@@ -58,7 +58,7 @@ func coversFamily(fam nftables.TableFamily, ip netip.Addr) bool {
 }
 
 // drops walks ch for p and says whether it certainly drops it, and by what.
-func (ch Chain) drops(p probe) (string, bool) {
+func (ch Chain) drops(p packet) (string, bool) {
 	for _, r := range ch.Rules {
 		m, v, _ := p.match(r.Exprs)
 		if m == no || v == verdictNone {
@@ -99,7 +99,7 @@ func Covering(chains []Chain, ips []netip.Addr, port uint16) map[netip.Addr]stri
 				continue // nat chains never see untracked packets
 			}
 			for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
-				if by, ok := ch.drops(probe{addr: ip, proto: proto, port: port, reply: reply}); ok {
+				if by, ok := ch.drops(packet{addr: ip, proto: proto, port: port, reply: reply}); ok {
 					out[ip] = by
 					break
 				}
@@ -138,8 +138,8 @@ func Notracks(chains []Chain, ips []netip.Addr, port uint16) []Notrack {
 				if !coversFamily(ch.Family, ip) {
 					continue
 				}
-				udp, _, _ := probe{addr: ip, proto: unix.IPPROTO_UDP, port: port}.match(r.Exprs)
-				tcp, _, _ := probe{addr: ip, proto: unix.IPPROTO_TCP, port: port}.match(r.Exprs)
+				udp, _, _ := packet{addr: ip, proto: unix.IPPROTO_UDP, port: port}.match(r.Exprs)
+				tcp, _, _ := packet{addr: ip, proto: unix.IPPROTO_TCP, port: port}.match(r.Exprs)
 				if udp != no || tcp != no {
 					out = append(out, Notrack{Chain: ch.Chain, Handle: r.Handle})
 					break

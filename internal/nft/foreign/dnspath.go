@@ -128,7 +128,7 @@ func Drops(chains []Chain, port uint16) []Drop {
 
 // Drop says whether ch may drop DNS on port: by policy, or by drop and reject rules that may match a query
 // to port or a reply from it, in either family, over either transport, whatever the address and interface:
-// the rule read by the probe (packet.go) with the address left unknown. What it rules out: another
+// the rule read with the packet model (packet.go) with the address left unknown. What it rules out: another
 // protocol, other ports, a conntrack match our untracked packets fail (`ct state invalid drop`).
 func (ch Chain) Drop(port uint16) (Drop, bool) {
 	d := Drop{Chain: ch.Chain, Hook: string(ch.Hook), Policy: ch.PolicyDrop}
@@ -145,7 +145,7 @@ func mayDropDNS(exprs []expr.Any, port uint16) (string, bool) {
 	for _, family := range []netip.Addr{netip.IPv4Unspecified(), netip.IPv6Unspecified()} {
 		for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
 			for _, reply := range []bool{false, true} {
-				p := probe{addr: family, proto: proto, port: port, reply: reply, anyAddr: true}
+				p := packet{addr: family, proto: proto, port: port, reply: reply, anyAddr: true}
 				if m, v, word := p.match(exprs); m != no && v == verdictDrop {
 					return word, true
 				}

@@ -11,7 +11,7 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 )
 
-// The foreign-drop report reads a rule with the probe (an address and interface it does not know): it rules
+// The foreign-drop report reads a rule with the packet model (an address and interface it does not know): it rules
 // out other ports and protocols and the conntrack states untracked packets never have, and keeps what it
 // cannot rule out.
 func TestMayDropDNS(t *testing.T) {

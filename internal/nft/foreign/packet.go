@@ -12,20 +12,20 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 )
 
-// A probe is one packet of ours, as a foreign base chain sees it, and match says what one rule does with it.
-// Only what the probe certainly holds counts: a condition on something it does not know (the client's address,
+// A packet is one of ours, as a foreign base chain sees it, and match says what one rule does with it.
+// Only what the packet certainly holds counts: a condition on something it does not know (the client's address,
 // a set, an xt match we do not read, a mark) makes the rule "maybe", and a maybe never proves a drop. So the
 // step-aside decision (cover.go) errs towards "not covered", which keeps today's behaviour, never
 // towards turning the cache off.
 
-// probe is a pod's query to one of our addresses (addr is the destination, port the destination port), or,
+// packet is a pod's query to one of our addresses (addr is the destination, port the destination port), or,
 // with reply set, our reply to it (addr the source, port the source port). Its packets are untracked (our
 // notrack), and they come from or go to a pod's interface, never loopback.
 //
 // With anyAddr, it is any DNS packet of addr's family to or from port: the address and the interface are not
 // known (the foreign-drop report, [Chain.Drop], which is about every client, host-network ones on
 // loopback included).
-type probe struct {
+type packet struct {
 	addr    netip.Addr
 	proto   byte // unix.IPPROTO_UDP or unix.IPPROTO_TCP
 	port    uint16
@@ -56,8 +56,8 @@ const (
 	verdictUnknown                    // jump, goto, queue, an xt target we do not know: not followed
 )
 
-// value is what a register holds for the probe: known bytes, or unknown; notLo marks an interface name or
-// index known to be other than loopback's; peer marks the client's port of an anyAddr probe, an ephemeral
+// value is what a register holds for the packet: known bytes, or unknown; notLo marks an interface name or
+// index known to be other than loopback's; peer marks the client's port of an anyAddr packet, an ephemeral
 // port known only to differ from every port but (maybe) data, the DNS port.
 type value struct {
 	known bool
@@ -74,7 +74,7 @@ var nonTerminalTargets = map[string]bool{
 
 // match evaluates a rule's expressions for p, in order, the way the kernel does: a failed comparison ends
 // the rule without effect.
-func (p probe) match(exprs []expr.Any) (m tri, v verdictKind, word string) {
+func (p packet) match(exprs []expr.Any) (m tri, v verdictKind, word string) {
 	regs := map[uint32]value{}
 	m, v = yes, verdictNone
 	for _, e := range exprs {
@@ -159,7 +159,7 @@ func verdictOf(k expr.VerdictKind) verdictKind {
 	return verdictUnknown
 }
 
-func (p probe) meta(key expr.MetaKey) value {
+func (p packet) meta(key expr.MetaKey) value {
 	nfproto := byte(unix.NFPROTO_IPV4)
 	if p.addr.Is6() {
 		nfproto = unix.NFPROTO_IPV6
@@ -178,7 +178,7 @@ func (p probe) meta(key expr.MetaKey) value {
 	return value{}
 }
 
-func (p probe) payload(base expr.PayloadBase, off, n uint32) value {
+func (p packet) payload(base expr.PayloadBase, off, n uint32) value {
 	dir, v4 := nft.DirTo, p.addr.Is4()
 	if p.reply {
 		dir = nft.DirFrom
@@ -203,7 +203,7 @@ func (p probe) payload(base expr.PayloadBase, off, n uint32) value {
 
 // xtMatch evaluates the xt matches iptables-nft writes that we can read for p: a comment (no condition) and
 // conntrack's state (the packet is untracked: xt_conntrack's conntrack_mt).
-func (p probe) xtMatch(m *expr.Match) tri {
+func (p packet) xtMatch(m *expr.Match) tri {
 	switch info := m.Info.(type) {
 	case *xt.Comment:
 		return yes
