@@ -97,7 +97,7 @@ func failOpenLinkLocal(m *metrics.Metrics) float64 {
 
 // instance is a live instance's table as Instances lists it: its addresses and its word on the fallback
 // (comma-separated; "" says none; "-" says it has no say).
-func instance(table, vote string, ips ...string) nft.Instance {
+func instanceTable(table, vote string, ips ...string) nft.Instance {
 	in := nft.Instance{Table: table, IPs: addrs(ips...), Voted: vote != "-"}
 	if vote != "-" {
 		in.Fallbacks = votes(vote)
@@ -122,7 +122,7 @@ func votes(s string) []netip.AddrPort {
 func TestFallbackKeepsTheDecision(t *testing.T) {
 	k := &fakeFallbackTable{}
 	f, m := newTestFallback(t, k, "10.96.0.10:53")
-	self := instance("nodelocaldns", "10.96.0.10:53", "169.254.20.10", "10.96.0.10")
+	self := instanceTable("nodelocaldns", "10.96.0.10:53", "169.254.20.10", "10.96.0.10")
 	step := func(what string, ins []nft.Instance, wantWrite, wantChange bool) {
 		t.Helper()
 		before := k.writes
@@ -149,13 +149,13 @@ func TestFallbackKeepsTheDecision(t *testing.T) {
 	if k.left != testLease {
 		t.Errorf("renewal left %v of the lease, want %v", k.left, testLease)
 	}
-	surge := []nft.Instance{self, instance("nodelocaldns-1", "10.96.0.10:53", "169.254.20.11")}
+	surge := []nft.Instance{self, instanceTable("nodelocaldns-1", "10.96.0.10:53", "169.254.20.11")}
 	step("a surge adds an address", surge, true, true)
 	k.listing = "" // nft flush ruleset
 	step("after a flush", surge, true, true)
 	k.listing = strings.Replace(k.listing, "10.96.0.10", "10.96.0.99", 1) // someone edits a rule
 	step("after an edit", surge, true, true)
-	off := []nft.Instance{self, instance("nodelocaldns-1", "", "169.254.20.10")}
+	off := []nft.Instance{self, instanceTable("nodelocaldns-1", "", "169.254.20.10")}
 	step("a new instance wants none", off, true, true)
 	if k.listing != "" || k.deletedLive != 0 {
 		t.Fatalf("table %q, %d deleted while redirecting; want it stopped, then deleted", k.listing, k.deletedLive)
@@ -164,7 +164,7 @@ func TestFallbackKeepsTheDecision(t *testing.T) {
 		t.Errorf("with no table, fail_open{path=link-local} = %v, want 0", v)
 	}
 	step("it stays deleted", off, false, false)
-	step("an IPv6 address beside an IPv4 ClusterIP", []nft.Instance{instance("nodelocaldns", "10.96.0.10:53", "169.254.20.10", "fd00::a")}, true, true)
+	step("an IPv6 address beside an IPv4 ClusterIP", []nft.Instance{instanceTable("nodelocaldns", "10.96.0.10:53", "169.254.20.10", "fd00::a")}, true, true)
 	if v := failOpenLinkLocal(m); v != 0 {
 		t.Errorf("with an uncovered local IP, fail_open{path=link-local} = %v, want 0", v)
 	}
@@ -177,7 +177,7 @@ func TestFallbackKeepsTheDecision(t *testing.T) {
 func TestFallbackStandsBackForALaterVersion(t *testing.T) {
 	k := &fakeFallbackTable{}
 	f, _ := newTestFallback(t, k, "10.96.0.10:53")
-	self := []nft.Instance{instance("nodelocaldns", "10.96.0.10:53", "169.254.20.10", "10.96.0.10")}
+	self := []nft.Instance{instanceTable("nodelocaldns", "10.96.0.10:53", "169.254.20.10", "10.96.0.10")}
 	step := func(what string, wantWrite bool) {
 		t.Helper()
 		before := k.writes

@@ -10,6 +10,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/instance"
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 	"github.com/nodelocaldns/nodelocaldns/internal/runner"
 	"github.com/nodelocaldns/nodelocaldns/internal/sockholder"
@@ -32,7 +33,7 @@ const (
 // listener that calls it.
 type health struct {
 	m         *metrics.Metrics
-	node      *node
+	node      *instance.Node
 	lastPass  *atomicErr // the reconcile runner's last result
 	reconcile *runner.Runner
 	reload    *runner.Runner
@@ -216,10 +217,17 @@ func (f *flight) do(ctx context.Context, fn func() error) error {
 // readiness is /ready: CoreDNS serves (checked by dnsserver), this instance and every other live one serve
 // (node.ready), and the last reconcile pass of the interface succeeded.
 func (h *health) readiness() error {
-	err := h.node.ready()
+	err := h.node.Ready()
 	if err == nil {
 		err = h.lastPass.load()
 	}
 	h.m.Ready.Set(b2f(err == nil))
 	return err
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -19,7 +19,7 @@ func (s *Supervisor) shutdown(l *loops) {
 	b.do("stop loops", loopsStop, l.wg.Wait)
 	var othersServe atomic.Bool
 	b.do("leave the node", 0, func() {
-		others, err := s.node.leave(s.opts.SkipTeardown, drainDelay)
+		others, err := s.node.Leave(s.opts.SkipTeardown, drainDelay)
 		if err != nil {
 			s.log.Error("leave the node", zap.Error(err))
 		}
@@ -33,7 +33,7 @@ func (s *Supervisor) shutdown(l *loops) {
 		// for that same stop.
 		b.do("stop coredns", 0, func() { <-s.stopDNS() })
 	}
-	b.do("delete the drain table", 0, s.node.endDrain)
+	b.do("delete the drain table", 0, s.node.EndDrain)
 	if s.opts.PIDFile != "" {
 		os.Remove(s.opts.PIDFile)
 	}
