@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap/zaptest"
+	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/desired"
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
@@ -84,7 +86,7 @@ func newTestFallback(t *testing.T, k *fakeFallbackTable, vote string) (*fallback
 		t.Fatal(err)
 	}
 	st := desired.State{NFT: nft.Spec{Fallbacks: votes(vote)}, Fallback: desired.Fallback{Why: "test", Lease: testLease}}
-	return newFallback(zaptest.NewLogger(t), m, k, st), m
+	return newFallback(zaptest.NewLogger(t), m, k, st, clock.RealClock{}), m
 }
 
 func failOpenLinkLocal(m *metrics.Metrics) float64 {
@@ -212,4 +214,17 @@ func TestFallbackStandsBackForALaterVersion(t *testing.T) {
 	k.listing += "# an earlier version's rules\n"
 	k.stamp.Generation = ours.Generation - 1
 	step("an earlier version's table", true)
+}
+
+// The fallback's drain, between stopping its rewrite and deleting it, waits on the clock it is given.
+func TestRemoveFallbackDrainsOnTheClock(t *testing.T) {
+	k := &fakeFallbackTable{listing: "table inet nodelocaldns-fallback {}"}
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	had, err := removeFallback(k, time.Hour, clk)
+	if !had || err != nil || k.listing != "" {
+		t.Fatalf("removeFallback = %v, %v, listing %q; want the table removed", had, err, k.listing)
+	}
+	if got := clk.Since(time.Unix(1000, 0)); got != time.Hour {
+		t.Errorf("the drain took %v on the clock, want the hour it was given", got)
+	}
 }

@@ -48,7 +48,7 @@ func (s *Supervisor) passQueries() {
 		s.log.Warn("detach dns listeners; queries queued on them when they close are lost", zap.Error(err))
 	}
 	s.log.Info("detached dns listeners; the other instance answers new queries", zap.Int("listeners", n))
-	time.Sleep(drainDelay)
+	s.clock.Sleep(drainDelay)
 }
 
 // lastOut is the last instance out's drain, before the interface goes (node.leave). New UDP queries leave our
@@ -65,7 +65,7 @@ func (s *Supervisor) lastOut(drain time.Duration) {
 		s.log.Warn("detach dns listeners; queries queued on them when they close are lost", zap.Error(err))
 	}
 	s.log.Info("detached dns listeners; new queries go to kube-dns", zap.Int("listeners", n))
-	time.Sleep(drain)
+	s.clock.Sleep(drain)
 	if s.dns == nil {
 		return // start-up failed before CoreDNS started: nothing is in flight
 	}

@@ -53,7 +53,7 @@ func (s *Supervisor) openKernel() error {
 	s.node = instance.New(s.log.Named("node"), s.m, s.state.NFT, s.state.Link, k.registry(), k.linkManager())
 	tables, ours := k.foreignTables()
 	foreign := newForeignReport(s.log.Named("foreign"), s.m, tables, ours, s.state.NFT, s.opts.StepAside)
-	fb := newFallback(s.log.Named("fallback"), s.m, k.fallbackTable(), s.state)
+	fb := newFallback(s.log.Named("fallback"), s.m, k.fallbackTable(), s.state, s.clock)
 	s.reconcile = newReconciler(s.log.Named("reconcile"), s.m, s.state.Link.Name, s.opts.SyncInterval, s.node, fb, foreign)
 	s.node.SetQuiesce(s.lastOut)
 	return nil

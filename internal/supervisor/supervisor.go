@@ -41,6 +41,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"k8s.io/utils/clock"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/clients"
 	"github.com/nodelocaldns/nodelocaldns/internal/corefile"
@@ -98,6 +99,8 @@ type Config struct {
 	// Serving runs once the agent serves (interface, table and CoreDNS ready), with the loops, and is stopped
 	// with them, first of all at shutdown (the start-up taint's removal, cmd/nodelocaldns).
 	Serving []Actor
+	// Clock is what shutdown's drains wait on (nil: the real clock).
+	Clock clock.Clock
 }
 
 // Supervisor runs one agent: it starts the parts below in order (startup.go), and stops them in reverse
@@ -108,6 +111,7 @@ type Supervisor struct {
 	m        *metrics.Metrics
 	gatherer prometheus.Gatherer
 	serving  []Actor
+	clock    clock.Clock // the drains' (shutdown.go, fallback.go)
 
 	config     *renderer         // Corefile.base + kube-dns ConfigMap -> Corefile (render.go)
 	state      desired.State     // what this instance wants (internal/desired), validated
@@ -134,7 +138,10 @@ func New(cfg Config) (*Supervisor, error) {
 	}
 	f.Directives = dnsserver.Directives()
 	// The kernel's nft_socket is not asked here: serve learns it when the kernel refuses our chains (internal/instance).
-	s := &Supervisor{opts: o, log: cfg.Log, m: cfg.Metrics, gatherer: cfg.Gatherer, serving: cfg.Serving, state: desired.Of(o, f)}
+	s := &Supervisor{opts: o, log: cfg.Log, m: cfg.Metrics, gatherer: cfg.Gatherer, serving: cfg.Serving, clock: cfg.Clock, state: desired.Of(o, f)}
+	if s.clock == nil {
+		s.clock = clock.RealClock{}
+	}
 	if err := s.state.Validate(); err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"k8s.io/utils/clock"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/desired"
 	"github.com/nodelocaldns/nodelocaldns/internal/instance"
@@ -56,7 +57,7 @@ func teardown(log *zap.Logger, n *instance.Node, fb fallbackTable) error {
 		log.Info("live instances remain; the interface and the link-local fallback stay", zap.String("interface", n.LinkName()))
 		return nil
 	}
-	had, err := removeFallback(fb, drainDelay)
+	had, err := removeFallback(fb, drainDelay, clock.RealClock{})
 	if err != nil {
 		return fmt.Errorf("teardown incomplete: table inet %s left in place: %w", nft.FallbackTableName, err)
 	}
