@@ -52,7 +52,7 @@ type State struct {
 	// Interface says the instance keeps the interface (-setupinterface).
 	Interface bool
 	// Link is the interface with this instance's addresses; the node carries the union of every live
-	// instance's (the supervisor's node.go), and -teardown removes the one of this name.
+	// instance's (internal/instance's node.go), and -teardown removes the one of this name.
 	Link link.Spec
 	// Corefile is what the Corefile is rendered from.
 	Corefile Corefile

@@ -14,6 +14,7 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/desired"
 	"github.com/nodelocaldns/nodelocaldns/internal/dnsserver"
 	"github.com/nodelocaldns/nodelocaldns/internal/fastpath"
+	"github.com/nodelocaldns/nodelocaldns/internal/instance"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 	"github.com/nodelocaldns/nodelocaldns/internal/options"
 )
@@ -62,7 +63,7 @@ func TestServingAndTeardownTakeTheDesiredState(t *testing.T) {
 				k := newFakeKernel()
 				reg := &fakeReg{k: k, refuseGate: noSocket}
 				r, l := handles(s.Desired(), reg, &fakeLinks{k: k})
-				n := newNode(zaptest.NewLogger(t), testMetrics(t), s.Desired(), r, l)
+				n := instance.New(zaptest.NewLogger(t), testMetrics(t), s.Desired().NFT, s.Desired().Link, r, l)
 				start(t, n)
 				switch {
 				case !want.Table && (reg.last != nil || len(k.tables) > 0):
@@ -78,8 +79,9 @@ func TestServingAndTeardownTakeTheDesiredState(t *testing.T) {
 
 				// -teardown, once the instance is gone, removes the interface the state names, and only it.
 				reg.Leave(nil)
-				td := newNode(zaptest.NewLogger(t), testMetrics(t), TeardownState(parseArgs(t, append(args, "-teardown")...)), &fakeReg{k: k}, &fakeLinks{k: k})
-				if err := teardown(td, &fakeFallbackTable{}); err != nil {
+				tdst := TeardownState(parseArgs(t, append(args, "-teardown")...))
+				td := instance.New(zaptest.NewLogger(t), testMetrics(t), tdst.NFT, tdst.Link, &fakeReg{k: k}, &fakeLinks{k: k})
+				if err := teardown(zaptest.NewLogger(t), td, &fakeFallbackTable{}); err != nil {
 					t.Fatal(err)
 				}
 				if wantRemoved := map[bool][]string{true: {want.Link.Name}}[want.Interface]; k.link || !slices.Equal(k.removed, wantRemoved) || len(k.tables) > 0 {
@@ -92,7 +94,7 @@ func TestServingAndTeardownTakeTheDesiredState(t *testing.T) {
 
 // handles are the kernel's handles as newKernel opens them for st: a table when st has one, the interface's
 // manager with -setupinterface.
-func handles(st desired.State, reg registry, links linkManager) (registry, linkManager) {
+func handles(st desired.State, reg instance.Registry, links instance.LinkManager) (instance.Registry, instance.LinkManager) {
 	if !st.Table {
 		reg = nil
 	}

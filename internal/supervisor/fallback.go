@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"k8s.io/utils/clock"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/desired"
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
@@ -76,14 +77,15 @@ type fallback struct {
 	lease   time.Duration
 	said    string // the last decision logged
 	skipped []netip.AddrPort
-	newer   int // the generation of the newer version's table this instance stands back for (0: none), logged once
+	newer   int         // the generation of the newer version's table this instance stands back for (0: none), logged once
+	clock   clock.Clock // what removeFallback's drain waits on
 }
 
 // newFallback prepares the fallback keeper for this instance's vote (st.NFT.Fallbacks); a vote of none says
 // why, once.
-func newFallback(log *zap.Logger, m *metrics.Metrics, table fallbackTable, st desired.State) *fallback {
+func newFallback(log *zap.Logger, m *metrics.Metrics, table fallbackTable, st desired.State, clk clock.Clock) *fallback {
 	vote := st.NFT.Fallbacks
-	f := &fallback{log: log, m: m, table: table, vote: vote, lease: st.Fallback.Lease}
+	f := &fallback{log: log, m: m, table: table, vote: vote, lease: st.Fallback.Lease, clock: clk}
 	logDisagreements(log, st.Fallback.Ignored)
 	if table != nil && !st.NFT.NoInterception && len(vote) == 0 {
 		log.Warn("this instance wants no link-local fallback (while it is live, no instance keeps one): while nothing "+
@@ -112,7 +114,7 @@ func (f *fallback) ensure(ins []nft.Instance) (string, error) {
 	case d.Leave:
 		return "", nil
 	case d.Spec == nil:
-		had, err := removeFallback(f.table, drainDelay)
+		had, err := removeFallback(f.table, drainDelay, f.clock)
 		if err != nil {
 			return "", fmt.Errorf("delete the link-local fallback: %w", err)
 		}
@@ -195,11 +197,11 @@ func (f *fallback) renewAt(want *nft.Fallback, threshold time.Duration) error {
 // removeFallback takes the fallback table away without losing the queries it redirected last: first no new
 // query is redirected, then those in flight get drain to be answered (IPVS's replies still need their address
 // back), then the table goes. It reports whether there was one.
-func removeFallback(t fallbackTable, drain time.Duration) (bool, error) {
+func removeFallback(t fallbackTable, drain time.Duration, clk clock.Clock) (bool, error) {
 	had, err := t.Stop()
 	if err != nil || !had {
 		return had, err
 	}
-	time.Sleep(drain)
+	clk.Sleep(drain)
 	return t.Delete()
 }

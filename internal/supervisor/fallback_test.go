@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap/zaptest"
+	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/desired"
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
@@ -84,7 +86,7 @@ func newTestFallback(t *testing.T, k *fakeFallbackTable, vote string) (*fallback
 		t.Fatal(err)
 	}
 	st := desired.State{NFT: nft.Spec{Fallbacks: votes(vote)}, Fallback: desired.Fallback{Why: "test", Lease: testLease}}
-	return newFallback(zaptest.NewLogger(t), m, k, st), m
+	return newFallback(zaptest.NewLogger(t), m, k, st, clock.RealClock{}), m
 }
 
 func failOpenLinkLocal(m *metrics.Metrics) float64 {
@@ -97,7 +99,7 @@ func failOpenLinkLocal(m *metrics.Metrics) float64 {
 
 // instance is a live instance's table as Instances lists it: its addresses and its word on the fallback
 // (comma-separated; "" says none; "-" says it has no say).
-func instance(table, vote string, ips ...string) nft.Instance {
+func instanceTable(table, vote string, ips ...string) nft.Instance {
 	in := nft.Instance{Table: table, IPs: addrs(ips...), Voted: vote != "-"}
 	if vote != "-" {
 		in.Fallbacks = votes(vote)
@@ -122,7 +124,7 @@ func votes(s string) []netip.AddrPort {
 func TestFallbackKeepsTheDecision(t *testing.T) {
 	k := &fakeFallbackTable{}
 	f, m := newTestFallback(t, k, "10.96.0.10:53")
-	self := instance("nodelocaldns", "10.96.0.10:53", "169.254.20.10", "10.96.0.10")
+	self := instanceTable("nodelocaldns", "10.96.0.10:53", "169.254.20.10", "10.96.0.10")
 	step := func(what string, ins []nft.Instance, wantWrite, wantChange bool) {
 		t.Helper()
 		before := k.writes
@@ -149,13 +151,13 @@ func TestFallbackKeepsTheDecision(t *testing.T) {
 	if k.left != testLease {
 		t.Errorf("renewal left %v of the lease, want %v", k.left, testLease)
 	}
-	surge := []nft.Instance{self, instance("nodelocaldns-1", "10.96.0.10:53", "169.254.20.11")}
+	surge := []nft.Instance{self, instanceTable("nodelocaldns-1", "10.96.0.10:53", "169.254.20.11")}
 	step("a surge adds an address", surge, true, true)
 	k.listing = "" // nft flush ruleset
 	step("after a flush", surge, true, true)
 	k.listing = strings.Replace(k.listing, "10.96.0.10", "10.96.0.99", 1) // someone edits a rule
 	step("after an edit", surge, true, true)
-	off := []nft.Instance{self, instance("nodelocaldns-1", "", "169.254.20.10")}
+	off := []nft.Instance{self, instanceTable("nodelocaldns-1", "", "169.254.20.10")}
 	step("a new instance wants none", off, true, true)
 	if k.listing != "" || k.deletedLive != 0 {
 		t.Fatalf("table %q, %d deleted while redirecting; want it stopped, then deleted", k.listing, k.deletedLive)
@@ -164,7 +166,7 @@ func TestFallbackKeepsTheDecision(t *testing.T) {
 		t.Errorf("with no table, fail_open{path=link-local} = %v, want 0", v)
 	}
 	step("it stays deleted", off, false, false)
-	step("an IPv6 address beside an IPv4 ClusterIP", []nft.Instance{instance("nodelocaldns", "10.96.0.10:53", "169.254.20.10", "fd00::a")}, true, true)
+	step("an IPv6 address beside an IPv4 ClusterIP", []nft.Instance{instanceTable("nodelocaldns", "10.96.0.10:53", "169.254.20.10", "fd00::a")}, true, true)
 	if v := failOpenLinkLocal(m); v != 0 {
 		t.Errorf("with an uncovered local IP, fail_open{path=link-local} = %v, want 0", v)
 	}
@@ -177,7 +179,7 @@ func TestFallbackKeepsTheDecision(t *testing.T) {
 func TestFallbackStandsBackForALaterVersion(t *testing.T) {
 	k := &fakeFallbackTable{}
 	f, _ := newTestFallback(t, k, "10.96.0.10:53")
-	self := []nft.Instance{instance("nodelocaldns", "10.96.0.10:53", "169.254.20.10", "10.96.0.10")}
+	self := []nft.Instance{instanceTable("nodelocaldns", "10.96.0.10:53", "169.254.20.10", "10.96.0.10")}
 	step := func(what string, wantWrite bool) {
 		t.Helper()
 		before := k.writes
@@ -212,4 +214,17 @@ func TestFallbackStandsBackForALaterVersion(t *testing.T) {
 	k.listing += "# an earlier version's rules\n"
 	k.stamp.Generation = ours.Generation - 1
 	step("an earlier version's table", true)
+}
+
+// The fallback's drain, between stopping its rewrite and deleting it, waits on the clock it is given.
+func TestRemoveFallbackDrainsOnTheClock(t *testing.T) {
+	k := &fakeFallbackTable{listing: "table inet nodelocaldns-fallback {}"}
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	had, err := removeFallback(k, time.Hour, clk)
+	if !had || err != nil || k.listing != "" {
+		t.Fatalf("removeFallback = %v, %v, listing %q; want the table removed", had, err, k.listing)
+	}
+	if got := clk.Since(time.Unix(1000, 0)); got != time.Hour {
+		t.Errorf("the drain took %v on the clock, want the hour it was given", got)
+	}
 }

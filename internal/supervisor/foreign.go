@@ -2,7 +2,6 @@ package supervisor
 
 import (
 	"net/netip"
-	"slices"
 	"strings"
 	"time"
 
@@ -115,7 +114,7 @@ func (f *foreignReport) scan() (found foreignFindings, ok bool) {
 	notracks := foreign.Notracks(chains, f.spec.LocalIPs, f.spec.DNSPort)
 	f.reportDrops(chains, notracks, current)
 	found.notrack = f.reportNotracks(notracks, current)
-	found.aside = f.decideAside(chains, current)
+	found.aside = f.reportAside(chains, current)
 	f.forgetErrors("error scan ")
 	for key := range f.warned {
 		if current[key] || strings.HasPrefix(key, "error ") {
@@ -174,9 +173,9 @@ func (f *foreignReport) reportNotracks(notracks []foreign.Notrack, current map[s
 	return len(notracks) > 0
 }
 
-// decideAside computes the local IPs a foreign drop covers, says each change once, and returns those to step
-// aside for (none when stepping aside is off).
-func (f *foreignReport) decideAside(chains []foreign.Chain, current map[string]bool) []netip.Addr {
+// reportAside reports the local IPs a foreign drop covers and each change of those stepped aside for (the
+// decision is [foreign.StepAside]), and returns those to step aside for (none when stepping aside is off).
+func (f *foreignReport) reportAside(chains []foreign.Chain, current map[string]bool) []netip.Addr {
 	covered := foreign.Covering(chains, f.spec.LocalIPs, f.spec.DNSPort)
 	if !f.stepAside {
 		for ip, by := range covered {
@@ -187,29 +186,19 @@ func (f *foreignReport) decideAside(chains []foreign.Chain, current map[string]b
 		}
 		return nil
 	}
-	for ip, by := range covered {
-		if _, was := f.aside[ip]; was {
-			continue
-		}
+	now, gained, lost := foreign.StepAside(f.aside, covered)
+	for _, ip := range gained {
 		f.log.Warn("stepping aside for a local IP: a foreign drop would stop its queries here; kube-dns answers them until it goes",
-			zap.Stringer("ip", ip), zap.String("by", by))
+			zap.Stringer("ip", ip), zap.String("by", covered[ip]))
 		f.m.Foreign.SteppedAside.WithLabelValues(ip.String()).Set(1)
 		f.m.Foreign.StepAsides.WithLabelValues(ip.String()).Inc()
 	}
-	for ip := range f.aside {
-		if _, still := covered[ip]; still {
-			continue
-		}
+	for _, ip := range lost {
 		f.log.Info("taking a local IP back: the foreign drop that covered it is gone", zap.Stringer("ip", ip))
 		f.m.Foreign.SteppedAside.DeleteLabelValues(ip.String())
 	}
 	f.aside = covered
-	out := make([]netip.Addr, 0, len(covered))
-	for ip := range covered {
-		out = append(out, ip)
-	}
-	slices.SortFunc(out, netip.Addr.Compare)
-	return out
+	return now
 }
 
 // forgetErrors forgets the failures warned about under prefix once that step worked: a later one is said again.

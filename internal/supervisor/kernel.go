@@ -5,6 +5,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/instance"
 	"github.com/nodelocaldns/nodelocaldns/internal/link"
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
@@ -54,16 +55,21 @@ func (k *kernel) close() {
 	}
 }
 
-// registry is the nftables socket as node sees it: a nil interface, not a nil pointer, when there is none.
-func (k *kernel) registry() registry {
+var (
+	_ instance.Registry    = (*nftconn.Conn)(nil)
+	_ instance.LinkManager = (*link.Manager)(nil)
+)
+
+// registry is the nftables socket as the instance sees it: a nil interface, not a nil pointer, when there is none.
+func (k *kernel) registry() instance.Registry {
 	if k.conn == nil {
 		return nil
 	}
 	return k.conn
 }
 
-// linkManager is the link manager as node sees it: a nil interface when there is none.
-func (k *kernel) linkManager() linkManager {
+// linkManager is the link manager as the instance sees it: a nil interface when there is none.
+func (k *kernel) linkManager() instance.LinkManager {
 	if k.links == nil {
 		return nil
 	}

@@ -28,11 +28,11 @@ func (s *Supervisor) checkListeners() error {
 	for _, ip := range s.opts.LocalIPs {
 		s.m.UnboundLocalIP.WithLabelValues(ip.String()).Set(b2f(slices.Contains(unbound, ip)))
 	}
-	if len(unbound) == len(s.opts.LocalIPs) && s.node.current() != stateServing {
+	if len(unbound) == len(s.opts.LocalIPs) && !s.node.Serving() {
 		return fmt.Errorf("no DNS listener is bound to any local IP (%v) on port %d: the Corefile's servers need `bind` "+
 			"to them, the interception only takes queries for an address a listener is bound to", unbound, s.opts.DNSPort)
 	}
-	if !s.node.setUnbound(unbound) {
+	if !s.node.SetUnbound(unbound) {
 		return nil
 	}
 	if len(unbound) > 0 {
@@ -41,7 +41,7 @@ func (s *Supervisor) checkListeners() error {
 	} else {
 		s.log.Info("a DNS listener is bound to every local IP again", zap.Stringers("ips", s.opts.LocalIPs))
 	}
-	if err := s.node.rebind(); err != nil {
+	if err := s.node.Rebind(); err != nil {
 		setupError(s.m, metrics.ErrNftables)
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/instance"
 	"github.com/nodelocaldns/nodelocaldns/internal/link"
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
@@ -35,7 +36,7 @@ type reconciler struct {
 	log      *zap.Logger
 	m        *metrics.Metrics
 	ifname   string
-	node     *node
+	node     *instance.Node
 	fallback *fallback
 	foreign  *foreignReport
 	runner   *runner.Runner
@@ -43,7 +44,7 @@ type reconciler struct {
 	lastPass atomicErr
 }
 
-func newReconciler(log *zap.Logger, m *metrics.Metrics, ifname string, syncInterval time.Duration, n *node, fb *fallback, foreign *foreignReport) *reconciler {
+func newReconciler(log *zap.Logger, m *metrics.Metrics, ifname string, syncInterval time.Duration, n *instance.Node, fb *fallback, foreign *foreignReport) *reconciler {
 	r := &reconciler{log: log, m: m, ifname: ifname, node: n, fallback: fb, foreign: foreign}
 	r.runner = runner.New(runner.Config{MinInterval: minPassInterval, MaxInterval: syncInterval, Damp: newDamping(log, m)}, r.pass)
 	return r
@@ -89,7 +90,7 @@ func (r *reconciler) removeNodeCache() { r.foreign.removeNodeCache() }
 func (r *reconciler) lookAtForeign() error {
 	r.removeNodeCache()
 	if found, ok := r.foreign.scan(); ok {
-		return r.node.foreignFound(found)
+		return r.node.ForeignFound(found.notrack, found.aside)
 	}
 	return nil
 }
@@ -102,11 +103,11 @@ func (r *reconciler) ensureFallback(ins []nft.Instance) (change string, err erro
 // ensure does the pass's repairs: the interface, then the fallback table, both for the union of the live
 // instances' addresses (one look at the instance tables for both).
 func (r *reconciler) ensure(repaired []string, errs []error) ([]string, []error) {
-	ips, ins, err := r.node.addresses()
+	ips, ins, err := r.node.Addresses()
 	if err != nil {
 		return repaired, append(errs, fmt.Errorf("list instance tables: %w", err))
 	}
-	changes, err := r.node.carry(ips)
+	changes, err := r.node.Carry(ips)
 	if err != nil {
 		setupError(r.m, metrics.ErrInterfaceAdd)
 		errs = append(errs, fmt.Errorf("ensure interface %q: %w", r.ifname, err))

@@ -19,7 +19,7 @@ func (s *Supervisor) shutdown(l *loops) {
 	b.do("stop loops", loopsStop, l.wg.Wait)
 	var othersServe atomic.Bool
 	b.do("leave the node", 0, func() {
-		others, err := s.node.leave(s.opts.SkipTeardown, drainDelay)
+		others, err := s.node.Leave(s.opts.SkipTeardown, drainDelay)
 		if err != nil {
 			s.log.Error("leave the node", zap.Error(err))
 		}
@@ -33,7 +33,7 @@ func (s *Supervisor) shutdown(l *loops) {
 		// for that same stop.
 		b.do("stop coredns", 0, func() { <-s.stopDNS() })
 	}
-	b.do("delete the drain table", 0, s.node.endDrain)
+	b.do("delete the drain table", 0, s.node.EndDrain)
 	if s.opts.PIDFile != "" {
 		os.Remove(s.opts.PIDFile)
 	}
@@ -48,7 +48,7 @@ func (s *Supervisor) passQueries() {
 		s.log.Warn("detach dns listeners; queries queued on them when they close are lost", zap.Error(err))
 	}
 	s.log.Info("detached dns listeners; the other instance answers new queries", zap.Int("listeners", n))
-	time.Sleep(drainDelay)
+	s.clock.Sleep(drainDelay)
 }
 
 // lastOut is the last instance out's drain, before the interface goes (node.leave). New UDP queries leave our
@@ -65,7 +65,7 @@ func (s *Supervisor) lastOut(drain time.Duration) {
 		s.log.Warn("detach dns listeners; queries queued on them when they close are lost", zap.Error(err))
 	}
 	s.log.Info("detached dns listeners; new queries go to kube-dns", zap.Int("listeners", n))
-	time.Sleep(drain)
+	s.clock.Sleep(drain)
 	if s.dns == nil {
 		return // start-up failed before CoreDNS started: nothing is in flight
 	}

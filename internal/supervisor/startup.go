@@ -12,6 +12,7 @@ import (
 
 	"github.com/nodelocaldns/nodelocaldns/internal/configwatch"
 	"github.com/nodelocaldns/nodelocaldns/internal/dnsserver"
+	"github.com/nodelocaldns/nodelocaldns/internal/instance"
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 )
@@ -49,12 +50,12 @@ func (s *Supervisor) openKernel() error {
 		return err
 	}
 	s.kernel = k
-	s.node = newNode(s.log.Named("node"), s.m, s.state, k.registry(), k.linkManager())
+	s.node = instance.New(s.log.Named("node"), s.m, s.state.NFT, s.state.Link, k.registry(), k.linkManager())
 	tables, ours := k.foreignTables()
 	foreign := newForeignReport(s.log.Named("foreign"), s.m, tables, ours, s.state.NFT, s.opts.StepAside)
-	fb := newFallback(s.log.Named("fallback"), s.m, k.fallbackTable(), s.state)
+	fb := newFallback(s.log.Named("fallback"), s.m, k.fallbackTable(), s.state, s.clock)
 	s.reconcile = newReconciler(s.log.Named("reconcile"), s.m, s.state.Link.Name, s.opts.SyncInterval, s.node, fb, foreign)
-	s.node.quiesce = s.lastOut
+	s.node.SetQuiesce(s.lastOut)
 	return nil
 }
 
@@ -63,13 +64,13 @@ func (s *Supervisor) openKernel() error {
 // those addresses.
 func (s *Supervisor) register() error {
 	t := time.Now()
-	if err := s.node.register(); err != nil {
+	if err := s.node.Register(); err != nil {
 		setupError(s.m, metrics.ErrNftables)
 		return err
 	}
 	// node-cache's leftovers blackhole pods' ClusterIP queries whenever we do not serve: gone before we start.
 	s.reconcile.removeNodeCache()
-	ips, ins, err := s.node.addresses()
+	ips, ins, err := s.node.Addresses()
 	if err != nil {
 		setupError(s.m, metrics.ErrNftables)
 		return fmt.Errorf("list instance tables: %w", err)
@@ -81,7 +82,7 @@ func (s *Supervisor) register() error {
 	} else if change != "" {
 		s.log.Info("link-local fallback in place", zap.String("table", "inet "+nft.FallbackTableName), zap.String("change", change))
 	}
-	changes, err := s.node.carry(ips)
+	changes, err := s.node.Carry(ips)
 	if err != nil {
 		setupError(s.m, metrics.ErrInterfaceAdd)
 		return fmt.Errorf("ensure interface %q: %w", s.state.Link.Name, err)
@@ -116,7 +117,7 @@ func (s *Supervisor) startCoreDNS(cf []byte) error {
 	dns.SetReadiness(h.readiness)
 	dns.SetLiveness(h.liveness)
 	dns.OnLoop(s.reload.onLoop)
-	dns.OnListening(s.node.listen)
+	dns.OnListening(s.node.Listen)
 	if err := dns.Start(cf, s.opts.Corefile); err != nil {
 		return err
 	}
@@ -145,12 +146,12 @@ func (s *Supervisor) intercept(ctx context.Context) error {
 	t := time.Now()
 	// A foreign drop that covers an address is stepped aside for from the first programming on.
 	_ = s.reconcile.lookAtForeign() // not serving yet: only remembered
-	if err := s.node.serve(); err != nil {
+	if err := s.node.Serve(); err != nil {
 		setupError(s.m, metrics.ErrNftables)
 		return err
 	}
 	s.stepDone("serving", t)
-	if err := s.node.deleteLegacy(); err != nil {
+	if err := s.node.DeleteLegacy(); err != nil {
 		s.log.Warn("delete tables left by earlier versions", zap.Error(err))
 	}
 	if s.manages() {

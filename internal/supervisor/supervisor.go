@@ -11,15 +11,15 @@
 // a drain table (ClusterIP traffic falls back to kube-dns through kube-proxy; our replies still skip
 // conntrack), then, if no other instance is left, detach our DNS listeners, let CoreDNS write the answers in
 // flight and remove the interface, else hand our DNS listeners over to them (detach.go); then stop CoreDNS. The kernel
-// removes our table by itself if the process dies (node.go). Nothing here exits the process: errors travel up
+// removes our table by itself if the process dies (internal/instance's node.go). Nothing here exits the process: errors travel up
 // to main.
 //
 // What the instance wants (its table, its interface, the Corefile's parameters, its fallback vote) is
 // internal/desired's, built once in New from the options; `-print-rules` and `-teardown` take theirs from there too.
 //
-// One job per file: supervisor.go wires the parts and startup.go holds Run's phases in order; node.go makes the
-// instance's decisions about the kernel over kernel.go's handles, moving state.go's state machine, and
-// program.go says what our table is made of (spec, step-aside, unbound addresses) and programs it; render.go makes the Corefile, reload.go reloads it;
+// One job per file: supervisor.go wires the parts and startup.go holds Run's phases in order; the instance
+// (internal/instance: its state machine, its table, its decisions about the kernel) runs over kernel.go's
+// handles; render.go makes the Corefile, reload.go reloads it;
 // reconcile.go repairs the interface and the link-local fallback (fallback.go) on internal/runner's
 // bounded-frequency runner, damped by damping.go; foreign.go
 // looks at other tables (drops reported and stepped aside for, node-cache's leftovers removed); health.go answers /health and /ready; listeners.go checks CoreDNS bound our
@@ -41,12 +41,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"k8s.io/utils/clock"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/clients"
 	"github.com/nodelocaldns/nodelocaldns/internal/corefile"
 	"github.com/nodelocaldns/nodelocaldns/internal/desired"
 	"github.com/nodelocaldns/nodelocaldns/internal/dnsserver"
 	"github.com/nodelocaldns/nodelocaldns/internal/fastpath"
+	"github.com/nodelocaldns/nodelocaldns/internal/instance"
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 	"github.com/nodelocaldns/nodelocaldns/internal/options"
 )
@@ -97,6 +99,8 @@ type Config struct {
 	// Serving runs once the agent serves (interface, table and CoreDNS ready), with the loops, and is stopped
 	// with them, first of all at shutdown (the start-up taint's removal, cmd/nodelocaldns).
 	Serving []Actor
+	// Clock is what shutdown's drains wait on (nil: the real clock).
+	Clock clock.Clock
 }
 
 // Supervisor runs one agent: it starts the parts below in order (startup.go), and stops them in reverse
@@ -107,11 +111,12 @@ type Supervisor struct {
 	m        *metrics.Metrics
 	gatherer prometheus.Gatherer
 	serving  []Actor
+	clock    clock.Clock // the drains' (shutdown.go, fallback.go)
 
 	config     *renderer         // Corefile.base + kube-dns ConfigMap -> Corefile (render.go)
 	state      desired.State     // what this instance wants (internal/desired), validated
 	kernel     *kernel           // our netlink handles (kernel.go); set by the kernel phase
-	node       *node             // the instance state machine (node.go); set by the kernel phase
+	node       *instance.Node    // the instance state machine (internal/instance); set by the kernel phase
 	reconcile  *reconciler       // the interface and the foreign report (reconcile.go); set by the kernel phase
 	dns        *dnsserver.Server // set by the coredns phase
 	dnsOpts    dnsserver.Options // how CoreDNS is embedded (the fast path)
@@ -132,8 +137,11 @@ func New(cfg Config) (*Supervisor, error) {
 		f.KubeDNSDir = err == nil && st.IsDir()
 	}
 	f.Directives = dnsserver.Directives()
-	// The kernel's nft_socket is not asked here: serve learns it when the kernel refuses our chains (node.go).
-	s := &Supervisor{opts: o, log: cfg.Log, m: cfg.Metrics, gatherer: cfg.Gatherer, serving: cfg.Serving, state: desired.Of(o, f)}
+	// The kernel's nft_socket is not asked here: serve learns it when the kernel refuses our chains (internal/instance).
+	s := &Supervisor{opts: o, log: cfg.Log, m: cfg.Metrics, gatherer: cfg.Gatherer, serving: cfg.Serving, clock: cfg.Clock, state: desired.Of(o, f)}
+	if s.clock == nil {
+		s.clock = clock.RealClock{}
+	}
 	if err := s.state.Validate(); err != nil {
 		return nil, err
 	}
@@ -189,8 +197,8 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	}
 	s.startLoops(loops, watcher)
 	s.startServing(loops)
-	s.log.Info("ready", zap.Duration("elapsed", time.Since(start)), zap.String("table", s.node.table()),
-		zap.Bool("gated", s.node.gated.Load()), zap.Int32("other_instances", s.node.others.Load()))
+	s.log.Info("ready", zap.Duration("elapsed", time.Since(start)), zap.String("table", s.node.Table()),
+		zap.Bool("gated", s.node.Gated()), zap.Int32("other_instances", s.node.Others()))
 	select {
 	case <-ctx.Done():
 		s.log.Info("shutting down", zap.String("reason", context.Cause(ctx).Error()))

@@ -5,8 +5,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"k8s.io/utils/clock"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/desired"
+	"github.com/nodelocaldns/nodelocaldns/internal/instance"
 	"github.com/nodelocaldns/nodelocaldns/internal/link"
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
@@ -37,7 +39,7 @@ func Teardown(o *options.Options, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
-	return teardown(newNode(log.Named("node"), m, st, c, lm), c.Fallback())
+	return teardown(log, instance.New(log.Named("node"), m, st.NFT, st.Link, c, lm), c.Fallback())
 }
 
 // TeardownState is the desired state -teardown leaves by: [desired.Of] of its flags, with no facts (it reads
@@ -46,21 +48,21 @@ func TeardownState(o *options.Options) desired.State { return desired.Of(o, desi
 
 // teardown leaves the node for a process that never joined it, then deletes the fallback table if nobody is
 // left to need it. Its error names what it could not remove.
-func teardown(n *node, fb fallbackTable) error {
-	othersRemain, err := n.leave(false, 0)
+func teardown(log *zap.Logger, n *instance.Node, fb fallbackTable) error {
+	othersRemain, err := n.Leave(false, 0)
 	if err != nil {
 		return fmt.Errorf("teardown incomplete: %w", err)
 	}
 	if othersRemain {
-		n.log.Info("live instances remain; the interface and the link-local fallback stay", zap.String("interface", n.link.Name))
+		log.Info("live instances remain; the interface and the link-local fallback stay", zap.String("interface", n.LinkName()))
 		return nil
 	}
-	had, err := removeFallback(fb, drainDelay)
+	had, err := removeFallback(fb, drainDelay, clock.RealClock{})
 	if err != nil {
 		return fmt.Errorf("teardown incomplete: table inet %s left in place: %w", nft.FallbackTableName, err)
 	}
 	if had {
-		n.log.Info("deleted the link-local fallback", zap.String("table", "inet "+nft.FallbackTableName))
+		log.Info("deleted the link-local fallback", zap.String("table", "inet "+nft.FallbackTableName))
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package supervisor
+package instance
 
 import (
 	"fmt"
@@ -8,7 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/nodelocaldns/nodelocaldns/internal/desired"
+	"github.com/nodelocaldns/nodelocaldns/internal/link"
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
 )
@@ -26,16 +26,16 @@ const (
 	tableAsIs tableStage = -1 // for program: the stage the table is at
 )
 
-// newNode is the instance the desired state st makes, over the kernel's handles (nil: none, as
-// [kernel.registry] and [kernel.linkManager] give them): serving and -teardown alike.
-func newNode(log *zap.Logger, m *metrics.Metrics, st desired.State, reg registry, links linkManager) *node {
-	return &node{log: log, m: m, reg: reg, links: links, link: st.Link, spec: st.NFT}
+// New is the instance a desired state makes from its table's spec and its interface's (the desired state's
+// NFT and Link), over the kernel's handles (nil: none): serving and -teardown alike.
+func New(log *zap.Logger, m *metrics.Metrics, spec nft.Spec, l link.Spec, reg Registry, links LinkManager) *Node {
+	return &Node{log: log, m: m, reg: reg, links: links, link: l, spec: spec}
 }
 
 // desired is the table for stage from what the node knows now: its spec (the latest unbound addresses,
 // Ungated as serve found the kernel) and the addresses it steps aside for. Called with specMu held, so that
 // the three are one snapshot.
-func (n *node) desired(stage tableStage) *nft.Ruleset {
+func (n *Node) desired(stage tableStage) *nft.Ruleset {
 	spec := n.spec
 	spec.StepAside = n.aside
 	switch stage {
@@ -53,7 +53,7 @@ func (n *node) desired(stage tableStage) *nft.Ruleset {
 // [tableAsIs], applies it again at the stage it is at after what it is made of changed (stepping aside,
 // rebind), in one transaction either way; a table that would not change is not applied. A table not made yet gets such a change when its first stage is
 // programmed; once leave deleted it, nothing is programmed.
-func (n *node) program(stage tableStage) error {
+func (n *Node) program(stage tableStage) error {
 	n.specMu.Lock()
 	defer n.specMu.Unlock()
 	if stage == tableAsIs {
@@ -75,7 +75,7 @@ func (n *node) program(stage tableStage) error {
 
 // drain is the drain table that takes our table's place when we leave ([nft.Draining]); from then on nothing
 // programs our table again, so a rebind or a foreign pass cannot bring it back.
-func (n *node) drain() *nft.Ruleset {
+func (n *Node) drain() *nft.Ruleset {
 	n.specMu.Lock()
 	defer n.specMu.Unlock()
 	n.stage = tableGone
@@ -83,7 +83,7 @@ func (n *node) drain() *nft.Ruleset {
 }
 
 // setUnbound records the local IPs without a listener; it reports whether they changed.
-func (n *node) setUnbound(ips []netip.Addr) bool {
+func (n *Node) SetUnbound(ips []netip.Addr) bool {
 	n.specMu.Lock()
 	defer n.specMu.Unlock()
 	if slices.Equal(n.spec.Unbound, ips) {
@@ -95,7 +95,7 @@ func (n *node) setUnbound(ips []netip.Addr) bool {
 
 // rebind programs our table again for the latest unbound addresses, at the stage it is at: a table that
 // marks host-network queries (listening or serving) keeps doing so, for the bound addresses only.
-func (n *node) rebind() error {
+func (n *Node) Rebind() error {
 	if err := n.program(tableAsIs); err != nil {
 		return fmt.Errorf("keep host-network rules to the bound addresses: %w", err)
 	}

@@ -1,4 +1,4 @@
-package supervisor
+package instance
 
 import (
 	"slices"
@@ -73,16 +73,16 @@ func leaveInterleaved(t *testing.T, schedule []int, ipsA, ipsB []string) (choice
 	var proceed [2]chan struct{}
 	for i, pair := range []struct {
 		reg *fakeReg
-		n   *node
+		n   *Node
 	}{{regA, a}, {regB, b}} {
 		proceed[i] = make(chan struct{})
 		step := func(request string) { arrive <- event{id: i, request: request}; <-proceed[i] }
 		pair.reg.step = step
 		pair.n.links.(*fakeLinks).step = step
 	}
-	for i, n := range []*node{a, b} {
+	for i, n := range []*Node{a, b} {
 		go func() {
-			_, err := n.leave(false, 0)
+			_, err := n.Leave(false, 0)
 			arrive <- event{id: i, done: true, err: err}
 		}()
 	}

@@ -1,4 +1,4 @@
-package supervisor
+package instance
 
 import (
 	"errors"
@@ -44,10 +44,10 @@ var transitions = map[state][]state{
 // errTransition is what an illegal transition returns.
 var errTransition = errors.New("illegal state transition")
 
-func (n *node) current() state { return state(n.state.Load()) }
+func (n *Node) current() state { return state(n.state.Load()) }
 
 // may says whether the instance may move to next now.
-func (n *node) may(next state) error {
+func (n *Node) may(next state) error {
 	if cur := n.current(); !slices.Contains(transitions[cur], next) {
 		return fmt.Errorf("instance %s cannot become %s: %w", cur, next, errTransition)
 	}
@@ -55,7 +55,7 @@ func (n *node) may(next state) error {
 }
 
 // to moves the instance to next, or returns an error and stays where it is when transitions does not allow it.
-func (n *node) to(next state) error {
+func (n *Node) to(next state) error {
 	for {
 		cur := n.current()
 		if !slices.Contains(transitions[cur], next) {

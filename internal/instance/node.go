@@ -1,4 +1,4 @@
-package supervisor
+package instance
 
 import (
 	"errors"
@@ -15,7 +15,6 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/link"
 	"github.com/nodelocaldns/nodelocaldns/internal/metrics"
 	"github.com/nodelocaldns/nodelocaldns/internal/nft"
-	"github.com/nodelocaldns/nodelocaldns/internal/nft/nftconn"
 )
 
 // The node's kernel state is shared by every instance running on it (a surge rollout runs two), and the kernel
@@ -31,8 +30,8 @@ import (
 // addresses off looks once more afterwards, so the last look is always after the last change to the interface
 // (interleave_test.go drives every order).
 
-// registry is this instance's owned table and the kernel's list of all instances ([*nftconn.Conn]).
-type registry interface {
+// Registry is this instance's owned table and the kernel's list of all instances (nftconn's Conn).
+type Registry interface {
 	Apply(*nft.Ruleset) error
 	// Leave deletes our table, putting the drain table ([nft.Draining]; nil: none) in its place in the same
 	// batch; EndDrain deletes that.
@@ -43,25 +42,20 @@ type registry interface {
 	Table() string
 }
 
-// linkManager is the shared interface ([*link.Manager]).
-type linkManager interface {
+// LinkManager is the shared interface ([*link.Manager]).
+type LinkManager interface {
 	Ensure(link.Spec) ([]string, error)
 	Remove(name string) (removed bool, err error)
 	Kind() string
 }
 
-var (
-	_ registry    = (*nftconn.Conn)(nil)
-	_ linkManager = (*link.Manager)(nil)
-)
-
-// node makes every decision about the kernel state, through registry and linkManager.
-type node struct {
+// Node makes every decision about the kernel state, through Registry and LinkManager.
+type Node struct {
 	log   *zap.Logger
 	m     *metrics.Metrics
-	reg   registry    // nil: the agent touches no kernel state at all
-	links linkManager // nil: -setupinterface=false
-	link  link.Spec   // our interface and our addresses (desired.State.Link); it carries the union of every instance's
+	reg   Registry    // nil: the agent touches no kernel state at all
+	links LinkManager // nil: -setupinterface=false
+	link  link.Spec   // our interface and our addresses (the desired state's Link); it carries the union of every instance's
 	// specMu guards what our table is made of (spec, aside, stage) and is held while programming it: the
 	// start-up steps, a foreign pass (foreign.go) and a reload's rebind (after listeners.go's check) each program the latest
 	// of all three, one after the other.
@@ -89,8 +83,8 @@ type node struct {
 	seen atomic.Pointer[[]nft.Instance]
 }
 
-// table names our table for logs, "" when we have none.
-func (n *node) table() string {
+// Table names our table for logs, "" when we have none.
+func (n *Node) Table() string {
 	if n.reg == nil {
 		return ""
 	}
@@ -99,7 +93,7 @@ func (n *node) table() string {
 
 // register creates our table with our sets and no chain: from now on every instance sees which addresses we
 // need, and we steer nothing yet.
-func (n *node) register() error {
+func (n *Node) Register() error {
 	if err := n.to(stateRegistering); err != nil {
 		return err
 	}
@@ -116,7 +110,7 @@ func (n *node) register() error {
 // listen adds raw-output to our table ([nft.Listening]): CoreDNS's listeners are bound, so the node's own
 // queries to our addresses skip conntrack, and so the fallback, and come to us from now on instead of going to
 // kube-dns.
-func (n *node) listen() error {
+func (n *Node) Listen() error {
 	if s := n.current(); s != stateRegistering {
 		return fmt.Errorf("instance %s cannot start listening: %w", s, errTransition)
 	}
@@ -127,21 +121,21 @@ func (n *node) listen() error {
 }
 
 // ensureLink makes the interface carry the union of the addresses every live instance needs (see carry).
-func (n *node) ensureLink() ([]string, error) {
+func (n *Node) ensureLink() ([]string, error) {
 	if n.links == nil {
 		return nil, nil
 	}
-	ips, _, err := n.addresses()
+	ips, _, err := n.Addresses()
 	if err != nil {
 		return nil, err
 	}
-	return n.carry(ips)
+	return n.Carry(ips)
 }
 
 // addresses is the union of the addresses every live instance needs, ours included while we register or
 // serve (even if our table were unreadable), and the live instances as the kernel lists them (with ours, as
 // our table says it, in those states); it counts the instances.
-func (n *node) addresses() ([]netip.Addr, []nft.Instance, error) {
+func (n *Node) Addresses() ([]netip.Addr, []nft.Instance, error) {
 	self := nft.Instance{Table: "self", IPs: n.spec.LocalIPs, Self: true, Voted: !n.spec.NoInterception, Fallbacks: n.spec.Fallbacks}
 	if n.reg == nil {
 		return union(nil, self), []nft.Instance{self}, nil
@@ -160,7 +154,7 @@ func (n *node) addresses() ([]netip.Addr, []nft.Instance, error) {
 
 // carry makes the interface carry ips: ours are added, and an address is removed only when no instance table
 // holds it (an older instance whose spec lacks an address a newer one added never removes it).
-func (n *node) carry(ips []netip.Addr) ([]string, error) {
+func (n *Node) Carry(ips []netip.Addr) ([]string, error) {
 	if n.links == nil || len(ips) == 0 {
 		return nil, nil
 	}
@@ -177,7 +171,7 @@ func union(ins []nft.Instance, more ...nft.Instance) []netip.Addr {
 	return slices.Compact(ips)
 }
 
-func (n *node) count(ins []nft.Instance) {
+func (n *Node) count(ins []nft.Instance) {
 	others := 0
 	for _, in := range ins {
 		if !in.Self {
@@ -194,7 +188,7 @@ func (n *node) count(ins []nft.Instance) {
 // warning and nodelocaldns_fail_open{path="prerouting"} 0: a listener gone inside a running process then
 // blackholes pods' queries until the table goes with the process (a stopped process blackholes them with the
 // gate too: its sockets stay bound; docs/failure-model.md measures both kernels row by row).
-func (n *node) serve() error {
+func (n *Node) Serve() error {
 	if err := n.may(stateServing); err != nil {
 		return err
 	}
@@ -222,27 +216,27 @@ func (n *node) serve() error {
 }
 
 // reportFailOpen says whether pods' queries fail open: gated, and no foreign notrack in the way.
-func (n *node) reportFailOpen() {
+func (n *Node) reportFailOpen() {
 	n.m.FailOpen.WithLabelValues("prerouting").Set(b2f(n.gated.Load() && !n.notrack.Load()))
 	n.m.FailOpen.WithLabelValues("output").Set(0) // host-network clients fail open only when the table goes
 }
 
-// foreignFound takes what a look at the other tables found: a foreign notrack (fail_open says so) and the
+// ForeignFound takes what a look at the other tables found: a foreign notrack (fail_open says so) and the
 // local IPs to step aside for. A change of those is programmed at once, at the stage our table is at (a table
 // without chains yet, or without interception, does not change).
-func (n *node) foreignFound(f foreignFindings) error {
-	if n.notrack.Swap(f.notrack) != f.notrack && n.current() == stateServing {
+func (n *Node) ForeignFound(notrack bool, aside []netip.Addr) error {
+	if n.notrack.Swap(notrack) != notrack && n.current() == stateServing {
 		n.reportFailOpen()
 	}
 	n.specMu.Lock()
-	same := slices.Equal(n.aside, f.aside)
-	n.aside = f.aside
+	same := slices.Equal(n.aside, aside)
+	n.aside = aside
 	n.specMu.Unlock()
 	if same {
 		return nil
 	}
 	if err := n.program(tableAsIs); err != nil {
-		return fmt.Errorf("program table stepping aside for %v: %w", f.aside, err)
+		return fmt.Errorf("program table stepping aside for %v: %w", aside, err)
 	}
 	return nil
 }
@@ -257,7 +251,7 @@ func b2f(b bool) float64 {
 // ready says whether this instance serves and every live instance on the node does: whichever pod answers
 // the shared health address, no pod is reported Ready while any instance is still starting. It reads the last
 // look (seen), not the kernel; our own state is ours to know, whatever that look said of our table.
-func (n *node) ready() error {
+func (n *Node) Ready() error {
 	if s := n.current(); s != stateServing {
 		return fmt.Errorf("instance %s", s)
 	}
@@ -289,7 +283,7 @@ func (n *node) ready() error {
 // no table of its own). It reports whether other instances remain (the caller then hands its DNS listeners
 // over to them before stopping CoreDNS). A step that fails does not stop the ones after it; err names what
 // each failure left behind. An instance leaves once: leaving again is an error.
-func (n *node) leave(keepLink bool, drain time.Duration) (othersRemain bool, err error) {
+func (n *Node) Leave(keepLink bool, drain time.Duration) (othersRemain bool, err error) {
 	if err := n.to(stateLeaving); err != nil {
 		return false, err
 	}
@@ -305,7 +299,7 @@ func (n *node) leave(keepLink bool, drain time.Duration) (othersRemain bool, err
 		// Our socket closing at exit removes it anyway.
 		errs = append(errs, fmt.Errorf("our table stays until the process exits: %w", err))
 	}
-	if err := n.deleteLegacy(); err != nil {
+	if err := n.DeleteLegacy(); err != nil {
 		errs = append(errs, err)
 	}
 	// Our addresses come off only after a look that saw others, and the interface is left to them only after a
@@ -369,7 +363,7 @@ func (n *node) leave(keepLink bool, drain time.Duration) (othersRemain bool, err
 }
 
 // endDrain deletes the drain table leave put in place: the answers we held are written (or abandoned).
-func (n *node) endDrain() {
+func (n *Node) EndDrain() {
 	if n.reg == nil {
 		return
 	}
@@ -381,7 +375,7 @@ func (n *node) endDrain() {
 // deleteLegacy deletes the tables an earlier version left (unowned, their notrack not gated): one would
 // blackhole the ClusterIP whenever we do not serve. An earlier version still running re-creates its own; it
 // goes for good when that instance stops or when we leave.
-func (n *node) deleteLegacy() error {
+func (n *Node) DeleteLegacy() error {
 	if n.reg == nil {
 		return nil
 	}

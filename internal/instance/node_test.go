@@ -1,4 +1,4 @@
-package supervisor
+package instance
 
 import (
 	"errors"
@@ -9,9 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
-	"go.uber.org/zap/zaptest/observer"
 	"golang.org/x/sys/unix"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/link"
@@ -176,39 +174,39 @@ func addrs(ss ...string) []netip.Addr {
 	return out
 }
 
-func newInstance(t *testing.T, k *fakeKernel, ips ...string) (*node, *fakeReg) {
+func newInstance(t *testing.T, k *fakeKernel, ips ...string) (*Node, *fakeReg) {
 	reg := &fakeReg{k: k}
-	return &node{log: zaptest.NewLogger(t), m: testMetrics(t), reg: reg, links: &fakeLinks{k: k}, link: link.Spec{Name: "nodelocaldns"},
+	return &Node{log: zaptest.NewLogger(t), m: testMetrics(t), reg: reg, links: &fakeLinks{k: k}, link: link.Spec{Name: "nodelocaldns"},
 		spec: nft.Spec{LocalIPs: addrs(ips...), DNSPort: 53, HealthPort: 8080}}, reg
 }
 
 // start runs an instance's start-up as the supervisor does: register, interface, (CoreDNS), listen, serve.
-func start(t *testing.T, n *node) {
+func start(t *testing.T, n *Node) {
 	t.Helper()
 	startListening(t, n)
-	if err := n.serve(); err != nil {
+	if err := n.Serve(); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // startListening runs start-up up to the listeners being bound: register, interface, listen.
-func startListening(t *testing.T, n *node) {
+func startListening(t *testing.T, n *Node) {
 	t.Helper()
-	if err := n.register(); err != nil {
+	if err := n.Register(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := n.ensureLink(); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.listen(); err != nil {
+	if err := n.Listen(); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // leave runs an instance's leaving sequence, which must not fail, and reports whether others remain.
-func leave(t *testing.T, n *node, keepLink bool) bool {
+func leave(t *testing.T, n *Node, keepLink bool) bool {
 	t.Helper()
-	others, err := n.leave(keepLink, 0)
+	others, err := n.Leave(keepLink, 0)
 	if err != nil {
 		t.Fatalf("leave: %v", err)
 	}
@@ -267,35 +265,35 @@ func TestSkipTeardownKeepsTheInterface(t *testing.T) {
 func TestReadinessWaitsForEveryInstance(t *testing.T) {
 	k := newFakeKernel()
 	a, _ := newInstance(t, k, "169.254.20.10")
-	if err := a.ready(); err == nil {
+	if err := a.Ready(); err == nil {
 		t.Error("ready before registering")
 	}
 	start(t, a)
-	if err := a.ready(); err != nil {
+	if err := a.Ready(); err != nil {
 		t.Fatalf("a serving alone: %v", err)
 	}
 	b, _ := newInstance(t, k, "169.254.20.10")
-	b.register()
+	b.Register()
 	b.ensureLink()
-	if err := a.ready(); err != nil {
+	if err := a.Ready(); err != nil {
 		t.Errorf("a before its next look = %v: /ready answers from the last look, not from the kernel", err)
 	}
-	a.addresses() // b's table notification triggers a pass of a's, which looks
-	if err := a.ready(); err == nil || !strings.Contains(err.Error(), "nodelocaldns-1") {
+	a.Addresses() // b's table notification triggers a pass of a's, which looks
+	if err := a.Ready(); err == nil || !strings.Contains(err.Error(), "nodelocaldns-1") {
 		t.Errorf("a while b is still starting = %v, want not ready naming b's table", err)
 	}
-	if err := b.ready(); err == nil {
+	if err := b.Ready(); err == nil {
 		t.Error("b ready before it serves")
 	}
-	b.serve()
-	for name, n := range map[string]*node{"a": a, "b": b} {
-		n.addresses()
-		if err := n.ready(); err != nil {
+	b.Serve()
+	for name, n := range map[string]*Node{"a": a, "b": b} {
+		n.Addresses()
+		if err := n.Ready(); err != nil {
 			t.Errorf("%s with both serving: %v", name, err)
 		}
 	}
 	leave(t, a, false)
-	if err := a.ready(); err == nil {
+	if err := a.Ready(); err == nil {
 		t.Error("a ready while leaving")
 	}
 }
@@ -323,29 +321,29 @@ func TestStepAside(t *testing.T) {
 	a, reg := newInstance(t, k, "169.254.20.10", "10.96.0.10")
 	reg.refuseGate = true
 	cluster := addrs("10.96.0.10")
-	if err := a.register(); err != nil {
+	if err := a.Register(); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.foreignFound(foreignFindings{aside: cluster}); err != nil {
+	if err := a.ForeignFound(false, cluster); err != nil {
 		t.Fatal(err)
 	}
 	if got := k.tables[reg.name]; got.applies != 1 || got.aside != nil {
 		t.Fatalf("before serving: %+v; want only the registration", got)
 	}
-	if err := a.listen(); err != nil {
+	if err := a.Listen(); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.serve(); err != nil {
+	if err := a.Serve(); err != nil {
 		t.Fatal(err)
 	}
 	if got := k.tables[reg.name]; !slices.Equal(got.aside, cluster) || !slices.Equal(got.ips, addrs("10.96.0.10", "169.254.20.10")) {
 		t.Errorf("served: %+v; want aside %v and both addresses in the local sets", got, cluster)
 	}
 	applies := k.tables[reg.name].applies
-	if err := a.foreignFound(foreignFindings{aside: cluster}); err != nil || k.tables[reg.name].applies != applies {
+	if err := a.ForeignFound(false, cluster); err != nil || k.tables[reg.name].applies != applies {
 		t.Errorf("the same findings programmed the table again (%v)", err)
 	}
-	if err := a.foreignFound(foreignFindings{}); err != nil { // the drop went: take it back
+	if err := a.ForeignFound(false, nil); err != nil { // the drop went: take it back
 		t.Fatal(err)
 	}
 	if got := k.tables[reg.name]; got.aside != nil || got.applies != applies+1 || got.gated {
@@ -365,7 +363,7 @@ func TestStepAsideDuringServe(t *testing.T) {
 		if request != "apply" {
 			return
 		}
-		go func() { done <- a.foreignFound(foreignFindings{aside: cluster}) }()
+		go func() { done <- a.ForeignFound(false, cluster) }()
 		// Let it finish when it can: it waits for serve's programming when that holds the lock.
 		select {
 		case err := <-done:
@@ -374,7 +372,7 @@ func TestStepAsideDuringServe(t *testing.T) {
 		}
 		reg.step = nil
 	}
-	if err := a.serve(); err != nil {
+	if err := a.Serve(); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; err != nil {
@@ -389,8 +387,8 @@ func TestTeardownModeKeepsInterfaceOfLiveInstance(t *testing.T) {
 	k := newFakeKernel()
 	a, _ := newInstance(t, k, "169.254.20.10")
 	start(t, a)
-	teardown := func() *node {
-		return &node{log: zaptest.NewLogger(t), m: testMetrics(t), reg: &fakeReg{k: k}, links: &fakeLinks{k: k}, link: link.Spec{Name: "nodelocaldns"}}
+	teardown := func() *Node {
+		return &Node{log: zaptest.NewLogger(t), m: testMetrics(t), reg: &fakeReg{k: k}, links: &fakeLinks{k: k}, link: link.Spec{Name: "nodelocaldns"}}
 	}
 	if !leave(t, teardown(), false) || !k.link {
 		t.Error("-teardown removed the interface of a live instance")
@@ -420,7 +418,7 @@ func TestStateMachineRefusesIllegalTransitions(t *testing.T) {
 	}
 	for _, from := range all {
 		for _, to := range all {
-			n := &node{log: zaptest.NewLogger(t), m: testMetrics(t)}
+			n := &Node{log: zaptest.NewLogger(t), m: testMetrics(t)}
 			for _, s := range path[from] {
 				if err := n.to(s); err != nil {
 					t.Fatalf("reaching %s: %v", from, err)
@@ -441,93 +439,25 @@ func TestStateMachineRefusesIllegalTransitions(t *testing.T) {
 func TestNodeRefusesOperationsOutOfOrder(t *testing.T) {
 	k := newFakeKernel()
 	a, _ := newInstance(t, k, "169.254.20.10")
-	if err := a.serve(); !errors.Is(err, errTransition) || len(k.tables) != 0 {
+	if err := a.Serve(); !errors.Is(err, errTransition) || len(k.tables) != 0 {
 		t.Fatalf("serve before register = %v with %d tables; want refused, no table", err, len(k.tables))
 	}
-	if err := a.listen(); !errors.Is(err, errTransition) || len(k.tables) != 0 {
+	if err := a.Listen(); !errors.Is(err, errTransition) || len(k.tables) != 0 {
 		t.Fatalf("listen before register = %v with %d tables; want refused, no table", err, len(k.tables))
 	}
 	start(t, a)
-	if err := a.register(); !errors.Is(err, errTransition) {
+	if err := a.Register(); !errors.Is(err, errTransition) {
 		t.Errorf("register while serving = %v, want refused", err)
 	}
-	if err := a.listen(); !errors.Is(err, errTransition) {
+	if err := a.Listen(); !errors.Is(err, errTransition) {
 		t.Errorf("listen while serving = %v, want refused", err)
 	}
 	leave(t, a, false)
-	if _, err := a.leave(false, 0); !errors.Is(err, errTransition) {
+	if _, err := a.Leave(false, 0); !errors.Is(err, errTransition) {
 		t.Errorf("leaving twice = %v, want refused", err)
 	}
-	if err := a.register(); !errors.Is(err, errTransition) || len(k.tables) != 0 {
+	if err := a.Register(); !errors.Is(err, errTransition) || len(k.tables) != 0 {
 		t.Errorf("register after stopping = %v with %d tables; want refused, no table", err, len(k.tables))
-	}
-}
-
-// -teardown that cannot remove the interface fails, naming it, instead of reporting success; one that can
-// succeeds.
-func TestTeardownReportsTheInterfaceItCouldNotRemove(t *testing.T) {
-	k := newFakeKernel()
-	k.link, k.name, k.addrs = true, "nodelocaldns", addrs("169.254.20.10")
-	k.removeErr = unix.EPERM
-	td := func() *node {
-		return &node{log: zaptest.NewLogger(t), m: testMetrics(t), reg: &fakeReg{k: k}, links: &fakeLinks{k: k}, link: link.Spec{Name: "nodelocaldns"}}
-	}
-	fb := &fakeFallbackTable{listing: "table inet nodelocaldns-fallback {}"}
-	err := teardown(td(), fb)
-	if !errors.Is(err, unix.EPERM) || !strings.Contains(err.Error(), `interface "nodelocaldns" left in place`) {
-		t.Fatalf("teardown with a failing removal = %v; want an error naming the interface left in place", err)
-	}
-	if !k.link {
-		t.Fatal("the fake removed the interface it refused to remove")
-	}
-	k.removeErr = nil
-	if err := teardown(td(), fb); err != nil || k.link || fb.listing != "" || fb.deletedLive != 0 {
-		t.Fatalf("teardown = %v with link %v, fallback %q, %d deleted while redirecting; want both removed, the fallback stopped first",
-			err, k.link, fb.listing, fb.deletedLive)
-	}
-}
-
-// -teardown says what it did to the interface: removed the one there was, or found none (on a node where nothing
-// of ours is left it must not claim a removal).
-func TestTeardownSaysWhetherThereWasAnInterface(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		present bool
-		want    string
-	}{
-		{"present", true, "last instance out; removed the interface"},
-		{"absent", false, "last instance out; no interface to remove"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			k := newFakeKernel()
-			if tc.present {
-				k.link, k.name, k.addrs = true, "nodelocaldns", addrs("169.254.20.10")
-			}
-			core, logs := observer.New(zap.InfoLevel)
-			n := &node{log: zap.New(core), m: testMetrics(t), reg: &fakeReg{k: k}, links: &fakeLinks{k: k}, link: link.Spec{Name: "nodelocaldns"}}
-			if err := teardown(n, &fakeFallbackTable{}); err != nil || k.link {
-				t.Fatalf("teardown = %v with link %v; want nil and no link", err, k.link)
-			}
-			var said []string
-			for _, e := range logs.FilterMessageSnippet("interface").All() {
-				said = append(said, e.Message)
-			}
-			if !slices.Equal(said, []string{tc.want}) {
-				t.Errorf("interface lines %q, want [%q]", said, tc.want)
-			}
-		})
-	}
-}
-
-// -teardown beside a live instance keeps the fallback as it keeps the interface: the instance needs both.
-func TestTeardownKeepsTheFallbackForLiveInstances(t *testing.T) {
-	k := newFakeKernel()
-	live, _ := newInstance(t, k, "169.254.20.10")
-	start(t, live)
-	fb := &fakeFallbackTable{listing: "table inet nodelocaldns-fallback {}"}
-	td := &node{log: zaptest.NewLogger(t), m: testMetrics(t), reg: &fakeReg{k: k}, links: &fakeLinks{k: k}, link: link.Spec{Name: "nodelocaldns"}}
-	if err := teardown(td, fb); err != nil || fb.listing == "" || !k.link {
-		t.Fatalf("teardown beside a live instance = %v, fallback %q, link %v; want both kept", err, fb.listing, k.link)
 	}
 }
 
@@ -537,7 +467,7 @@ func TestLeaveReturnsWhatItLeft(t *testing.T) {
 	a, _ := newInstance(t, k, "169.254.20.10")
 	start(t, a)
 	k.removeErr = unix.EBUSY
-	if others, err := a.leave(false, 0); others || !errors.Is(err, unix.EBUSY) {
+	if others, err := a.Leave(false, 0); others || !errors.Is(err, unix.EBUSY) {
 		t.Fatalf("leave = %v, %v; want no others and the removal's error", others, err)
 	}
 	if len(k.tables) != 0 {
