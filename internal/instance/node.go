@@ -199,9 +199,10 @@ func (n *Node) Serve() error {
 	err := n.program(tableServing)
 	gated := err == nil && intercepts
 	if err != nil && intercepts && (nft.IsNotSupported(err) || nft.IsNotExist(err)) {
-		n.log.Warn("the kernel refused the socket expression (nft_socket); intercepting the addresses our listeners are bound to: "+
-			"while this process runs without a listener it does not know of (one failed inside it), pods' queries to it are lost "+
-			"instead of going to kube-dns", zap.Error(err))
+		// While this process runs without a listener it does not know of (one failed inside it), pods' queries to
+		// that address are lost instead of going to kube-dns: the cost the preflight names for this kernel.
+		n.log.Warn("kernel refused the socket expression", zap.String("module", "nft_socket"),
+			zap.String("gate", "bound addresses"), zap.Error(err))
 		n.specMu.Lock()
 		n.spec.Ungated = true // desired.Of's for Facts.NoSocket; kept whenever the table is programmed again
 		n.specMu.Unlock()

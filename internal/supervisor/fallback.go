@@ -88,8 +88,9 @@ func newFallback(log *zap.Logger, m *metrics.Metrics, table fallbackTable, st de
 	f := &fallback{log: log, m: m, table: table, vote: vote, lease: st.Fallback.Lease, clock: clk}
 	logDisagreements(log, st.Fallback.Ignored)
 	if table != nil && !st.NFT.NoInterception && len(vote) == 0 {
-		log.Warn("this instance wants no link-local fallback (while it is live, no instance keeps one): while nothing "+
-			"listens, queries to the local IPs without a Service behind them fail", zap.String("reason", st.Fallback.Why))
+		// While it is live no instance keeps a fallback: while nothing listens, queries to the local IPs without
+		// a Service behind them fail.
+		log.Warn("no link-local fallback wanted", zap.String("reason", st.Fallback.Why))
 	}
 	m.FailOpen.WithLabelValues("link-local").Set(0)
 	return f

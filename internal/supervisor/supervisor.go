@@ -26,7 +26,7 @@
 // addresses; shutdown.go stops everything by its deadline; teardown.go is `-teardown`; background.go runs the
 // metrics endpoint; detach.go hands the listeners over.
 //
-// May touch: the node through the rooms below it; itself, the Corefile it writes, its pidfile, the DNS probe's sockets.
+// May touch: the node through the rooms below it; itself, only the Corefile it writes or its pidfile.
 package supervisor
 
 import (
