@@ -29,7 +29,9 @@ type ResponseWriter struct {
 	// as in CoreDNS.
 	pexcept, nexcept []string
 
-	lastResponse *dns.Msg // the last reply, after the TTL cap and the AD rule
+	answered     bool     // a reply was written
+	keepLast     bool     // keep a copy of the last reply (lastResponse), for a verifyWriter
+	lastResponse *dns.Msg // the last reply, after the TTL cap and the AD rule, if keepLast
 	lastEntry    *Entry   // the entry the last reply was stored as, if it was
 }
 
@@ -109,7 +111,10 @@ func (w *ResponseWriter) WriteMsg(res *dns.Msg) error {
 	if !w.do && !w.ad {
 		res.AuthenticatedData = false // RFC 6840 5.7-5.8: AD only for who asked for DNSSEC or set AD
 	}
-	w.lastResponse = res.Copy()
+	w.answered = true
+	if w.keepLast {
+		w.lastResponse = res.Copy()
+	}
 	if w.prefetch {
 		return nil
 	}
