@@ -73,7 +73,7 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 func (c *Cache) fetch(ctx context.Context, w dns.ResponseWriter, state request.Request, server string, do, cd, ad bool) (int, error) {
 	st := authenticated(state)
 	crr := &ResponseWriter{ResponseWriter: w, Cache: c, state: st, server: server, do: do, ad: ad, cd: cd,
-		wildcard: wildcardFunc(ctx), pexcept: c.pexcept, nexcept: c.nexcept}
+		ctx: ctx, pexcept: c.pexcept, nexcept: c.nexcept}
 	ret, err := c.next(ctx, st, crr)
 	if err != nil && ret == dns.RcodeServerFailure && ctx.Err() == nil && !crr.answered && c.failttl > 0 {
 		crr.cacheServerFailure(st.Req)
@@ -215,11 +215,11 @@ func authenticated(state request.Request) request.Request {
 	return state
 }
 
-func wildcardFunc(ctx context.Context) func() string {
-	return func() string {
-		if f := metadata.ValueFunc(ctx, "zone/wildcard"); f != nil {
-			return f()
-		}
-		return ""
+// wildcardOf is the wildcard the plugin that answered a request under ctx matched, if it said (metadata
+// zone/wildcard).
+func wildcardOf(ctx context.Context) string {
+	if f := metadata.ValueFunc(ctx, "zone/wildcard"); f != nil {
+		return f()
 	}
+	return ""
 }

@@ -1,6 +1,7 @@
 package dnscache
 
 import (
+	"context"
 	"errors"
 	"net"
 	"time"
@@ -24,7 +25,9 @@ type ResponseWriter struct {
 	prefetch   bool // cache only, write nothing
 	remoteAddr net.Addr
 
-	wildcard func() string
+	// ctx is the client's request's, whose metadata names the wildcard an answer matched; nil for a prefetch.
+	// (A context, not a closure over it: that was an allocation per miss.)
+	ctx context.Context
 	// The disable lists apply to what a client's miss fetches; refreshes (prefetch, verify) cache regardless,
 	// as in CoreDNS.
 	pexcept, nexcept []string
@@ -196,8 +199,8 @@ func (w *ResponseWriter) set(m *dns.Msg, key uint64, mt response.Type, d time.Du
 
 func (w *ResponseWriter) entry(m *dns.Msg, d time.Duration, now time.Time) *Entry {
 	e := newEntry(m, now, d)
-	if e != nil && w.wildcard != nil {
-		e.wildcard = w.wildcard()
+	if e != nil && w.ctx != nil {
+		e.wildcard = wildcardOf(w.ctx)
 	}
 	return e
 }
