@@ -119,11 +119,20 @@ func ratio(a, b float64) string {
 	return fmt.Sprintf("%.2f", a/b)
 }
 
-// printRuns prints every run's QPS, so the spread behind a median is visible.
-func printRuns(w io.Writer, rows []row) {
+// printRuns prints every run's QPS, p99 and CPU per query, so the spread behind a median is visible, and each
+// server's CPU per query over unbound's, paired by round (the figure to read on a machine shared with others).
+func printRuns(w io.Writer, rows []row, unbound string) {
+	var ub row
+	for _, r := range rows {
+		if r.s.name == unbound {
+			ub = r
+		}
+	}
 	for _, r := range rows {
 		qs := pick(r.runs, func(x result) string { return fmt.Sprintf("%.0f", x.qps) })
 		ps := pick(r.runs, func(x result) string { return ms(x.p99) })
-		fmt.Fprintf(w, "  %-22s QPS %s  p99 ms %s\n", r.s.name, strings.Join(qs, " "), strings.Join(ps, " "))
+		cs := pick(r.runs, func(x result) string { return fmt.Sprintf("%.3f", x.cpuPer100k) })
+		fmt.Fprintf(w, "  %-22s QPS %s  p99 ms %s  CPU s/100k %s  CPU x unbound paired %s\n", r.s.name, strings.Join(qs, " "),
+			strings.Join(ps, " "), strings.Join(cs, " "), paired(r, ub, func(x result) float64 { return x.cpuPer100k }))
 	}
 }

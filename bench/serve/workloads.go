@@ -87,7 +87,7 @@ func workloads(work string, p params, servers []*server, hints map[string]string
 			continue
 		}
 		printTable(os.Stdout, t.title, t.rows, t.untuned, t.unbound)
-		printRuns(os.Stdout, t.rows)
+		printRuns(os.Stdout, t.rows, t.unbound)
 	}
 	return tables, nil
 }

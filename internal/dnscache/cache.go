@@ -25,6 +25,7 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/dnsutil"
 	"github.com/coredns/coredns/request"
 	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // The cache types, as the metrics' type label names them.
@@ -47,6 +48,7 @@ type Cache struct {
 	Zones []string
 
 	zonesLabel, viewLabel string
+	counted               atomic.Pointer[countedSeries] // series
 
 	pcache, ncache *cache.Cache[*Entry]
 	pcap, ncap     int
@@ -182,14 +184,56 @@ func (c *Cache) lookupKnowing(k uint64, q dns.Question, known *Entry, now time.T
 
 // get is lookup, counted as CoreDNS counts a cache request.
 func (c *Cache) get(now time.Time, state request.Request, server string) (*Entry, string) {
-	c.metrics.requests.WithLabelValues(server, c.zonesLabel, c.viewLabel).Inc()
+	s := c.series(server)
+	s.requests.Inc()
 	e, typ := c.lookup(stateKey(state), question(state), now)
-	if e == nil {
-		c.metrics.misses.WithLabelValues(server, c.zonesLabel, c.viewLabel).Inc()
+	switch {
+	case e == nil:
+		c.inc(&s.misses, c.metrics.misses, server)
 		return nil, ""
+	case typ == Success:
+		c.inc(&s.hitsSuccess, c.metrics.hits, server, Success)
+	default:
+		c.inc(&s.hitsDenial, c.metrics.hits, server, Denial)
 	}
-	c.metrics.hits.WithLabelValues(server, typ, c.zonesLabel, c.viewLabel).Inc()
 	return e, typ
+}
+
+// countedSeries are the series a cache request counts into, for one server label. The misses and hits series
+// are looked up on first use, as CoreDNS creates them (a series appears when first counted).
+type countedSeries struct {
+	server                          string
+	requests                        prometheus.Counter
+	misses, hitsSuccess, hitsDenial atomic.Pointer[prometheus.Counter]
+}
+
+// series are the counted series for server: those of the last call when the label is the same (a cache serves
+// one block, so it nearly always is). The label lookups (several labels hashed, a lock) were paid twice on
+// every query.
+func (c *Cache) series(server string) *countedSeries {
+	if s := c.counted.Load(); s != nil && s.server == server {
+		return s
+	}
+	s := &countedSeries{server: server, requests: c.metrics.requests.WithLabelValues(server, c.zonesLabel, c.viewLabel)}
+	c.counted.Store(s)
+	return s
+}
+
+// inc increments the series p holds, looking it up in vec first if it holds none: server's, with typ as the
+// type label if given.
+func (c *Cache) inc(p *atomic.Pointer[prometheus.Counter], vec *prometheus.CounterVec, server string, typ ...string) {
+	if o := p.Load(); o != nil {
+		(*o).Inc()
+		return
+	}
+	var o prometheus.Counter
+	if len(typ) > 0 {
+		o = vec.WithLabelValues(server, typ[0], c.zonesLabel, c.viewLabel)
+	} else {
+		o = vec.WithLabelValues(server, c.zonesLabel, c.viewLabel)
+	}
+	p.Store(&o)
+	o.Inc()
 }
 
 // exists is the entry under the question's key, whatever its state.

@@ -1,6 +1,7 @@
 package dnscache
 
 import (
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -71,10 +72,9 @@ func newEntry(m *dns.Msg, now time.Time, d time.Duration) *Entry {
 		q := m.Question[0]
 		e.name, e.qtype, e.qclass = q.Name, q.Qtype, q.Qclass
 	}
+	// No Len() first: with compression it builds the compression map that Pack builds again (miekg/dns's
+	// compressed Len is the packed length, so the check after packing is the same bound).
 	body := &dns.Msg{Answer: m.Answer, Ns: m.Ns, Extra: withoutOPT(m.Extra), Compress: true}
-	if body.Len() > MaxMsgBytes {
-		return nil
-	}
 	wire, err := body.Pack()
 	if err != nil || len(wire) > MaxMsgBytes {
 		return nil
@@ -86,7 +86,11 @@ func newEntry(m *dns.Msg, now time.Time, d time.Duration) *Entry {
 	return e
 }
 
+// withoutOPT is rrs without its OPT records: rrs itself when it has none (the usual answer section), else a copy.
 func withoutOPT(rrs []dns.RR) []dns.RR {
+	if !slices.ContainsFunc(rrs, func(r dns.RR) bool { return r.Header().Rrtype == dns.TypeOPT }) {
+		return rrs
+	}
 	out := make([]dns.RR, 0, len(rrs))
 	for _, r := range rrs {
 		if r.Header().Rrtype != dns.TypeOPT {

@@ -18,11 +18,12 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 	if r.Opcode != dns.OpcodeQuery {
 		return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r)
 	}
-	rc := r.Copy() // plugins after us must not see what we change
-	state := request.Request{W: w, Req: rc}
+	// r itself is never changed here, and every request passed on is a copy (authenticated, newPrefetchWriter),
+	// made only where one is passed on: a miss used to copy the request twice.
+	state := request.Request{W: w, Req: r}
 	do, cd, ad := state.Do(), r.CheckingDisabled, r.AuthenticatedData
 	if !plugin.Zones(c.Zones).Contains(state.Name()) || plugin.Zones(c.bypass).Contains(state.Name()) {
-		return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, rc)
+		return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r.Copy()) // plugins after us must not change r
 	}
 	now := c.now()
 	server := metrics.WithServer(ctx)
@@ -41,11 +42,11 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 		}
 		now = now.Add(time.Duration(ttl) * time.Second) // a reply with TTL 0
 		if !c.verifyStale {
-			c.tryPrefetch(ctx, e, server, rc, do, cd, now, true)
+			c.tryPrefetch(ctx, e, server, r, do, cd, now, true)
 		}
 		c.metrics.servedStale.WithLabelValues(server, c.zonesLabel, c.viewLabel).Inc()
 	} else if c.shouldPrefetch(e, now) {
-		c.tryPrefetch(ctx, e, server, rc, do, cd, now, false)
+		c.tryPrefetch(ctx, e, server, r, do, cd, now, false)
 	}
 	if e.wildcard != "" {
 		metadata.SetValueFunc(ctx, "zone/wildcard", func() string { return e.wildcard })
@@ -72,9 +73,9 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 func (c *Cache) fetch(ctx context.Context, w dns.ResponseWriter, state request.Request, server string, do, cd, ad bool) (int, error) {
 	st := authenticated(state)
 	crr := &ResponseWriter{ResponseWriter: w, Cache: c, state: st, server: server, do: do, ad: ad, cd: cd,
-		wildcard: wildcardFunc(ctx), pexcept: c.pexcept, nexcept: c.nexcept}
+		ctx: ctx, pexcept: c.pexcept, nexcept: c.nexcept}
 	ret, err := c.next(ctx, st, crr)
-	if err != nil && ret == dns.RcodeServerFailure && ctx.Err() == nil && crr.lastResponse == nil && c.failttl > 0 {
+	if err != nil && ret == dns.RcodeServerFailure && ctx.Err() == nil && !crr.answered && c.failttl > 0 {
 		crr.cacheServerFailure(st.Req)
 	}
 	return ret, err
@@ -91,7 +92,7 @@ func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, st
 		return false, 0, nil
 	}
 	st := authenticated(state)
-	crr := &ResponseWriter{ResponseWriter: w, Cache: c, state: st, server: server, do: do, ad: ad, cd: cd}
+	crr := &ResponseWriter{ResponseWriter: w, Cache: c, state: st, server: server, do: do, ad: ad, cd: cd, keepLast: true}
 	if c.verifyTimeout > 0 {
 		crr.prefetch = true // cached, not written: the client may get the stale entry meanwhile
 	}
@@ -187,6 +188,7 @@ func (c *Cache) doPrefetch(ctx context.Context, cw *ResponseWriter, e *Entry, no
 	ctx = metadata.ContextWithMetadata(ctx) // the request's map is not ours to write concurrently
 	c.metrics.prefetches.WithLabelValues(cw.server, c.zonesLabel, c.viewLabel).Inc()
 	if stale {
+		cw.keepLast = true
 		vw := &verifyWriter{ResponseWriter: cw}
 		c.next(ctx, cw.state, vw)
 		if !vw.refreshed {
@@ -213,11 +215,11 @@ func authenticated(state request.Request) request.Request {
 	return state
 }
 
-func wildcardFunc(ctx context.Context) func() string {
-	return func() string {
-		if f := metadata.ValueFunc(ctx, "zone/wildcard"); f != nil {
-			return f()
-		}
-		return ""
+// wildcardOf is the wildcard the plugin that answered a request under ctx matched, if it said (metadata
+// zone/wildcard).
+func wildcardOf(ctx context.Context) string {
+	if f := metadata.ValueFunc(ctx, "zone/wildcard"); f != nil {
+		return f()
 	}
+	return ""
 }

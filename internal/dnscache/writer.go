@@ -1,6 +1,7 @@
 package dnscache
 
 import (
+	"context"
 	"errors"
 	"net"
 	"time"
@@ -24,12 +25,16 @@ type ResponseWriter struct {
 	prefetch   bool // cache only, write nothing
 	remoteAddr net.Addr
 
-	wildcard func() string
+	// ctx is the client's request's, whose metadata names the wildcard an answer matched; nil for a prefetch.
+	// (A context, not a closure over it: that was an allocation per miss.)
+	ctx context.Context
 	// The disable lists apply to what a client's miss fetches; refreshes (prefetch, verify) cache regardless,
 	// as in CoreDNS.
 	pexcept, nexcept []string
 
-	lastResponse *dns.Msg // the last reply, after the TTL cap and the AD rule
+	answered     bool     // a reply was written
+	keepLast     bool     // keep a copy of the last reply (lastResponse), for a verifyWriter
+	lastResponse *dns.Msg // the last reply, after the TTL cap and the AD rule, if keepLast
 	lastEntry    *Entry   // the entry the last reply was stored as, if it was
 }
 
@@ -109,7 +114,10 @@ func (w *ResponseWriter) WriteMsg(res *dns.Msg) error {
 	if !w.do && !w.ad {
 		res.AuthenticatedData = false // RFC 6840 5.7-5.8: AD only for who asked for DNSSEC or set AD
 	}
-	w.lastResponse = res.Copy()
+	w.answered = true
+	if w.keepLast {
+		w.lastResponse = res.Copy()
+	}
 	if w.prefetch {
 		return nil
 	}
@@ -191,8 +199,8 @@ func (w *ResponseWriter) set(m *dns.Msg, key uint64, mt response.Type, d time.Du
 
 func (w *ResponseWriter) entry(m *dns.Msg, d time.Duration, now time.Time) *Entry {
 	e := newEntry(m, now, d)
-	if e != nil && w.wildcard != nil {
-		e.wildcard = w.wildcard()
+	if e != nil && w.ctx != nil {
+		e.wildcard = wildcardOf(w.ctx)
 	}
 	return e
 }

@@ -43,6 +43,9 @@ type limiter struct {
 	waiting  int
 	seq      uint64            // orders waiters: the oldest has the lowest
 	groups   map[string]*group // those holding or waiting for a slot
+	// sources are the groups' members by address: a source that holds a slot is found without working out its
+	// prefix again (a parse and an allocation per query, twice).
+	sources map[string]*source
 }
 
 // group is a prefix's sources.
@@ -55,6 +58,7 @@ type group struct {
 
 type source struct {
 	key      string
+	group    *group
 	inflight int
 	queue    []*waiter // oldest first
 }
@@ -67,7 +71,7 @@ type waiter struct {
 }
 
 func newLimiter(limit int, maxWait time.Duration) *limiter {
-	return &limiter{limit: limit, maxWait: maxWait, groups: map[string]*group{}}
+	return &limiter{limit: limit, maxWait: maxWait, groups: map[string]*group{}, sources: map[string]*source{}}
 }
 
 // prefixOf is the group of a source address: its /24 (IPv4, IPv4-mapped IPv6 included) or /64 (IPv6). A
@@ -150,6 +154,9 @@ func (g *group) overShare(share int) bool {
 
 // lookup finds or adds src's group and member; l.mu held.
 func (l *limiter) lookup(src string) (*group, *source) {
+	if s := l.sources[src]; s != nil {
+		return s.group, s
+	}
 	key := prefixOf(src)
 	g := l.groups[key]
 	if g == nil {
@@ -158,8 +165,9 @@ func (l *limiter) lookup(src string) (*group, *source) {
 	}
 	s := g.members[src]
 	if s == nil {
-		s = &source{key: src}
+		s = &source{key: src, group: g}
 		g.members[src] = s
+		l.sources[src] = s
 	}
 	return g, s
 }
@@ -206,8 +214,8 @@ func (l *limiter) dequeue(g *group, s *source, w *waiter) {
 func (l *limiter) release(src string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	g := l.groups[prefixOf(src)]
-	s := g.members[src]
+	s := l.sources[src]
+	g := s.group
 	s.inflight--
 	g.inflight--
 	l.forget(g, s)
@@ -259,6 +267,7 @@ func oldestOf(g *group) uint64 {
 func (l *limiter) forget(g *group, s *source) {
 	if s.inflight == 0 && len(s.queue) == 0 {
 		delete(g.members, s.key)
+		delete(l.sources, s.key)
 	}
 	if len(g.members) == 0 {
 		delete(l.groups, g.key)

@@ -175,7 +175,7 @@ func (f *Forward) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg
 			// Every upstream is down: the health checks are likely what is broken; try one at random.
 			p = random{}.list(f.proxies)[0]
 		}
-		metadata.SetValueFunc(ctx, "forward/upstream", p.Addr)
+		metadata.SetValueFunc(ctx, "forward/upstream", p.addrFunc)
 
 		ret, err := f.ask(ctx, p, state, &withSubnet, deadline)
 		upstreamErr = err
@@ -253,6 +253,9 @@ func (f *Forward) ask(ctx context.Context, p *upstreamProxy, state request.Reque
 }
 
 func (f *Forward) match(state request.Request) bool {
+	if f.from == "." && len(f.ignored) == 0 {
+		return true // every name is under the root; this spares a miss the name's lowering and splitting
+	}
 	name := state.Name()
 	if !plugin.Name(f.from).Matches(name) {
 		return false

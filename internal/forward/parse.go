@@ -148,10 +148,7 @@ func (f *Forward) buildProxies(hosts []string, st stanza) error {
 			perName[serverName]++
 		}
 		trans[i] = tr
-		f.proxies = append(f.proxies, &upstreamProxy{
-			cp: proxy.NewProxy(proxyName, h, tr), addr: h,
-			native: tr == transport.DNS && st.sourceAddress == nil,
-		})
+		f.proxies = append(f.proxies, newUpstreamProxy(proxy.NewProxy(proxyName, h, tr), h, tr == transport.DNS && st.sourceAddress == nil))
 	}
 	perNameTLS := map[string]*tls.Config{}
 	if st.tlsServerName != "" {

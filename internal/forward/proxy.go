@@ -25,7 +25,10 @@ const proxyName = "forward"
 type upstreamProxy struct {
 	cp   *proxy.Proxy
 	addr string
-	own  *upstream.Upstream
+	// addrFunc is Addr as a func value, made once: the metadata forward/upstream is set to it on every query,
+	// and a method value made there was an allocation per miss.
+	addrFunc func() string
+	own      *upstream.Upstream
 	// native says own carries the queries once started.
 	native bool
 	// clientSubnet says queries to it carry the client's address (CarryClientSubnet, clientsubnet.go).
@@ -34,6 +37,12 @@ type upstreamProxy struct {
 	// on its first answer as CoreDNS's are: the label lookup (three labels hashed, a lock) was paid on every
 	// miss.
 	durations [16]atomic.Pointer[prometheus.Observer]
+}
+
+func newUpstreamProxy(cp *proxy.Proxy, addr string, native bool) *upstreamProxy {
+	p := &upstreamProxy{cp: cp, addr: addr, native: native}
+	p.addrFunc = p.Addr
+	return p
 }
 
 // duration is the request duration series of rcode for this upstream.
