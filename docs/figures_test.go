@@ -88,10 +88,10 @@ var figures = []figure{
 		`one shared bound REFUSED (\S+) of another pod's 30`,
 		`(\S+) of another pod's 30 misses were REFUSED`,
 	}},
-	{name: "connections per source on the health port", code: fmt.Sprint(listenlimit.Health.PerSource), patterns: []string{
+	{name: "connections per source on the health port", code: fmt.Sprint(listenlimit.Health().PerSource), patterns: []string{
 		`(\d+) connections on the health port`,
 	}},
-	{name: "connections per source on each metrics port", code: fmt.Sprint(listenlimit.AgentMetrics.PerSource), patterns: []string{
+	{name: "connections per source on each metrics port", code: fmt.Sprint(listenlimit.AgentMetrics().PerSource), patterns: []string{
 		`connections on the health port, (\d+) on each metrics port`,
 	}},
 	{name: "liveness: worst case from a stop to the kill", patterns: []string{

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nodelocaldns/nodelocaldns/internal/dnscache"
 	"github.com/nodelocaldns/nodelocaldns/internal/fairshare"
+	"github.com/nodelocaldns/nodelocaldns/internal/forward"
 )
 
 // Our directives count into the registry their Server was made with (Options.Registerer), into the same series
@@ -23,6 +24,9 @@ import (
 type directiveEnv struct {
 	reg   prometheus.Registerer // nil: nowhere
 	cache *dnscache.Metrics
+	// forward is made with the env: our forward's series are exported (at zero) before the first miss, as
+	// upstream's are.
+	forward *forward.Metrics
 	// fair is made at the first fairshare setup: its series appears once a Corefile uses the directive.
 	fair func() *fairshare.Metrics
 	// runtimeMetrics swaps the Go collector for one with every runtime metric, as upstream's runtime_metrics
@@ -31,7 +35,7 @@ type directiveEnv struct {
 }
 
 func newDirectiveEnv(reg prometheus.Registerer) *directiveEnv {
-	return &directiveEnv{reg: reg, cache: dnscache.NewMetrics(reg),
+	return &directiveEnv{reg: reg, cache: dnscache.NewMetrics(reg), forward: forward.NewMetrics(reg),
 		fair:           sync.OnceValue(func() *fairshare.Metrics { return fairshare.NewMetrics(reg) }),
 		runtimeMetrics: sync.OnceValue(func() error { return swapGoCollector(reg) })}
 }

@@ -54,7 +54,7 @@ func (s *Server) openHealthSocket() error {
 	if s.socketPath == "" || s.socket != nil {
 		return nil
 	}
-	ln, err := listenHealthSocket(s.socketPath, listenlimit.NewPool(listenlimit.HealthSocket))
+	ln, err := listenHealthSocket(s.socketPath, listenlimit.NewPool(listenlimit.HealthSocket()))
 	if err != nil {
 		return err
 	}

@@ -51,10 +51,12 @@ var register = sync.OnceFunc(func() {
 	plugin.Register("loop", setupLoop)
 	plugin.Register(metricsDirective, setupPrometheus)
 	plugin.Register(fairshare.Name, func(c *caddy.Controller) error { return fairshare.Setup(envOf().fair())(c) })
-	plugin.Register(forwardDirective, forward.SetupWith(func(c *caddy.Controller, f *forward.Forward) {
-		p := pendingFor(c)
-		p.forwards = append(p.forwards, f)
-	}))
+	plugin.Register(forwardDirective, func(c *caddy.Controller) error {
+		return forward.SetupWith(envOf().forward, func(c *caddy.Controller, f *forward.Forward) {
+			p := pendingFor(c)
+			p.forwards = append(p.forwards, f)
+		})(c)
+	})
 	registerCache()
 	compiled := registered()
 	dirs := slices.DeleteFunc(slices.Clone(dnsserver.Directives), func(d string) bool {
@@ -68,9 +70,6 @@ var register = sync.OnceFunc(func() {
 	dirs = slices.Insert(dirs, slices.Index(dirs, userForward), fairshare.Name)
 	// Ours (unless CoreDNS's is asked for) in upstream's place (after fairshare), its handler named forward as upstream's is.
 	dnsserver.Directives = slices.Insert(dirs, slices.Index(dirs, userForward), forwardDirective)
-	if pipelinedForward() {
-		forward.RegisterMetrics() // its series exported (at zero) before the first miss, as upstream's are
-	}
 	caddy.AppName, caddy.AppVersion = "CoreDNS", CoreDNSVersion()
 	caddy.Quiet, dnsserver.Quiet = true, true
 })

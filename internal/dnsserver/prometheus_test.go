@@ -116,7 +116,7 @@ func TestPrometheusServesBounded(t *testing.T) {
 	// scrape is served.
 	flooder := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.3")}}
 	var held []net.Conn
-	for range listenlimit.CoreDNSMetrics.PerSource {
+	for range listenlimit.CoreDNSMetrics().PerSource {
 		c, err := flooder.Dial("tcp", metricsAddr)
 		if err != nil {
 			t.Fatal(err)

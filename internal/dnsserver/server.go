@@ -139,8 +139,8 @@ func New(log *zap.Logger, o Options) (*Server, error) {
 		return nil, fmt.Errorf("register coredns server type: %w", err)
 	}
 	s := &Server{log: log, health: map[string]*httpListener{}, metrics: map[string]*httpListener{},
-		socketPath: o.HealthSocket, healthPool: listenlimit.NewPool(listenlimit.Health),
-		metricsPool: listenlimit.NewPool(listenlimit.CoreDNSMetrics), clients: o.Clients,
+		socketPath: o.HealthSocket, healthPool: listenlimit.NewPool(listenlimit.Health()),
+		metricsPool: listenlimit.NewPool(listenlimit.CoreDNSMetrics()), clients: o.Clients,
 		clientSubnetTo: o.ClientSubnetTo, tcpLimits: o.TCPLimits, gatherer: o.Gatherer}
 	if s.tcpLimits == (connlimit.Limits{}) {
 		s.tcpLimits = connlimit.Default()

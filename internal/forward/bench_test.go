@@ -31,7 +31,7 @@ func BenchmarkServeDNS(b *testing.B) {
 		subnet bool // the upstream carries the client's address
 	}{{"force_tcp", false}, {"prefer_udp", false}, {"force_tcp", true}, {"prefer_udp", true}} {
 		b.Run(fmt.Sprintf("%s/client_subnet=%v", bc.opt, bc.subnet), func(b *testing.B) {
-			h, err := instance(b, forward.Setup, fmt.Sprintf("forward . %s {\n%s\n}", addr, bc.opt))
+			h, err := instance(b, ourSetup, fmt.Sprintf("forward . %s {\n%s\n}", addr, bc.opt))
 			if err != nil {
 				b.Fatal(err)
 			}

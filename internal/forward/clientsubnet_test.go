@@ -101,7 +101,7 @@ func TestClientSubnet(t *testing.T) {
 			sent: &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: 1, SourceNetmask: 24, Address: net.IPv4(192, 0, 2, 0)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h, err := instance(t, forward.Setup, fmt.Sprintf("forward . %s", addr))
+			h, err := instance(t, ourSetup, fmt.Sprintf("forward . %s", addr))
 			if err != nil {
 				t.Fatal(err)
 			}

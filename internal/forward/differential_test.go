@@ -17,7 +17,6 @@ import (
 	_ "github.com/coredns/coredns/plugin/forward" // the reference: registers "forward" at init
 	"github.com/miekg/dns"
 
-	"github.com/nodelocaldns/nodelocaldns/internal/forward"
 	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
@@ -280,7 +279,7 @@ func TestDifferential(t *testing.T) {
 			if err != nil {
 				t.Fatalf("coredns's setup: %v", err)
 			}
-			ours, err := instance(t, forward.Setup, stanza)
+			ours, err := instance(t, ourSetup, stanza)
 			if err != nil {
 				t.Fatalf("our setup: %v", err)
 			}

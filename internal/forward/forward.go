@@ -51,6 +51,7 @@ var (
 // Forward is one `forward` stanza: what CoreDNS's forward plugin is, over our transport.
 type Forward struct {
 	concurrent atomic.Int64
+	m          *Metrics // set by setup, with each proxy's
 
 	proxies   []*upstreamProxy
 	toEntries int // the TO arguments that named an upstream
@@ -140,7 +141,7 @@ func (f *Forward) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg
 		n := f.concurrent.Add(1)
 		defer f.concurrent.Add(-1)
 		if n > f.maxConcurrent {
-			metrics().maxConcurrent.Inc()
+			f.m.maxConcurrent.Inc()
 			return dns.RcodeRefused, f.errLimitExceeded
 		}
 	}
@@ -168,7 +169,7 @@ func (f *Forward) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg
 			if fails < len(f.proxies) {
 				continue
 			}
-			metrics().healthcheckBroken.Inc()
+			f.m.healthcheckBroken.Inc()
 			if f.failfastUnhealthyUpstreams {
 				break
 			}

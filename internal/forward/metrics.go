@@ -2,7 +2,6 @@ package forward
 
 import (
 	"errors"
-	"sync"
 
 	"github.com/coredns/coredns/plugin"
 	"github.com/prometheus/client_golang/prometheus"
@@ -12,7 +11,7 @@ import (
 // alerts written for them keep working. The coredns_proxy_* ones are registered by CoreDNS's plugin/pkg/proxy
 // (linked in: it carries the health checks and the encrypted transports); registering an identical collector
 // returns that one, so both transports count into the same series.
-type metricSet struct {
+type Metrics struct {
 	healthcheckBroken prometheus.Counter       // coredns_forward_healthcheck_broken_total
 	maxConcurrent     prometheus.Counter       // coredns_forward_max_concurrent_rejects_total
 	requestDuration   *prometheus.HistogramVec // coredns_proxy_request_duration_seconds{proxy_name,to,rcode}
@@ -20,11 +19,11 @@ type metricSet struct {
 	connCacheMisses   *prometheus.CounterVec   // coredns_proxy_conn_cache_misses_total{proxy_name,to,proto}
 }
 
-// metrics is the process's set, registered with the default registerer (the one CoreDNS's prometheus plugin
-// serves) on first use.
-var metrics = sync.OnceValue(func() *metricSet {
-	reg := prometheus.DefaultRegisterer
-	return &metricSet{
+// NewMetrics registers the series with reg (the registry the embedding server serves; nil registers them
+// nowhere). CoreDNS's proxy package registers the coredns_proxy_* ones with the default registry at init: where
+// reg is that registry, its collectors are the ones counted into.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	return &Metrics{
 		healthcheckBroken: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: plugin.Namespace, Subsystem: "forward", Name: "healthcheck_broken_total",
 			Help: "Counter of the number of complete failures of the healthchecks.",
@@ -47,13 +46,13 @@ var metrics = sync.OnceValue(func() *metricSet {
 			Help: "Counter of connection cache misses per upstream and protocol.",
 		}, []string{"proxy_name", "to", "proto"})),
 	}
-})
-
-// RegisterMetrics registers the series now, so that they are exported (at zero) before the first forward.
-func RegisterMetrics() { metrics() }
+}
 
 // register registers c with reg, or returns the identical collector already registered.
 func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	if reg == nil {
+		return c
+	}
 	err := reg.Register(c)
 	var are prometheus.AlreadyRegisteredError
 	if errors.As(err, &are) {

@@ -25,6 +25,7 @@ const proxyName = "forward"
 type upstreamProxy struct {
 	cp   *proxy.Proxy
 	addr string
+	m    *Metrics // its Forward's
 	// addrFunc is Addr as a func value, made once: the metadata forward/upstream is set to it on every query,
 	// and a method value made there was an allocation per miss.
 	addrFunc func() string
@@ -56,7 +57,7 @@ func (p *upstreamProxy) duration(rcode int) prometheus.Observer {
 	if !ok {
 		rc = strconv.Itoa(rcode)
 	}
-	o := metrics().requestDuration.WithLabelValues(proxyName, p.addr, rc)
+	o := p.m.requestDuration.WithLabelValues(proxyName, p.addr, rc)
 	if rcode >= 0 && rcode < len(p.durations) {
 		p.durations[rcode].Store(&o)
 	}
@@ -75,7 +76,7 @@ func (p *upstreamProxy) Healthcheck() { p.cp.Healthcheck() }
 func (p *upstreamProxy) start(hcInterval time.Duration, opts upstream.Options) {
 	p.cp.Start(hcInterval)
 	if p.native {
-		opts.Observer = newConnSeries(p.addr)
+		opts.Observer = newConnSeries(p.m, p.addr)
 		p.own = upstream.New(p.addr, opts)
 	}
 }
@@ -86,8 +87,7 @@ type connSeries struct {
 	hitTCP, hitUDP, missTCP, missUDP prometheus.Counter
 }
 
-func newConnSeries(addr string) *connSeries {
-	m := metrics()
+func newConnSeries(m *Metrics, addr string) *connSeries {
 	return &connSeries{
 		hitTCP:  m.connCacheHits.WithLabelValues(proxyName, addr, "tcp"),
 		hitUDP:  m.connCacheHits.WithLabelValues(proxyName, addr, "udp"),

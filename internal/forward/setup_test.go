@@ -8,8 +8,6 @@ import (
 
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
-
-	"github.com/nodelocaldns/nodelocaldns/internal/forward"
 )
 
 // TestSetupLikeCoreDNS parses each stanza with CoreDNS's forward setup and ours: both refuse it with the same
@@ -129,7 +127,7 @@ func TestSetupLikeCoreDNS(t *testing.T) {
 	for _, in := range inputs {
 		t.Run(in, func(t *testing.T) {
 			want := describe(ref, in)
-			got := describe(forward.Setup, in)
+			got := describe(ourSetup, in)
 			if want != got {
 				t.Errorf("%q\ncoredns: %s\nours:    %s", in, want, got)
 			}
@@ -163,7 +161,7 @@ func describe(setup caddy.SetupFunc, in string) string {
 // TestHostnameUpstreamsRefused: CoreDNS 1.13 resolves hostname upstreams; ours refuses them by name.
 func TestHostnameUpstreamsRefused(t *testing.T) {
 	for _, to := range []string{"dns.example.org", "dns.example.org:5353", "tls://dns.example.org"} {
-		got := describe(forward.Setup, "forward . "+to)
+		got := describe(ourSetup, "forward . "+to)
 		if want := fmt.Sprintf("error: plugin/forward: %q: hostname upstreams are not supported by nodelocaldns's forward", to); got != want {
 			t.Errorf("got %s, want %s", got, want)
 		}

@@ -8,19 +8,21 @@ package listenlimit
 // the wildcard or the node-local IP): each source gets a few connections, so a pod holding idle connections
 // keeps no other client out, and each Total is above a node's pod count (the kubelet's --max-pods is 110 by
 // default, 250 at most as Kubernetes tests it), so a source with no connection always finds a place.
-var (
-	// Health is the Corefile's `health` listeners (/health and /ready): the node's own probes come from a
-	// local address, one source with 4 places of its own. Held at most the read timeout (1 s) when idle.
-	Health = Limits{PerSource: 4, Total: 256}
-	// HealthSocket is the Unix socket the kubelet's exec probes use (-health-socket), in the pod's emptyDir:
-	// only this container reaches it, and every client there is one source.
-	HealthSocket = Limits{PerSource: 16, Total: 16}
-	// AgentMetrics is -metrics-listen-address: a scraper keeps one connection, two across a reconnect.
-	AgentMetrics = Limits{PerSource: 2, Total: 256}
-	// CoreDNSMetrics is the Corefile's `prometheus` listeners (CoreDNS's series, :9253 in the standard
-	// Corefile), as AgentMetrics.
-	CoreDNSMetrics = Limits{PerSource: 2, Total: 256}
-)
+
+// Health is the Corefile's `health` listeners (/health and /ready): the node's own probes come from a
+// local address, one source with 4 places of its own. Held at most the read timeout (1 s) when idle.
+func Health() Limits { return Limits{PerSource: 4, Total: 256} }
+
+// HealthSocket is the Unix socket the kubelet's exec probes use (-health-socket), in the pod's emptyDir:
+// only this container reaches it, and every client there is one source.
+func HealthSocket() Limits { return Limits{PerSource: 16, Total: 16} }
+
+// AgentMetrics is -metrics-listen-address: a scraper keeps one connection, two across a reconnect.
+func AgentMetrics() Limits { return Limits{PerSource: 2, Total: 256} }
+
+// CoreDNSMetrics is the Corefile's `prometheus` listeners (CoreDNS's series, :9253 in the standard
+// Corefile), as AgentMetrics.
+func CoreDNSMetrics() Limits { return Limits{PerSource: 2, Total: 256} }
 
 // ConnWorstCaseBytes is what one held idle connection of these HTTP listeners is counted for: a goroutine, the
 // server's read buffer and the kernel's socket, charged to the agent's cgroup. Measured (issue 39, CoreDNS's
@@ -28,7 +30,7 @@ var (
 const ConnWorstCaseBytes = 17 << 10
 
 // all is every bound above, for WorstCaseBytes.
-func all() []Limits { return []Limits{Health, HealthSocket, AgentMetrics, CoreDNSMetrics} }
+func all() []Limits { return []Limits{Health(), HealthSocket(), AgentMetrics(), CoreDNSMetrics()} }
 
 // WorstCaseBytes is the most the connections of every listener opened through this package take when each
 // bound is full: Total × ConnWorstCaseBytes for each.

@@ -18,7 +18,7 @@ const idleTimeout = 5 * time.Second
 // Serve serves g on addr at /metrics until ctx is done. Every pod can reach the address (0.0.0.0 by default):
 // the listener is bounded as listenlimit.AgentMetrics, so a pod holding idle connections blinds no scraper.
 func Serve(ctx context.Context, addr string, g prometheus.Gatherer) error {
-	ln, err := listenlimit.NewPool(listenlimit.AgentMetrics).Open(addr)
+	ln, err := listenlimit.NewPool(listenlimit.AgentMetrics()).Open(addr)
 	if err != nil {
 		return sockholder.Explain(err)
 	}

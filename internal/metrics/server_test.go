@@ -70,7 +70,7 @@ func TestScrapeWhileAPodHoldsConnections(t *testing.T) {
 			}
 		}()
 	}
-	share := int64(listenlimit.AgentMetrics.PerSource)
+	share := int64(listenlimit.AgentMetrics().PerSource)
 	testenv.Eventually(t, 5*time.Second, "the pod to dial from every goroutine and hold its share", func() bool {
 		return tried.Load() == 20 && holding.Load() >= share
 	})

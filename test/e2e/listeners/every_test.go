@@ -124,10 +124,10 @@ func TestEveryListenerBoundedUnderPodFlood(t *testing.T) {
 	// The agent's listeners, and the bound of each against one source.
 	inodes, _ := socketInodes(t, pid)
 	bound := map[uint16]int{
-		8080: listenlimit.Health.PerSource, 9253: listenlimit.CoreDNSMetrics.PerSource, 53: connlimit.DefaultPerSource,
+		8080: listenlimit.Health().PerSource, 9253: listenlimit.CoreDNSMetrics().PerSource, 53: connlimit.DefaultPerSource,
 	}
 	mp, _ := strconv.Atoi(metricsPort)
-	bound[uint16(mp)] = listenlimit.AgentMetrics.PerSource
+	bound[uint16(mp)] = listenlimit.AgentMetrics().PerSource
 	var targets []string
 	for _, s := range tcpSockets(t, pid) {
 		if !s.listening || !inodes[s.inode] {
