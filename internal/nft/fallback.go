@@ -80,7 +80,7 @@ func (f *Fallback) Covered() []netip.AddrPort {
 	for _, s := range f.Sets {
 		out = append(out, s.Pairs...)
 	}
-	return sortedPairs(out)
+	return SortedPairs(out)
 }
 
 // FallbackRule is a sequence of statements; its text and its bytecode come from the same statements.
@@ -167,7 +167,7 @@ func BuildFallback(s FallbackSpec) *Fallback {
 			set.Name, set.IPv6 = SetCovered6, true
 		}
 		var ports []uint16
-		for _, p := range sortedPairs(s.Covered) {
+		for _, p := range SortedPairs(s.Covered) {
 			if p.Addr() != target && p.Addr().Is4() == target.Is4() {
 				set.Pairs = append(set.Pairs, p)
 				ports = append(ports, p.Port())
@@ -192,7 +192,7 @@ func BuildFallback(s FallbackSpec) *Fallback {
 	if len(pods) > 0 {
 		pods[0] = append(slices.Clone(pods[0]), commentStmt(f.Stamp.String()))
 	}
-	for _, p := range sortedPairs(s.Covered) {
+	for _, p := range SortedPairs(s.Covered) {
 		if _, ok := s.target(p.Addr()); !ok {
 			f.Skipped = append(f.Skipped, p)
 		}

@@ -231,7 +231,7 @@ func Registration(s Spec) *Ruleset {
 	if !s.NoInterception {
 		v4 := Set{Name: SetFallback4, Concat: true}
 		v6 := Set{Name: SetFallback6, Concat: true, IPv6: true}
-		for _, p := range sortedPairs(s.Fallbacks) {
+		for _, p := range SortedPairs(s.Fallbacks) {
 			if p.Addr().Is4() {
 				v4.Pairs = append(v4.Pairs, p)
 			} else {
@@ -257,7 +257,7 @@ func setPair(name4, name6 string, ips []netip.Addr) []Set {
 			v6 = append(v6, ip)
 		}
 	}
-	return []Set{{Name: name4, Elements: sortedUnique(v4)}, {Name: name6, IPv6: true, Elements: sortedUnique(v6)}}
+	return []Set{{Name: name4, Elements: SortedUnique(v4)}, {Name: name6, IPv6: true, Elements: SortedUnique(v6)}}
 }
 
 // Listening is the table of an instance whose listeners are bound and which does not serve yet: the
@@ -330,13 +330,15 @@ func (r Rule) ipVersion() string {
 	return "ipv4"
 }
 
-func sortedUnique(ips []netip.Addr) []netip.Addr {
+// SortedUnique is ips sorted, without repeats: the order a set's elements are written and compared in.
+func SortedUnique(ips []netip.Addr) []netip.Addr {
 	out := slices.Clone(ips)
 	slices.SortFunc(out, netip.Addr.Compare)
 	return slices.Compact(out)
 }
 
-func sortedPairs(ps []netip.AddrPort) []netip.AddrPort {
+// SortedPairs is ps sorted, without repeats, as SortedUnique.
+func SortedPairs(ps []netip.AddrPort) []netip.AddrPort {
 	out := slices.Clone(ps)
 	slices.SortFunc(out, netip.AddrPort.Compare)
 	return slices.Compact(out)

@@ -128,7 +128,7 @@ func (c *Conn) setHolds(t *nftables.Table, want nft.Set, present bool) (bool, er
 		}
 		have = append(have, p)
 	}
-	return slices.Equal(sortedPairs(have), want.Pairs), nil
+	return slices.Equal(nft.SortedPairs(have), want.Pairs), nil
 }
 
 // Lease reports the least time left on the lease of table inet [nft.FallbackTableName]'s covered pairs

@@ -75,8 +75,8 @@ func (c *Conn) Instances() ([]nft.Instance, error) {
 				}
 			}
 		}
-		in.IPs = sortedUnique(in.IPs)
-		in.Fallbacks = sortedPairs(in.Fallbacks)
+		in.IPs = nft.SortedUnique(in.IPs)
+		in.Fallbacks = nft.SortedPairs(in.Fallbacks)
 		out = append(out, in)
 	}
 	slices.SortFunc(out, func(a, b nft.Instance) int {

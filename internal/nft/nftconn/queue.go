@@ -1,9 +1,6 @@
 package nftconn
 
 import (
-	"net/netip"
-	"slices"
-
 	"github.com/google/nftables"
 )
 
@@ -22,16 +19,4 @@ func addChain(q txOps, t *nftables.Table, c chainEncoder) int {
 		q.AddRule(r)
 	}
 	return len(rules)
-}
-
-func sortedUnique(ips []netip.Addr) []netip.Addr {
-	out := slices.Clone(ips)
-	slices.SortFunc(out, netip.Addr.Compare)
-	return slices.Compact(out)
-}
-
-func sortedPairs(ps []netip.AddrPort) []netip.AddrPort {
-	out := slices.Clone(ps)
-	slices.SortFunc(out, netip.AddrPort.Compare)
-	return slices.Compact(out)
 }
