@@ -25,11 +25,10 @@ const (
 	end   = "```\n"
 )
 
-// graph draws, for every package under cmd/ and internal/, the packages of this module it imports (tests
-// excluded), one line per package in path order; "internal/" is left out of the names.
-func graph(t *testing.T) string {
+// eachPackage calls fn with every Go package under cmd/ and internal/ (testdata and folders without Go files
+// left out): its path from the root, in slashes, its folder, and what go/build says of it.
+func eachPackage(t *testing.T, fn func(rel, dir string, pkg *build.Package) error) {
 	t.Helper()
-	var lines []string
 	for _, top := range []string{"cmd", "internal"} {
 		err := filepath.WalkDir(filepath.Join(root, top), func(path string, d fs.DirEntry, err error) error {
 			if err != nil || !d.IsDir() {
@@ -46,20 +45,30 @@ func graph(t *testing.T) string {
 				return fmt.Errorf("%s: %w", path, err)
 			}
 			rel, _ := filepath.Rel(root, path)
-			var deps []string
-			for _, imp := range pkg.Imports {
-				if dep, ok := strings.CutPrefix(imp, module); ok {
-					deps = append(deps, short(dep))
-				}
-			}
-			slices.Sort(deps)
-			lines = append(lines, fmt.Sprintf("%-22s -> %s", short(filepath.ToSlash(rel)), strings.Join(deps, " ")))
-			return nil
+			return fn(filepath.ToSlash(rel), path, pkg)
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
+}
+
+// graph draws, for every package under cmd/ and internal/, the packages of this module it imports (tests
+// excluded), one line per package in path order; "internal/" is left out of the names.
+func graph(t *testing.T) string {
+	t.Helper()
+	var lines []string
+	eachPackage(t, func(rel, _ string, pkg *build.Package) error {
+		var deps []string
+		for _, imp := range pkg.Imports {
+			if dep, ok := strings.CutPrefix(imp, module); ok {
+				deps = append(deps, short(dep))
+			}
+		}
+		slices.Sort(deps)
+		lines = append(lines, fmt.Sprintf("%-22s -> %s", short(rel), strings.Join(deps, " ")))
+		return nil
+	})
 	slices.Sort(lines)
 	for i, l := range lines {
 		lines[i] = strings.TrimRight(l, " ")

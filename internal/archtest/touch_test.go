@@ -7,7 +7,6 @@ import (
 	"go/build"
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -194,35 +193,16 @@ func packages(t *testing.T) map[string][]*ast.File {
 	t.Helper()
 	out := map[string][]*ast.File{}
 	fset := token.NewFileSet()
-	for _, top := range []string{"cmd", "internal"} {
-		err := filepath.WalkDir(filepath.Join(root, top), func(path string, d fs.DirEntry, err error) error {
-			if err != nil || !d.IsDir() {
-				return err
-			}
-			if d.Name() == "testdata" {
-				return filepath.SkipDir
-			}
-			pkg, err := build.ImportDir(path, 0)
-			if _, ok := errors.AsType[*build.NoGoError](err); ok {
-				return nil
-			}
+	eachPackage(t, func(rel, dir string, pkg *build.Package) error {
+		for _, name := range pkg.GoFiles {
+			f, err := parser.ParseFile(fset, filepath.Join(dir, name), nil, parser.ParseComments)
 			if err != nil {
 				return err
 			}
-			rel, _ := filepath.Rel(root, path)
-			for _, name := range pkg.GoFiles {
-				f, err := parser.ParseFile(fset, filepath.Join(path, name), nil, parser.ParseComments)
-				if err != nil {
-					return err
-				}
-				out[filepath.ToSlash(rel)] = append(out[filepath.ToSlash(rel)], f)
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
+			out[rel] = append(out[rel], f)
 		}
-	}
+		return nil
+	})
 	touchFset = fset
 	return out
 }
