@@ -28,7 +28,7 @@ func TestFailedReloadIsRetried(t *testing.T) {
 	testenv.Run(t, "ip", "addr", "add", extra+"/32", "dev", "lo")
 	t.Cleanup(func() { exec.Command("ip", "addr", "del", extra+"/32", "dev", "lo").Run() })
 	// The first retries come 1 s and 2 s after the failure.
-	waited := testenv.Eventually(t, 10*time.Second, "the failed reload to be retried and serve "+extra, func() bool {
+	waited := testenv.Eventually(t, applyTimeout, "the failed reload to be retried and serve "+extra, func() bool {
 		got, err := harness.Lookup(extra+":53", "udp", "q.example.test", queryTimeout)
 		return err == nil && got == ansUpX
 	})

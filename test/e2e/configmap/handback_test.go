@@ -25,8 +25,8 @@ func TestReloadGivingTheAddressBackLosesNoMiss(t *testing.T) {
 	dial := func(target string) (*net.UDPConn, error) {
 		return net.DialUDP("udp", nil, &net.UDPAddr{IP: net.ParseIP(target), Port: 53})
 	}
-	// 200 queries/s; 3 s is well past the slowest answer.
-	m := harness.StartMisses(t, dial, "svc."+domain, 5*time.Millisecond, 3*time.Second, localIP)
+	// 200 queries/s; a query unanswered after queryTimeout is lost (the slowest upstream answer takes 0.8 s).
+	m := harness.StartMisses(t, dial, "svc."+domain, 5*time.Millisecond, queryTimeout, localIP)
 	time.Sleep(time.Second) // up to 0.8 s of misses in flight
 	n := len(e.agent.Lines())
 	withLog := strings.ReplaceAll(harness.StandardCorefile(localIP, dnsServer, domain), "errors\n", "errors\n        log\n")
