@@ -3,7 +3,7 @@
 # one failed, so that one failing test does not hide what the others would say. Each records how it ended
 # (scripts/stage.sh), and the run closes with the summary of cmd/testsummary -stages: a line per stage, each
 # failed test with the first lines of its output, and a verdict naming the failures and the stages that did not
-# run. Those are the last lines of the run.
+# run. Those are the last lines of the run (and DIR/summary.txt).
 # Usage: scripts/test.sh DIR NAME:TARGET[&]...
 #   NAME:TARGET    run `make TARGET` as stage NAME, its output on the terminal
 #   NAME:TARGET&   a background stage: all of them run one after another in a second lane, started first, beside
@@ -39,4 +39,7 @@ if [[ -n $lane ]]; then
 	wait "$lane"
 fi
 echo "== all stages ended after $(($(date +%s) - started)) s"
-out/testsummary -stages "$dir" "${names[@]}"
+# The summary is also kept in DIR/summary.txt: .ci/run prints it again at its very end, after the cluster suite's
+# half hour of output, where a reader of CI's log looks first.
+out/testsummary -stages "$dir" "${names[@]}" | tee "$dir/summary.txt"
+exit "${PIPESTATUS[0]}"

@@ -20,12 +20,17 @@ KERNEL_DEGRADED_RUN ?= ^(TestKernelWithoutNftSocket|TestProbeCapabilities|TestPr
 # A third boot holds nft_ct back: the preflight names conntrack and the agent's start-up fails (lifecycle.sh).
 KERNEL_NOCT_RUN ?= ^(TestProbeCapabilities|TestHost)$$
 
+# The three boots run whether or not an earlier one failed (a failure in the first must not hide what the others
+# would say); the target fails if any did, and its last line names them.
+KERNEL_BOOTS = \
+	status=0; failed=; \
+	KERNEL_TEST_RUN='$(KERNEL_TEST_RUN)' bash test/kernel/run.sh $(1) || { status=1; failed="$$failed full"; }; \
+	KERNEL_TEST_RUN='$(KERNEL_DEGRADED_RUN)' KERNEL_HOLD_BACK=nft_socket bash test/kernel/run.sh $(1) || { status=1; failed="$$failed without-nft_socket"; }; \
+	KERNEL_TEST_RUN='$(KERNEL_NOCT_RUN)' KERNEL_HOLD_BACK=nft_ct bash test/kernel/run.sh $(1) || { status=1; failed="$$failed without-nft_ct"; }; \
+	[ $$status = 0 ] || echo "kernel: boots failed:$$failed (their output above)"; exit $$status
+
 test-kernel:
-	KERNEL_TEST_RUN='$(KERNEL_TEST_RUN)' bash test/kernel/run.sh
-	KERNEL_TEST_RUN='$(KERNEL_DEGRADED_RUN)' KERNEL_HOLD_BACK=nft_socket bash test/kernel/run.sh
-	KERNEL_TEST_RUN='$(KERNEL_NOCT_RUN)' KERNEL_HOLD_BACK=nft_ct bash test/kernel/run.sh
+	@$(call KERNEL_BOOTS,)
 
 test-kernel-if-possible:
-	KERNEL_TEST_RUN='$(KERNEL_TEST_RUN)' bash test/kernel/run.sh --if-possible
-	KERNEL_TEST_RUN='$(KERNEL_DEGRADED_RUN)' KERNEL_HOLD_BACK=nft_socket bash test/kernel/run.sh --if-possible
-	KERNEL_TEST_RUN='$(KERNEL_NOCT_RUN)' KERNEL_HOLD_BACK=nft_ct bash test/kernel/run.sh --if-possible
+	@$(call KERNEL_BOOTS,--if-possible)

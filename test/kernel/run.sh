@@ -238,8 +238,40 @@ main() {
 	fi
 	log "last lines of $vmlog:"
 	tail -n 40 "$vmlog" | sed 's/^/  /' >&2
+	failed_output "$vmlog" >&2
+	record_failures "$vmlog"
 	echo "kernel-vm${variant}: $passed passed, $((failed > 0 ? failed : 1)) failed, $skipped skipped"
 	return 1
+}
+
+# failed_output prints each failed test's own lines from a VM log (go test -v: from its "=== RUN" to its
+# "--- FAIL"), at most 30 of each, so that a failure in the middle of the run is on the terminal, not only in
+# the file, and last.
+failed_output() {
+	awk '
+		/^=== RUN   / { name = $3; n = 0; delete buf }
+		{ buf[n++ % 30] = $0 }
+		/^ *--- FAIL: / {
+			print "  output of " $3 " (its last lines):"
+			for (i = (n > 30 ? n - 30 : 0); i < n; i++) print "    " buf[i % 30]
+		}
+	' "$1"
+}
+
+# record_failures adds this boot's failures to the stage's failures file (STAGE_FAILURES, set by scripts/stage.sh),
+# in cmd/testsummary's form, so that the run's closing summary names them with their lines: each failed test,
+# or, when none did (the lifecycle script, a panic, a timeout), the boot with the end of its log.
+record_failures() {
+	[[ -n ${STAGE_FAILURES:-} ]] || return 0
+	local where="the kernel VM${KERNEL_HOLD_BACK:+ without $KERNEL_HOLD_BACK}"
+	if grep -q '^--- FAIL' "$1"; then
+		failed_output "$1" | awk -v where="$where" '
+			/^  output of / { name = $3; sub(/^  output of [^ ]+ \(its last lines\):/, ""); print "--- FAIL: " name " in " where; next }
+			{ print }'
+	else
+		echo "--- FAIL: boot in $where"
+		tail -n 20 "$1" | sed 's/^/    /'
+	fi >>"$STAGE_FAILURES"
 }
 
 main
