@@ -72,11 +72,12 @@ start() {
 		-conf "$m/Corefile$1" -metrics-listen-address "127.0.0.1:936$1" -log-level info >"$m/agent$1.log" 2>&1 &
 	eval "pid$1=$!"
 }
-# who ADDR PROTO: who answered the pod's query to ADDR over PROTO (udp, tcp): cache, kube-dns or lost.
+# who ADDR PROTO: who answered the pod's query to ADDR over PROTO (udp, tcp): cache, kube-dns or lost (no answer
+# within 5 s: lost, not late; TCG on a busy machine can take seconds to answer).
 who() {
 	opt=+notcp
 	[ "$2" = tcp ] && opt=+tcp
-	case $($iproute netns exec mpod dig +short +tries=1 +timeout=2 $opt @"$1" smoke.test A 2>/dev/null | grep -x '[0-9.]*') in
+	case $($iproute netns exec mpod dig +short +tries=1 +timeout=5 $opt @"$1" smoke.test A 2>/dev/null | grep -x '[0-9.]*') in
 	192.0.2.53) echo cache ;;
 	192.0.2.99) echo kube-dns ;;
 	*) echo lost ;;
