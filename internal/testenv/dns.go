@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"fmt"
 	"net"
 	"testing"
 
@@ -11,16 +12,11 @@ import (
 // or the test ends, and returns the address it listens on. Sockets open on the calling thread's namespace.
 func ServeDNS(t testing.TB, addr string, h dns.Handler) (bound string, stop func()) {
 	t.Helper()
-	pc, err := net.ListenPacket("udp", addr)
+	pc, ln, err := listenBoth(addr)
 	if err != nil {
-		t.Fatalf("dns server: listen udp %s: %v", addr, err)
+		t.Fatalf("dns server: %v", err)
 	}
 	bound = pc.LocalAddr().String()
-	ln, err := net.Listen("tcp", bound)
-	if err != nil {
-		pc.Close()
-		t.Fatalf("dns server: listen tcp %s: %v", bound, err)
-	}
 	servers := []*dns.Server{{PacketConn: pc, Handler: h, UDPSize: 65535}, {Listener: ln, Handler: h}}
 	for _, s := range servers {
 		go func() { _ = s.ActivateAndServe() }()
@@ -41,4 +37,32 @@ func ServeDNS(t testing.TB, addr string, h dns.Handler) (bound string, stop func
 	}
 	t.Cleanup(stop)
 	return bound, stop
+}
+
+// listenBoth listens on addr over UDP, then over TCP on the port UDP got. With port 0 the kernel picks the UDP
+// port alone, and the same TCP port can be taken (a connection's ephemeral port, another test's listener): then
+// it tries another, a few times.
+func listenBoth(addr string) (net.PacketConn, net.Listener, error) {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	tries := 1
+	if port == "0" {
+		tries = 20
+	}
+	for i := 1; ; i++ {
+		pc, err := net.ListenPacket("udp", addr)
+		if err != nil {
+			return nil, nil, fmt.Errorf("listen udp %s: %w", addr, err)
+		}
+		ln, err := net.Listen("tcp", pc.LocalAddr().String())
+		if err == nil {
+			return pc, ln, nil
+		}
+		pc.Close()
+		if i == tries {
+			return nil, nil, fmt.Errorf("listen tcp on the port udp got (%d tries): %w", tries, err)
+		}
+	}
 }
