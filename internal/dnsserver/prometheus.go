@@ -104,7 +104,7 @@ func setupPrometheus(c *caddy.Controller) error {
 	pendingFor(c).metrics[m.Addr] = true
 	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
 		m.Next = next
-		return m
+		return &metricsHandler{Metrics: m}
 	})
 	return nil
 }

@@ -125,8 +125,8 @@ func metricsZone(names []string, qname string) string {
 	return "."
 }
 
-// qtypeLabel is vars.qTypeString: the types CoreDNS monitors by name, "other" for the rest.
-func qtypeLabel(qtype uint16) string {
+// QTypeLabel is vars.qTypeString: the types CoreDNS monitors by name, "other" for the rest.
+func QTypeLabel(qtype uint16) string {
 	switch qtype {
 	case dns.TypeAAAA, dns.TypeA, dns.TypeCNAME, dns.TypeDNSKEY, dns.TypeDS, dns.TypeMX, dns.TypeNSEC3,
 		dns.TypeNSEC, dns.TypeNS, dns.TypePTR, dns.TypeRRSIG, dns.TypeSOA, dns.TypeSRV, dns.TypeTXT,

@@ -268,7 +268,7 @@ func (v *view) probe(w dns.ResponseWriter, r *dns.Msg) *probe {
 		family = "2"
 	}
 	return &probe{query: raw, qname: state.QName(), reqLen: r.Len(), series: seriesKey{server: v.srv.Addr, family: family,
-		qtype: qtypeLabel(q.Qtype), do: state.Do()}}
+		qtype: QTypeLabel(q.Qtype), do: state.Do()}}
 }
 
 // learn stores what CoreDNS answered pr with, if it came fresh from an entry of a block the fast path serves,

@@ -79,8 +79,11 @@ func analyse(cfg *dnsserver.Config) *block {
 		if name == "prometheus" && i+1 < len(handlers) {
 			b.afterMetrics = handlers[i+1].Name()
 		}
-		if m, ok := h.(*metrics.Metrics); ok {
+		switch m := h.(type) {
+		case *metrics.Metrics:
 			b.metrics = m
+		case interface{ Upstream() *metrics.Metrics }: // the agent's handler in its place (internal/dnsserver)
+			b.metrics = m.Upstream()
 		}
 		if _, ok := h.(*dnscache.Cache); ok {
 			return b
