@@ -72,7 +72,11 @@ func collectPGO(p params, out string) (err error) {
 	if err := <-prof; err != nil {
 		return err
 	}
-	fmt.Printf("bench/serve: wrote the CPU profile of %v of load to %s\n", d, out)
+	// What the load allocated, for finding where a query's garbage comes from (go tool pprof -sample_index=alloc_space).
+	if err := fetch(fmt.Sprintf("http://%s/debug/pprof/allocs", pgoAddr), out+".allocs"); err != nil {
+		return err
+	}
+	fmt.Printf("bench/serve: wrote the CPU profile of %v of load to %s, and the allocations since the start to %s.allocs\n", d, out, out)
 	return nil
 }
 
