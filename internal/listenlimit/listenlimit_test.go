@@ -139,3 +139,45 @@ func TestCloseGivesPlaceBack(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// slowClose is a connection whose Close lasts until release is closed, as a Go socket's lasts until the
+// goroutine blocked reading it has run: on a starved machine, over a second.
+type slowClose struct {
+	net.Conn
+	entered, release chan struct{}
+}
+
+func (c *slowClose) Close() error {
+	close(c.entered)
+	<-c.release
+	return c.Conn.Close()
+}
+
+// A place comes back once the socket is gone, not when its Close begins: a newcomer from the same source
+// meanwhile would be one over the bound.
+func TestPlaceComesBackOnlyOnceTheSocketIsGone(t *testing.T) {
+	p := NewPool(Limits{PerSource: 1, Total: 4})
+	pipe := func() net.Conn { // net.Pipe's connections all share one source (no IP address)
+		a, b := net.Pipe()
+		t.Cleanup(func() { a.Close(); b.Close() })
+		return a
+	}
+	first := &slowClose{Conn: pipe(), entered: make(chan struct{}), release: make(chan struct{})}
+	ac := p.admit(first)
+	if ac == nil {
+		t.Fatal("first connection refused")
+	}
+	closed := make(chan error)
+	go func() { closed <- ac.Close() }()
+	<-first.entered
+	if p.admit(pipe()) != nil {
+		t.Error("a newcomer from the same source was admitted while the first connection's socket was still open")
+	}
+	close(first.release)
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if p.admit(pipe()) == nil {
+		t.Error("the place was not given back once the first connection's socket was closed")
+	}
+}

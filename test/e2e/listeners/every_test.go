@@ -215,12 +215,13 @@ func TestEveryListenerBoundedUnderPodFlood(t *testing.T) {
 	t.Logf("idle: RSS %d MiB, %d descriptors; during the flood: peak RSS %d MiB, %d descriptors; held from the pod, per port: %v",
 		idleRSS>>20, idleFDs, peakRSS>>20, peakFDs, peakHeld)
 	for port, h := range peakHeld {
-		// The agent's own listeners reset a connection over the bound as they accept it. Yet :9253 was seen holding
-		// 4 of one source for over a second against its bound of 2 (the cause is not found yet: a place freed by
-		// the HTTP server's Close before the socket goes?), so the stated margin is the bound again: at most
-		// twice it, against 1,999 held before the bound. CoreDNS's DNS listeners are capped by connlimit's
-		// passes, every 100 ms: what the pod opens in 100 ms more.
-		margin := bound[port]
+		// The agent's own listeners reset a connection over the bound as they accept it, and give a place back
+		// once the socket is gone (listenlimit's conn.Close: :9253 held 4-5 of one source for over a second
+		// against its bound of 2 on a starved machine while a place came back before its socket went). The
+		// margin, one, is a connection accepted over the bound whose reset a starved accept loop has not run
+		// yet: against 1,999 held before the bound. CoreDNS's DNS listeners are capped by connlimit's passes:
+		// what the pod opens in 100 ms more.
+		margin := 1
 		if port == 53 {
 			margin = everyFloodRate / 10
 		}
