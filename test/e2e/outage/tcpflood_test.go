@@ -54,9 +54,12 @@ func TestTCPConnectionFlood(t *testing.T) {
 			c.Close()
 		}
 	})
-	// Through the flood, sampled: the connections the agent holds open, accepted and not reset (those it
-	// reset leave its descriptor table when CoreDNS's goroutine for each gets to run: counted apart), so that
-	// what is measured is its worst, not only what is left after.
+	// Through the flood, sampled: the flooding pod's connections the agent holds open, accepted (a socket
+	// still in the listener's queue has no inode) and not reset, so that what is measured is its worst, not
+	// only what is left after; and its descriptors, apart (those it reset leave its descriptor table when
+	// CoreDNS's goroutine for each gets to run). Only the pod's, to the agent's address: other sockets on port
+	// 53 in this namespace (the test's own servers' connections) are not the flood's.
+	local, pod := net.ParseIP(fairLocal), net.ParseIP(flooder.Addr)
 	stopSampling, peaks := make(chan struct{}), make(chan [2]int)
 	go func() {
 		var peak [2]int // open connections, descriptors
@@ -70,7 +73,8 @@ func TestTCPConnectionFlood(t *testing.T) {
 			if ss, err := netlink.SocketDiagTCP(unix.AF_INET); err == nil {
 				n := 0
 				for _, s := range ss {
-					if s.ID.SourcePort == 53 && s.State == unix.BPF_TCP_ESTABLISHED && s.INode != 0 {
+					if s.ID.SourcePort == 53 && s.ID.Source.Equal(local) && s.ID.Destination.Equal(pod) &&
+						s.State == unix.BPF_TCP_ESTABLISHED && s.INode != 0 {
 						n++
 					}
 				}
