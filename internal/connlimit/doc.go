@@ -29,8 +29,14 @@
 // that is not small: the pass is one goroutine among the flood's (CoreDNS starts one per connection, each
 // `go` statement queued ahead of a woken goroutine), so under a one-source flood of 7,000-9,000 connections a
 // second on two busy cores one source held up to 522-825 open at once in four runs (818 in one run of the
-// 100 ms polling it replaced: no better beyond noise). A bound at the cap itself needs the kernel to refuse
-// the connection (issue 39 item 4 is open on it). CoreDNS's own timeouts still close a connection that stays
+// 100 ms polling it replaced: no better beyond noise), and 797, 1323 and 1509 in three runs beside a CPU
+// benchmark on the same cores. A bound at the cap itself needs the connection admitted where it is accepted,
+// or refused by the kernel (issue 39 item 4 is open on it). Two ways that do not fit CoreDNS's reload: a
+// server of ours in the reuseport group with CoreDNS's listener shut down (shutdown(2) takes a listener out
+// of its group, but CoreDNS's accept loop then ends and miekg/dns closes the listener, which caddy hands to
+// the next instance on reload: every reload fails), and dnsserver.Config.ProxyProtoConnPolicy, which CoreDNS
+// calls in its accept loop (its listener wrappers have no File, so caddy hands no listener over on reload,
+// UDP's neither). CoreDNS's own timeouts still close a connection that stays
 // idle: 3 s before its first query, 10 s between queries (its defaults; the `timeouts` directive changes
 // them).
 //
