@@ -23,10 +23,16 @@ import (
 // memory they take.
 const tcpFloodConns = 15000
 
+// tcpHeldMargin is how far over the per-source cap the pod's connections held open may be seen: each of the
+// fast path's listeners on the address (one a CPU: two here) holds at most one between accepting it and
+// resetting it, and a dump of the socket table is not a snapshot.
+const tcpHeldMargin = 10
+
 // TestTCPConnectionFlood: a pod opens tcpFloodConns connections to the agent, each asking one cached name and
-// then left open. The agent holds no more of them than connlimit's per-source cap, its peak RSS stays within
-// what the memory check counts for everything but the caches (memcheck.Baseline + memcheck.TCPWorstCase; the
-// caches are all but empty here), and another pod's TCP query is answered.
+// then left open. The agent holds no more of them than connlimit's per-source cap (and tcpHeldMargin), during
+// the flood as after it, its peak RSS stays within what the memory check counts for everything but the caches
+// (memcheck.Baseline + memcheck.TCPWorstCase; the caches are all but empty here), and another pod's TCP query
+// is answered.
 func TestTCPConnectionFlood(t *testing.T) {
 	testenv.RequireRoot(t)
 	flooder, victim := twoPods(t)
@@ -130,9 +136,15 @@ func TestTCPConnectionFlood(t *testing.T) {
 		t.Errorf("peak RSS %d KiB with %d idle connections from one pod, over the %d KiB the memory check counts without caches",
 			peak, len(conns), bound)
 	}
-	// The peak is logged, not judged: it depends on how the agent's goroutines are scheduled against the
-	// flood's (internal/connlimit's doc); what is left after is the cap.
-	if slack := 10; held > connlimit.DefaultPerSource+slack {
+	// The cap is enforced where connections are accepted (internal/fastpath's tcp.go), so it holds through the
+	// flood too, as the kernel's socket table shows it. That rests on the kernel steering every connection to
+	// the fast path's listeners (Linux 6.1 and later); before, CoreDNS's listener gets its share, bounded after
+	// the fact (internal/connlimit).
+	if testenv.KernelAtLeast(6, 1) && heldPeak > connlimit.DefaultPerSource+tcpHeldMargin {
+		t.Errorf("the pod's connections held open during the flood peaked at %d, over the per-source cap of %d and a margin of %d",
+			heldPeak, connlimit.DefaultPerSource, tcpHeldMargin)
+	}
+	if held > connlimit.DefaultPerSource+tcpHeldMargin {
 		t.Errorf("the agent holds %d connections from one pod, over the per-source cap of %d", held, connlimit.DefaultPerSource)
 	}
 }
