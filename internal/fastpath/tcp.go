@@ -30,7 +30,7 @@ import (
 // The kernel contract. CoreDNS's listener and ours are one SO_REUSEPORT group. Since Linux 6.1 (commit
 // b261eda84ec1, "soreuseport: Fix socket selection for SO_INCOMING_CPU"), once a member of a group has
 // SO_INCOMING_CPU set, the kernel gives a new connection to a member whose SO_INCOMING_CPU is the CPU handling
-// the SYN, when there is one (reuseport_select_sock_by_hash). Ours are one listener per possible CPU, each set
+// the SYN, when there is one (reuseport_select_sock_by_hash). Ours are one listener per online CPU, each set
 // to its CPU, so every connection comes to one of ours; CoreDNS's listener keeps its place and its accept loop
 // and gets none, and nothing of CoreDNS's is changed: its reloads hand its listener over as ever. Should ours
 // close (the fast path steps aside, or the agent stops), CoreDNS's gets every connection again at once: the
@@ -130,7 +130,7 @@ func (p *Path) syncTCP(cls []coreListener, inst *caddy.Instance) {
 			keep[cl.addr] = true
 			continue
 		}
-		cpus, err := possibleCPUs()
+		cpus, err := onlineCPUs()
 		if err != nil {
 			log.Warn("fast path steps aside", zap.Error(err))
 			continue
@@ -164,18 +164,22 @@ func tcpAddrs(inst *caddy.Instance) map[netip.AddrPort]bool {
 	return out
 }
 
-// possibleCPUsFile lists every CPU the kernel may run on, hot-pluggable ones too ("0-3,8"): the node's, not
-// this container's cpuset, since the CPU that handles a SYN is any of the node's.
-const possibleCPUsFile = "/sys/devices/system/cpu/possible"
+// onlineCPUsFile lists the CPUs the kernel runs on ("0-3,8"): the node's, not this container's cpuset, since
+// the CPU that handles a SYN is any of the node's. Online rather than possible: a VM may count many more
+// possible CPUs than it has, and a listener costs a socket and a goroutine. A CPU brought online later has no
+// listener of ours: the group spreads its connections by hash, CoreDNS's listener among them, and
+// internal/connlimit bounds that share until the fast path next opens its listeners (a reload that adds the
+// address, or a restart).
+const onlineCPUsFile = "/sys/devices/system/cpu/online"
 
-func possibleCPUs() ([]int, error) {
-	b, err := os.ReadFile(possibleCPUsFile)
+func onlineCPUs() ([]int, error) {
+	b, err := os.ReadFile(onlineCPUsFile)
 	if err != nil {
 		return nil, fmt.Errorf("list cpus: %w", err)
 	}
 	cpus, err := parseCPUList(strings.TrimSpace(string(b)))
 	if err != nil {
-		return nil, fmt.Errorf("list cpus: %s: %w", possibleCPUsFile, err)
+		return nil, fmt.Errorf("list cpus: %s: %w", onlineCPUsFile, err)
 	}
 	return cpus, nil
 }

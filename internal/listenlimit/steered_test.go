@@ -21,7 +21,7 @@ func TestSteeredListenersTakeEveryConnection(t *testing.T) {
 	if !testenv.KernelAtLeast(6, 1) {
 		t.Skip("SO_INCOMING_CPU steers within a reuseport group from Linux 6.1")
 	}
-	b, err := os.ReadFile("/sys/devices/system/cpu/possible")
+	b, err := os.ReadFile("/sys/devices/system/cpu/online")
 	if err != nil {
 		t.Skip(err)
 	}
