@@ -3,6 +3,13 @@
 // costs about 7.5 KiB of the agent's RSS, and more in the kernel, charged to the same cgroup: 40k from one pod
 // exceeded the 512Mi limit).
 //
+// Where the fast path serves an address (internal/fastpath's tcp.go), the per-source cap is enforced where
+// connections are accepted: the kernel steers every connection to the fast path's listeners (Linux 6.1 and
+// later), opened through internal/listenlimit with these caps, which resets a source's connection beyond
+// them at accept. This package is the cap everywhere else, and the net under that: CoreDNS's listeners where
+// the fast path is off or steps aside, their share of connections on older kernels, and the total over all
+// listeners on an address.
+//
 // CoreDNS's server accepts every connection (miekg/dns: one goroutine each) and gives an embedder no handle on
 // its listeners or connections, so the cap cannot sit in its accept loop. It sits just beside it, and runs
 // only when a connection arrives:
@@ -29,8 +36,13 @@
 // that is not small: the pass is one goroutine among the flood's (CoreDNS starts one per connection, each
 // `go` statement queued ahead of a woken goroutine), so under a one-source flood of 7,000-9,000 connections a
 // second on two busy cores one source held up to 522-825 open at once in four runs (818 in one run of the
-// 100 ms polling it replaced: no better beyond noise). A bound at the cap itself needs the kernel to refuse
-// the connection (issue 39 item 4 is open on it). CoreDNS's own timeouts still close a connection that stays
+// 100 ms polling it replaced: no better beyond noise), and 797, 1323 and 1509 in three runs beside a CPU
+// benchmark on the same cores; with the fast path accepting, 101 in each of three runs. Two ways to bound it
+// at accept that do not fit CoreDNS's reload: CoreDNS's listener taken out of its reuseport group by
+// shutdown(2) (CoreDNS's accept loop then ends and miekg/dns closes the listener, which caddy hands to the
+// next instance on reload: every reload fails), and dnsserver.Config.ProxyProtoConnPolicy, which CoreDNS
+// calls in its accept loop (its listener wrappers have no File, so caddy hands no listener over on reload,
+// UDP's neither). CoreDNS's own timeouts still close a connection that stays
 // idle: 3 s before its first query, 10 s between queries (its defaults; the `timeouts` directive changes
 // them).
 //

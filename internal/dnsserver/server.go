@@ -161,6 +161,7 @@ func New(log *zap.Logger, o Options) (*Server, error) {
 		if o.Clients != nil {
 			s.fast.SetClients(o.Clients)
 		}
+		s.fast.SetTCPLimits(listenlimit.Limits{PerSource: s.tcpLimits.PerSource, Total: s.tcpLimits.Total})
 	}
 	s.SetReadiness(nil)
 	s.SetLiveness(nil)

@@ -21,7 +21,11 @@
 // CoreDNS's prometheus and cache plugins record for a cache hit are recorded for each fast-path answer, with the
 // same labels (metrics.go). CoreDNS is read only through public API (core.go).
 //
-// May touch: its own UDP sockets on CoreDNS's addresses, beside CoreDNS's listeners found through handover.
+// TCP on the same addresses is served in CoreDNS's place too, so that the per-source cap on connections is
+// enforced where they are accepted (tcp.go: the kernel steers every connection to the fast path's listeners,
+// and the chain answers each query).
+//
+// May touch: its own sockets on CoreDNS's addresses, beside CoreDNS's listeners found through handover, reading the node's CPU list file.
 package fastpath
 
 import (
@@ -36,6 +40,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/clients"
+	"github.com/nodelocaldns/nodelocaldns/internal/listenlimit"
 )
 
 // Env set to "off" turns the fast path off: CoreDNS serves every query itself.
@@ -53,11 +58,17 @@ type Path struct {
 
 	mu        sync.Mutex
 	listeners map[netip.AddrPort]*listener
+
+	// tcpPool bounds the connections of the TCP servers (tcp.go), per source at accept (SetTCPLimits); nil:
+	// CoreDNS serves TCP itself.
+	tcpPool *listenlimit.Pool
+	tcp     map[netip.AddrPort]*tcpServer
 }
 
 // New returns a Path serving nothing until Sync, counting into m.
 func New(log *zap.Logger, m *Metrics) *Path {
-	return &Path{log: log, metrics: m, now: time.Now, listeners: map[netip.AddrPort]*listener{}}
+	return &Path{log: log, metrics: m, now: time.Now, listeners: map[netip.AddrPort]*listener{},
+		tcp: map[netip.AddrPort]*tcpServer{}}
 }
 
 // SetClock makes the fast path tell the time by now (time.Now until it is called): whether an entry is still
@@ -68,6 +79,10 @@ func (p *Path) SetClock(now func() time.Time) { p.now = now }
 // SetClients makes each reader count the answers it gives into a (internal/clients), through a ring of its
 // own. Call it before the first Sync.
 func (p *Path) SetClients(a *clients.Accounting) { p.clients = a }
+
+// SetTCPLimits makes the fast path serve TCP on the addresses whose UDP it could serve (tcp.go), admitting a
+// connection at accept only within l, across all of them. Call it before the first Sync.
+func (p *Path) SetTCPLimits(l listenlimit.Limits) { p.tcpPool = listenlimit.NewPool(l) }
 
 // socketsPerAddr is how many reuseport sockets (and readers) serve one address: one per CPU the runtime uses,
 // at most 4, so that on a multi-core node the kernel spreads queries over readers.
@@ -83,7 +98,9 @@ func (p *Path) Sync(inst *caddy.Instance) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	keep := map[netip.AddrPort]bool{}
-	for _, cl := range coreListeners(inst) {
+	cls := coreListeners(inst)
+	defer p.syncTCP(cls, inst)
+	for _, cl := range cls {
 		log := p.log.With(zap.String("addr", cl.addr.String()))
 		if cl.reason != "" {
 			log.Info("fast path steps aside", zap.String("reason", cl.reason))
@@ -142,12 +159,16 @@ func (p *Path) ownCookies() map[uint64]bool {
 }
 
 // Close gives every listener back to CoreDNS (unless a handover detached them) and closes the fast path's
-// sockets.
+// sockets, TCP's too (CoreDNS's TCP listener gets the new connections from then on).
 func (p *Path) Close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for addr, l := range p.listeners {
 		l.close()
 		delete(p.listeners, addr)
+	}
+	for addr, t := range p.tcp {
+		t.close()
+		delete(p.tcp, addr)
 	}
 }

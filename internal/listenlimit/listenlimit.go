@@ -19,7 +19,8 @@
 // bounds in bounds.go, every listener is opened through a Pool and shares its bounds with the other listeners
 // of that Pool, and the memory check counts every bound there (WorstCaseBytes). A listener opened anywhere else
 // fails internal/archtest's check; the listeners the embedded CoreDNS opens for DNS are bounded by
-// internal/connlimit.
+// internal/connlimit, and the fast path's TCP listeners on CoreDNS's addresses (OpenSteered) are opened here,
+// with connlimit's caps, counted in the memory check as CoreDNS's.
 //
 // May touch: the listening sockets it opens.
 package listenlimit

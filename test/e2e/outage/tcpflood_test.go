@@ -23,10 +23,16 @@ import (
 // memory they take.
 const tcpFloodConns = 15000
 
+// tcpHeldMargin is how far over the per-source cap the pod's connections held open may be seen: each of the
+// fast path's listeners on the address (one a CPU: two here) holds at most one between accepting it and
+// resetting it, and a dump of the socket table is not a snapshot.
+const tcpHeldMargin = 10
+
 // TestTCPConnectionFlood: a pod opens tcpFloodConns connections to the agent, each asking one cached name and
-// then left open. The agent holds no more of them than connlimit's per-source cap, its peak RSS stays within
-// what the memory check counts for everything but the caches (memcheck.Baseline + memcheck.TCPWorstCase; the
-// caches are all but empty here), and another pod's TCP query is answered.
+// then left open. The agent holds no more of them than connlimit's per-source cap (and tcpHeldMargin), during
+// the flood as after it, its peak RSS stays within what the memory check counts for everything but the caches
+// (memcheck.Baseline + memcheck.TCPWorstCase; the caches are all but empty here), and another pod's TCP query
+// is answered.
 func TestTCPConnectionFlood(t *testing.T) {
 	testenv.RequireRoot(t)
 	flooder, victim := twoPods(t)
@@ -54,9 +60,12 @@ func TestTCPConnectionFlood(t *testing.T) {
 			c.Close()
 		}
 	})
-	// Through the flood, sampled: the connections the agent holds open, accepted and not reset (those it
-	// reset leave its descriptor table when CoreDNS's goroutine for each gets to run: counted apart), so that
-	// what is measured is its worst, not only what is left after.
+	// Through the flood, sampled: the flooding pod's connections the agent holds open, accepted (a socket
+	// still in the listener's queue has no inode) and not reset, so that what is measured is its worst, not
+	// only what is left after; and its descriptors, apart (those it reset leave its descriptor table when
+	// CoreDNS's goroutine for each gets to run). Only the pod's, to the agent's address: other sockets on port
+	// 53 in this namespace (the test's own servers' connections) are not the flood's.
+	local, pod := net.ParseIP(fairLocal), net.ParseIP(flooder.Addr)
 	stopSampling, peaks := make(chan struct{}), make(chan [2]int)
 	go func() {
 		var peak [2]int // open connections, descriptors
@@ -70,7 +79,8 @@ func TestTCPConnectionFlood(t *testing.T) {
 			if ss, err := netlink.SocketDiagTCP(unix.AF_INET); err == nil {
 				n := 0
 				for _, s := range ss {
-					if s.ID.SourcePort == 53 && s.State == unix.BPF_TCP_ESTABLISHED && s.INode != 0 {
+					if s.ID.SourcePort == 53 && s.ID.Source.Equal(local) && s.ID.Destination.Equal(pod) &&
+						s.State == unix.BPF_TCP_ESTABLISHED && s.INode != 0 {
 						n++
 					}
 				}
@@ -126,9 +136,15 @@ func TestTCPConnectionFlood(t *testing.T) {
 		t.Errorf("peak RSS %d KiB with %d idle connections from one pod, over the %d KiB the memory check counts without caches",
 			peak, len(conns), bound)
 	}
-	// The peak is logged, not judged: it depends on how the agent's goroutines are scheduled against the
-	// flood's (internal/connlimit's doc); what is left after is the cap.
-	if slack := 10; held > connlimit.DefaultPerSource+slack {
+	// The cap is enforced where connections are accepted (internal/fastpath's tcp.go), so it holds through the
+	// flood too, as the kernel's socket table shows it. That rests on the kernel steering every connection to
+	// the fast path's listeners (Linux 6.1 and later); before, CoreDNS's listener gets its share, bounded after
+	// the fact (internal/connlimit).
+	if testenv.KernelAtLeast(6, 1) && heldPeak > connlimit.DefaultPerSource+tcpHeldMargin {
+		t.Errorf("the pod's connections held open during the flood peaked at %d, over the per-source cap of %d and a margin of %d",
+			heldPeak, connlimit.DefaultPerSource, tcpHeldMargin)
+	}
+	if held > connlimit.DefaultPerSource+tcpHeldMargin {
 		t.Errorf("the agent holds %d connections from one pod, over the per-source cap of %d", held, connlimit.DefaultPerSource)
 	}
 }
