@@ -174,15 +174,23 @@ func TestEveryListenerBoundedUnderPodFlood(t *testing.T) {
 	firstSeen := map[uint64]time.Time{}
 	peakHeld := map[uint16]int{}
 	var peakRSS int64
-	peakFDs, failures, checks := 0, 0, 0
+	peakFDs, failures, checks, listedTwice := 0, 0, 0, 0
 	for ctx.Err() == nil {
 		now := time.Now()
 		inodes, fds := socketInodes(t, pid)
 		held := map[uint16]int{}
+		// Each socket once: /proc/net/tcp is read in chunks while the flood adds and removes sockets, and the
+		// kernel's walk can list one socket twice (that counted two held sockets as four against a bound of 2).
+		counted := map[uint64]bool{}
 		for _, s := range tcpSockets(t, pid) {
 			if s.listening || s.remote.Addr() != podIP || !inodes[s.inode] {
 				continue
 			}
+			if counted[s.inode] {
+				listedTwice++
+				continue
+			}
+			counted[s.inode] = true
 			if _, ok := firstSeen[s.inode]; !ok {
 				firstSeen[s.inode] = now
 			}
@@ -212,18 +220,16 @@ func TestEveryListenerBoundedUnderPodFlood(t *testing.T) {
 	}
 	wg.Wait()
 
-	t.Logf("idle: RSS %d MiB, %d descriptors; during the flood: peak RSS %d MiB, %d descriptors; held from the pod, per port: %v",
-		idleRSS>>20, idleFDs, peakRSS>>20, peakFDs, peakHeld)
+	t.Logf("idle: RSS %d MiB, %d descriptors; during the flood: peak RSS %d MiB, %d descriptors; held from the pod, per port: %v (sockets the kernel's walk listed twice, counted once: %d)",
+		idleRSS>>20, idleFDs, peakRSS>>20, peakFDs, peakHeld, listedTwice)
 	for port, h := range peakHeld {
 		// The agent's own listeners reset a connection over the bound as they accept it, and give a place back
-		// only once the socket is gone (listenlimit's conn.Close). Yet beside a CPU hog :9253 held 4-5 of one
-		// source for over a second against its bound of 2, before that order and after it (4 against 2, and
-		// the agent's metrics port 3): the cause is not found (an accept loop preempted between accept and
-		// reset, waiting behind the flood's goroutines, would explain one per listener, not two). So the stated
-		// margin is the bound again: at most twice it, against 1,999 held before the bound. CoreDNS's DNS
-		// listeners are capped at accept where the fast path serves them, by connlimit's passes elsewhere: what
-		// the pod opens in 100 ms more.
-		margin := bound[port]
+		// only once the socket is gone (listenlimit's conn.Close). The margin, one, is a connection accepted over
+		// the bound whose reset a starved accept loop has not run yet: against 1,999 held before the bound.
+		// (Beside a CPU hog :9253 was seen holding 4-5 against 2 while this test counted a socket each time the
+		// kernel's walk listed it.) CoreDNS's DNS listeners are capped at accept where the fast path serves them,
+		// by connlimit's passes elsewhere: what the pod opens in 100 ms more.
+		margin := 1
 		if port == 53 {
 			margin = everyFloodRate / 10
 		}
