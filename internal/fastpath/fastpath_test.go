@@ -251,3 +251,25 @@ func TestStepsAside(t *testing.T) {
 		})
 	}
 }
+
+// The sweeper pauses while the store is empty (an idle agent wakes for nothing) and resumes when an answer is
+// stored: an entry that can no longer be served still leaves the store within a sweep or two.
+func TestSweeperResumesAfterIdle(t *testing.T) {
+	up := startUpstream(t)
+	clk := clocktesting.NewFakeClock(time.Now())
+	p, addr := startCoreDNSOn(t, "cache 30 {\n success 1024 30 1\n }\n forward . "+up.Addr, clk, fastpath.NewMetrics())
+	time.Sleep(1500 * time.Millisecond) // a sweep of the empty store: the sweeper pauses
+	up.SetTTL(2)
+	for range 3 { // a miss, two answers from the cache: learned
+		ask(t, addr, "idle.example.")
+	}
+	waitStored(t, p, addr, 1)
+	clk.Step(3 * time.Second) // past the TTL: nothing the entry could serve
+	deadline := time.Now().Add(10 * time.Second)
+	for p.Stored(addr) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("an expired entry still stored 10 s later (%d): the sweeper did not resume after the store was empty", p.Stored(addr))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

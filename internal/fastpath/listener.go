@@ -30,6 +30,8 @@ type listener struct {
 	view  atomic.Pointer[view]
 	miss  *misses
 	done  chan struct{} // closed by close: stops the sweeper
+	// updated has a token after update (a new view, a new store): it wakes a sweeper paused on the old store.
+	updated chan struct{}
 	wg    sync.WaitGroup
 	// readers are the conns' readers; draining, once set, makes each read what is queued on its socket and
 	// stop (drain).
@@ -52,7 +54,8 @@ func (l *listener) answerHit(q []byte, _ netip.AddrPort, out []byte, now time.Ti
 }
 
 func openListener(log *zap.Logger, m *Metrics, acct *clients.Accounting, addr netip.AddrPort, core []*net.UDPConn, v *view, n int) (*listener, error) {
-	l := &listener{log: log, metrics: m, clients: acct, addr: addr, core: core, done: make(chan struct{})}
+	l := &listener{log: log, metrics: m, clients: acct, addr: addr, core: core, done: make(chan struct{}),
+		updated: make(chan struct{}, 1)}
 	l.view.Store(v)
 	hit := hitFunc(l.answerHit)
 	l.hit.Store(&hit)
@@ -175,7 +178,9 @@ func (l *listener) serve(b *batch, i int, received time.Time) {
 	}
 }
 
-// sweep drops what can no longer be served from the current view's store, every sweepEvery.
+// sweep drops what can no longer be served from the current view's store, every sweepEvery while the store
+// holds anything. An empty store pauses it until an entry is stored or the view changes: an idle agent wakes
+// for nothing (issue 39: at most node-cache's idle CPU).
 func (l *listener) sweep() {
 	tick := time.NewTicker(sweepEvery)
 	defer tick.Stop()
@@ -184,9 +189,19 @@ func (l *listener) sweep() {
 		case <-l.done:
 			return
 		case <-tick.C:
-			v := l.view.Load()
-			v.store.sweep(v.now())
 		}
+		v := l.view.Load()
+		if v.store.sweep(v.now()) > 0 {
+			continue
+		}
+		tick.Stop()
+		select {
+		case <-l.done:
+			return
+		case <-v.store.stored:
+		case <-l.updated:
+		}
+		tick.Reset(sweepEvery)
 	}
 }
 
@@ -194,6 +209,10 @@ func (l *listener) sweep() {
 // The previous duplicates are closed: one of a socket CoreDNS closed would keep it open.
 func (l *listener) update(v *view, core []*net.UDPConn) {
 	l.view.Store(v)
+	select {
+	case l.updated <- struct{}{}:
+	default:
+	}
 	for _, c := range core {
 		if err := detach(c); err != nil {
 			l.log.Warn("steer the kernel away from coredns's socket", zap.Error(err))

@@ -46,6 +46,8 @@ type store struct {
 	seed   maphash.Seed
 	shards [storeShards]storeShard
 	seen   [seenSlots]atomic.Uint64 // the doorkeeper: hashes of queries CoreDNS answered once from the cache
+	// stored has a token after put: the sweeper, paused while the store is empty, waits for it.
+	stored chan struct{}
 }
 
 const (
@@ -72,7 +74,7 @@ type storeShard struct {
 }
 
 func newStore(capacity int) *store {
-	s := &store{seed: maphash.MakeSeed()}
+	s := &store{seed: maphash.MakeSeed(), stored: make(chan struct{}, 1)}
 	for i := range s.shards {
 		s.shards[i] = storeShard{m: map[uint64]*entry{}, max: max(min(capacity, maxEntries)/storeShards, 4)}
 	}
@@ -124,16 +126,23 @@ func (s *store) put(now time.Time, e *entry) {
 	}
 	sh.m[h] = e
 	sh.Unlock()
+	select {
+	case s.stored <- struct{}{}:
+	default:
+	}
 }
 
-// sweep drops the entries that can no longer be served.
-func (s *store) sweep(now time.Time) {
+// sweep drops the entries that can no longer be served, and returns how many are left.
+func (s *store) sweep(now time.Time) int {
+	n := 0
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.Lock()
 		sh.sweep(now)
+		n += len(sh.m)
 		sh.Unlock()
 	}
+	return n
 }
 
 func (sh *storeShard) sweep(now time.Time) {
