@@ -129,13 +129,8 @@ func TestServeReloadStop(t *testing.T) {
 	t.Run("a forwarding loop is reported, not fatal", func(t *testing.T) {
 		loops := make(chan *LoopError, 4)
 		s.OnLoop(func(e *LoopError) { loops <- e })
-		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		self := pc.LocalAddr().String()
-		pc.Close()
-		_, port, _ := net.SplitHostPort(self)
+		port := freeUDPPort(t)
+		self := net.JoinHostPort("127.0.0.1", port)
 		// A second server block that forwards everything to itself: upstream's loop plugin would exit here.
 		looping := string(s.Corefile()) + fmt.Sprintf("example.net:%s {\n  bind 127.0.0.1\n  loop\n  forward . %s\n}\n", port, self)
 		gen := s.Generation()
@@ -248,4 +243,17 @@ func TestMetricsInTheServersRegistry(t *testing.T) {
 			t.Errorf("the prometheus listener does not serve the Server's registry:\n%s", body)
 		}
 	}
+}
+
+// freeUDPPort is a port on 127.0.0.1 that was free for UDP a moment ago: a Corefile's server block takes it for
+// UDP and TCP alike (with ":0" each would get its own).
+func freeUDPPort(t *testing.T) string {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	_, port, _ := net.SplitHostPort(pc.LocalAddr().String())
+	return port
 }

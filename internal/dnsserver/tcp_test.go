@@ -62,15 +62,9 @@ func TestTCPAcceptedWithinTheCap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A port free for UDP and TCP alike: with ":0" each would get its own, and the fast path serves TCP on the
-	// address it serves UDP on.
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := pc.LocalAddr().String()
-	pc.Close()
-	_, port, _ := net.SplitHostPort(addr)
+	// One port for UDP and TCP: the fast path serves TCP on the address it serves UDP on.
+	port := freeUDPPort(t)
+	addr := net.JoinHostPort("127.0.0.1", port)
 	corefile := fmt.Sprintf(".:%s {\n  bind 127.0.0.1\n  cache 30\n  forward . %s\n}\n", port, up.Addr)
 	if err := s.Start([]byte(corefile), "Corefile"); err != nil {
 		t.Fatal(err)
