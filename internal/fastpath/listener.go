@@ -32,7 +32,7 @@ type listener struct {
 	done  chan struct{} // closed by close: stops the sweeper
 	// updated has a token after update (a new view, a new store): it wakes a sweeper paused on the old store.
 	updated chan struct{}
-	wg    sync.WaitGroup
+	wg      sync.WaitGroup
 	// readers are the conns' readers; draining, once set, makes each read what is queued on its socket and
 	// stop (drain).
 	readers  sync.WaitGroup
