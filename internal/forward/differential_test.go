@@ -197,9 +197,12 @@ func slow(d time.Duration, h dns.HandlerFunc) dns.HandlerFunc {
 	}
 }
 
-// deadAddr is a loopback address where nothing listens (refused at once, over UDP and TCP).
+// deadAddr is a loopback address where nothing listens (refused at once, over UDP and TCP). It is not on
+// 127.0.0.1, where the transports' own sockets take their ephemeral ports: a UDP socket connected to
+// 127.0.0.1:p could be given p itself, and then reads back its own query (CI saw ours answer FORMERR so, once).
+// Sockets asking 127.0.0.254 get 127.0.0.1 as their source, so none can be connected to itself.
 func deadAddr(t testing.TB) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", "127.0.0.254:0")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -176,8 +176,9 @@ func (c *conn) forget(id uint16, q *query) {
 }
 
 // deliver hands an answer to the query its ID names. Over UDP, where anyone can send to our port, the question
-// must match too; over TCP the ID is enough (forward checks the question as CoreDNS does). The first answer for
-// a query wins; later ones (its hedges) are dropped.
+// must match too, and a datagram without the QR bit is a query, not an answer (a socket connected to its own
+// address reads back what it sent); over TCP the ID is enough (forward checks the rest as CoreDNS does). The
+// first answer for a query wins; later ones (its hedges) are dropped.
 func (c *conn) deliver(msg []byte) {
 	if len(msg) < headerLen {
 		return
@@ -185,7 +186,7 @@ func (c *conn) deliver(msg []byte) {
 	id := binary.BigEndian.Uint16(msg)
 	c.mu.Lock()
 	q := c.pending[id]
-	if q == nil || (!c.stream && !q.sameQuestion(msg)) {
+	if q == nil || (!c.stream && (msg[2]&0x80 == 0 || !q.sameQuestion(msg))) {
 		c.mu.Unlock()
 		return
 	}

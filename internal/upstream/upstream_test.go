@@ -276,7 +276,8 @@ func TestStopDrains(t *testing.T) {
 }
 
 // TestUDPIgnoresAnotherQuestion: over UDP a datagram with a pending ID but another question is not taken for the
-// answer (anyone can send to our port); the real answer that follows is.
+// answer (anyone can send to our port), nor is the query itself sent back (what a socket connected to its own
+// address reads); the real answer that follows is.
 func TestUDPIgnoresAnotherQuestion(t *testing.T) {
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
@@ -294,6 +295,7 @@ func TestUDPIgnoresAnotherQuestion(t *testing.T) {
 			if req.Unpack(buf[:n]) != nil {
 				continue
 			}
+			_, _ = pc.WriteTo(buf[:n], from) // the query, echoed
 			spoof := new(dns.Msg)
 			spoof.SetReply(req)
 			spoof.Question[0].Name = "other.example."
@@ -316,7 +318,8 @@ func TestUDPIgnoresAnotherQuestion(t *testing.T) {
 // TestUDPRefusedIsDeath: a connected UDP socket to a port nobody listens on gets ECONNREFUSED on its read (the
 // port unreachable); the query fails at once instead of waiting out its deadline.
 func TestUDPRefusedIsDeath(t *testing.T) {
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	// Not on 127.0.0.1, where our socket takes its own port: connected to 127.0.0.1:p, it could be given p.
+	pc, err := net.ListenPacket("udp", "127.0.0.254:0")
 	if err != nil {
 		t.Fatal(err)
 	}
