@@ -124,12 +124,18 @@ func uninstallWithoutHooks(t *testing.T, lease time.Duration) (judged bool) {
 		t.Errorf("within its lease the fallback covers %v, want the link-local address", covered)
 	}
 	time.Sleep(time.Until(stopped.Add(lease + time.Second)))
-	after := harness.ExpectEverywhere(t, n.Pod, "after the lease", func(k string) string {
+	wantAfter := func(k string) string {
 		if strings.HasSuffix(k, "ClusterIP") {
 			return "kube-dns" // kube-proxy's, as without any cache
 		}
 		return "none" // the link-local address answers nobody, as on a node that never had a cache
-	})
+	}
+	askedAfter := time.Since(stopped)
+	after := harness.AskEverywhere(n.Pod, "failsafe.default.svc.cluster.local.")
+	harness.Expect(t, "after the lease", after, wantAfter)
+	if t.Failed() {
+		diagnoseAfterLease(t, n, askedAfter)
+	}
 	if e := fallbackElements(t); len(e) > 0 {
 		t.Errorf("after the lease, the fallback still covers %v", e)
 	}
@@ -140,6 +146,18 @@ func uninstallWithoutHooks(t *testing.T, lease time.Duration) (judged bool) {
 	t.Logf("uninstalled without hooks, kube-dns-upstream's ClusterIP given to a rogue: within the lease %v; after it %v; queries the rogue got: %d",
 		within, after, rogue.QueriesFor("failsafe.default.svc.cluster.local."))
 	return true
+}
+
+// diagnoseAfterLease logs what may have answered a query after the lease: the fallback table as the kernel
+// holds it (each element with what is left of its lease), the node's conntrack entries of queries to the
+// link-local address, and who answers the same queries asked again.
+func diagnoseAfterLease(t *testing.T, n *node, askedAfter time.Duration) {
+	t.Helper()
+	table, _ := exec.Command("nft", "list", "table", "inet", fallbackTable).CombinedOutput()
+	tracked, _ := exec.Command("conntrack", "-L", "--orig-dst", harness.LocalIP).CombinedOutput()
+	again := harness.AskEverywhere(n.Pod, "failsafe.default.svc.cluster.local.")
+	t.Logf("after the lease: asked %v after the stop; the fallback table:\n%s\nconntrack, to %s:\n%s\nasked again: %v",
+		askedAfter.Round(time.Millisecond), table, harness.LocalIP, tracked, again)
 }
 
 // markWriter is another networking program's marks (Cilium ClusterMesh puts the cluster id in the mark's low
