@@ -109,7 +109,7 @@ test-arm64-if-possible: out/testsummary
 # mutates each for FUZZ_SHORT as part of `make test-ci`, `make fuzz` for FUZZ_TIME each. Each list is its own variable
 # so that another part's targets join FUZZ_TARGETS without touching these.
 FUZZ_ROBUST  := ./internal/nft/nftwatch:FuzzWatchFilter ./internal/nft/nftwatch:FuzzWatchParse ./internal/corefile:FuzzCorefileAtStart \
-	./internal/corefile:FuzzRender
+	./internal/corefile:FuzzRender ./internal/dnsname:FuzzUnderAsMiekg
 FUZZ_TARGETS += $(FUZZ_ROBUST)
 # The fast path's: the first -fuzz run of internal/fastpath builds CoreDNS with coverage instrumentation (about
 # 3 minutes on 2 CPUs, seconds once cached).

@@ -10,6 +10,8 @@ import (
 	"github.com/coredns/coredns/plugin/metrics"
 	"github.com/coredns/coredns/request"
 	"github.com/miekg/dns"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/dnsname"
 )
 
 // ServeDNS implements plugin.Handler: answer from the cache, or ask the next plugin and cache its answer.
@@ -22,7 +24,7 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 	// made only where one is passed on: a miss used to copy the request twice.
 	state := request.Request{W: w, Req: r}
 	do, cd, ad := state.Do(), r.CheckingDisabled, r.AuthenticatedData
-	if !plugin.Zones(c.Zones).Contains(state.Name()) || plugin.Zones(c.bypass).Contains(state.Name()) {
+	if !dnsname.AnyUnder(c.Zones, state.Name()) || dnsname.AnyUnder(c.bypass, state.Name()) {
 		return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r.Copy()) // plugins after us must not change r
 	}
 	now := c.now()

@@ -6,11 +6,12 @@ import (
 	"net"
 	"time"
 
-	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/pkg/dnsutil"
 	"github.com/coredns/coredns/plugin/pkg/response"
 	"github.com/coredns/coredns/request"
 	"github.com/miekg/dns"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/dnsname"
 )
 
 // ResponseWriter caches what the next plugin answers, then writes it to the client (unless it is a
@@ -160,7 +161,7 @@ func (w *ResponseWriter) cacheServerFailure(req *dns.Msg) {
 func (w *ResponseWriter) set(m *dns.Msg, key uint64, mt response.Type, d time.Duration, now time.Time) {
 	switch mt {
 	case response.NoError, response.Delegation:
-		if plugin.Zones(w.pexcept).Contains(m.Question[0].Name) {
+		if dnsname.AnyUnder(w.pexcept, m.Question[0].Name) {
 			return
 		}
 		e := w.entry(m, d, now)
@@ -183,7 +184,7 @@ func (w *ResponseWriter) set(m *dns.Msg, key uint64, mt response.Type, d time.Du
 			w.ncache.Remove(key)
 		}
 	case response.NameError, response.NoData, response.ServerError:
-		if plugin.Zones(w.nexcept).Contains(m.Question[0].Name) {
+		if dnsname.AnyUnder(w.nexcept, m.Question[0].Name) {
 			return
 		}
 		e := w.entry(m, d, now)

@@ -13,6 +13,7 @@ import (
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/dnsname"
 	"github.com/nodelocaldns/nodelocaldns/internal/fastpath"
 )
 
@@ -33,7 +34,7 @@ func (h *metricsHandler) Upstream() *metrics.Metrics { return h.Metrics }
 func (h *metricsHandler) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
 	state := request.Request{W: w, Req: r}
 	originalSize := r.Len() // before any plugin changes the request
-	zone := plugin.Zones(h.ZoneNames()).Matches(state.QName())
+	zone := dnsname.Longest(h.ZoneNames(), state.QName())
 	if zone == "" {
 		zone = "."
 	}

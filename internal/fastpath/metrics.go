@@ -4,10 +4,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/metrics/vars"
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/dnsname"
 )
 
 // What CoreDNS records for a cache hit, and what the fast path records for each answer, with the same labels:
@@ -119,7 +120,7 @@ func (ss *seriesSet) get(k seriesKey) *series {
 
 // metricsZone is the zone label the prometheus plugin gives qname (plugin/metrics/handler.go).
 func metricsZone(names []string, qname string) string {
-	if z := plugin.Zones(names).Matches(qname); z != "" {
+	if z := dnsname.Longest(names, qname); z != "" {
 		return z
 	}
 	return "."
