@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -24,11 +23,12 @@ type pool struct {
 	conns atomic.Pointer[[]*conn] // copy on write under mu
 	next  atomic.Uint32           // where pick starts scanning, so that ties do not all go to the first
 
-	mu      sync.Mutex
-	dialing int
-	ready   chan struct{} // closed (and replaced) when a connection is added
-	failed  chan struct{} // closed (and replaced) when a dial fails
-	stopped bool
+	mu       sync.Mutex
+	dialing  int
+	lastDial time.Time     // when the latest dial began
+	ready    chan struct{} // closed (and replaced) when a connection is added
+	failed   chan struct{} // closed (and replaced) when a dial fails
+	stopped  bool
 
 	used atomic.Int64 // unix nanoseconds of the last query
 	// renew counts the connections waiting for a replacement before they drain; a renewal waits until the
@@ -167,16 +167,29 @@ func (p *pool) fill(want int) {
 	}
 	for n := p.live() + p.dialing; n < want; n++ {
 		p.dialing++
+		p.lastDial = time.Now()
 		go p.dial()
 	}
+}
+
+// dialMore starts one more dial when none began within after: the ones pending may all be to a dead pod,
+// whose silent handshake only dialBound ends, and kube-proxy places each new flow on its own.
+func (p *pool) dialMore(after time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped || p.live()+p.dialing >= maxConns || time.Since(p.lastDial) < after {
+		return
+	}
+	p.dialing++
+	p.lastDial = time.Now()
+	go p.dial()
 }
 
 // dial opens one connection, bounded by the upstream's round trips, and adds it to the pool.
 func (p *pool) dial() {
 	bound := p.u.lat.dialBound()
 	start := time.Now()
-	d := net.Dialer{Timeout: bound}
-	nc, err := d.Dial(p.netw, p.u.addr)
+	nc, err := p.u.dial(p.netw, p.u.addr, bound)
 	p.mu.Lock()
 	p.dialing--
 	// A dial that ends after the pool expired (nobody asked for Expire) is not kept: no timer would close it.
@@ -327,11 +340,13 @@ func (p *pool) renewOne(now int64) {
 // idleExtra is how long a connection beyond the pool's size may stay unused before a renewal closes it.
 const idleExtra = time.Second
 
-// conn returns a live connection not among skip with room in its pipeline; when every one is full it opens
-// another and waits for it at most a dial's bound, then takes the least loaded anyway. With none at all it waits
-// (until deadline) for a dial.
+// conn returns a live connection not among skip with room in its pipeline. When every one is full it opens
+// another and waits for it as long as a live pod's handshake takes (dialWait), then takes the least loaded
+// anyway: a dial that meets a dead pod holds no query. With none open it waits (until deadline) for a dial, and
+// starts one more each time a wait, doubled each time, passes with none up: the ones pending may all have met
+// dead pods.
 func (p *pool) conn(skip []attempt, deadline time.Time, t *time.Timer) (*conn, error) {
-	for {
+	for wait := p.u.lat.dialWait(); ; wait *= 2 {
 		if c := p.pickUnder(skip, p.depth()); c != nil {
 			return c, nil
 		}
@@ -343,15 +358,14 @@ func (p *pool) conn(skip []attempt, deadline time.Time, t *time.Timer) (*conn, e
 		}
 		p.fill(p.live() + 1)
 		busy := p.pick(skip) // a live connection with a full pipeline, if any
-		wait := time.Until(deadline)
-		if busy != nil {
-			wait = min(wait, p.u.lat.dialBound())
-		}
-		if wait <= 0 {
-			if busy != nil {
-				return busy, nil
+		if left := time.Until(deadline); left < wait {
+			if left <= 0 {
+				if busy != nil {
+					return busy, nil
+				}
+				return nil, errNoConn
 			}
-			return nil, errNoConn
+			wait = left
 		}
 		t.Reset(wait)
 		select {
@@ -365,7 +379,7 @@ func (p *pool) conn(skip []attempt, deadline time.Time, t *time.Timer) (*conn, e
 			if c := p.pick(skip); c != nil {
 				return c, nil
 			}
-			return nil, errNoConn
+			p.dialMore(wait)
 		}
 		t.Stop()
 	}
