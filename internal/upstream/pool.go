@@ -30,6 +30,9 @@ type pool struct {
 	failed   chan struct{} // closed (and replaced) when a dial fails
 	stopped  bool
 
+	// waiters counts the queries waiting in conn for a connection: each has a dial of its own in flight.
+	waiters atomic.Int32
+
 	used atomic.Int64 // unix nanoseconds of the last query
 	// renew counts the connections waiting for a replacement before they drain; a renewal waits until the
 	// previous one's replacement is up.
@@ -341,12 +344,18 @@ func (p *pool) renewOne(now int64) {
 const idleExtra = time.Second
 
 // conn returns a live connection not among skip with room in its pipeline. When every one is full it opens
-// another and waits for it as long as a live pod's handshake takes (dialWait), then takes the least loaded
-// anyway: a dial that meets a dead pod holds no query. With none open it waits (until deadline) for a dial, and
-// starts one more each time a wait, doubled each time, passes with none up: the ones pending may all have met
-// dead pods.
+// another (a dial per waiting query) and waits for it as long as queueing on the least loaded one would take,
+// the queries ahead there times the upstream's service time, and at least a live pod's handshake (dialWait);
+// then it takes that one anyway: a dial that meets a dead pod holds no query past that. With none open it waits
+// (until deadline) for a dial, and starts one more each time a wait, doubled each time, passes with none up:
+// the ones pending may all have met dead pods.
 func (p *pool) conn(skip []attempt, deadline time.Time, t *time.Timer) (*conn, error) {
-	for wait := p.u.lat.dialWait(); ; wait *= 2 {
+	if c := p.pickUnder(skip, p.depth()); c != nil {
+		return c, nil
+	}
+	p.waiters.Add(1)
+	defer p.waiters.Add(-1)
+	for backoff := p.u.lat.dialWait(); ; backoff *= 2 {
 		if c := p.pickUnder(skip, p.depth()); c != nil {
 			return c, nil
 		}
@@ -356,8 +365,13 @@ func (p *pool) conn(skip []attempt, deadline time.Time, t *time.Timer) (*conn, e
 		if stopped {
 			return nil, fmt.Errorf("%w: transport to %s stopped", errNoConn, p.u.addr)
 		}
-		p.fill(p.live() + 1)
+		p.fill(p.live() + int(p.waiters.Load()))
+		wait := backoff
 		busy := p.pick(skip) // a live connection with a full pipeline, if any
+		if busy != nil {
+			queue := time.Duration(busy.inflight.Load()) * p.u.lat.serviceTime()
+			wait = min(max(wait, queue), p.u.lat.dialBound())
+		}
 		if left := time.Until(deadline); left < wait {
 			if left <= 0 {
 				if busy != nil {
