@@ -3,6 +3,7 @@ package upstream
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -115,4 +116,41 @@ func TestFreshPoolDialsPastDeadPods(t *testing.T) {
 		t.Fatalf("%d dials hung, want the pool's first %d", hungFirst.Load(), u.tcp.opts.Conns)
 	}
 	t.Logf("answered while the first %d dials hung, after %d dials in all", hungFirst.Load(), u.m.Dials.Load()+uint64(d.hung.Load()))
+}
+
+// TestOutageDialsBounded: when every pod goes silent under load (an outage), the queries waiting for a
+// connection start more dials while the pending ones hang, but never more than twice the pool's size at once:
+// each dial is a SYN and a conntrack entry on the node. (Without the bound, the queries' waits of a millisecond
+// each started a dial apiece, up to the pool's cap of 256.)
+func TestOutageDialsBounded(t *testing.T) {
+	var seen atomic.Int64
+	addr, stop := testenv.ServeDNS(t, "127.0.0.1:0", answerer(0, &seen))
+	u := New(addr, Options{})
+	defer u.Stop()
+	d := newSilentDialer(t)
+	u.dial = d.dial
+	for i := range 40 { // round trips seen: the waits are a millisecond or two
+		if _, err := ask(t, u, true, fmt.Sprintf("warm%d.example.", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.dead.Store(true)
+	stop() // the connections end; every dial from now on hangs
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = askWithin(t, u, true, fmt.Sprintf("outage%d.example.", i), 500*time.Millisecond)
+		}()
+		time.Sleep(2 * time.Millisecond)
+	}
+	wg.Wait()
+	if hung, most := d.hung.Load(), int64(2*u.tcp.opts.Conns); hung > most {
+		t.Errorf("%d dials hung at once during the outage, want at most %d", hung, most)
+	} else if hung < int64(u.tcp.opts.Conns) {
+		t.Errorf("%d dials hung: the pool did not even try to replace its connections", hung)
+	} else {
+		t.Logf("%d dials hung during the outage (at most %d)", hung, most)
+	}
 }

@@ -173,17 +173,22 @@ func (p *pool) fill(want int) {
 }
 
 // dialMore starts one more dial when none began within after: the ones pending may all be to a dead pod,
-// whose silent handshake only dialBound ends, and kube-proxy places each new flow on its own.
+// whose silent handshake only dialBound ends, and kube-proxy places each new flow on its own. At most
+// maxDialing dials are pending: with every pod silent (an outage), the queries waiting must not turn into a
+// stream of SYNs, each a conntrack entry on the node for minutes.
 func (p *pool) dialMore(after time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.stopped || p.live()+p.dialing >= maxConns || time.Since(p.lastDial) < after {
+	if p.stopped || p.dialing >= p.maxDialing() || p.live()+p.dialing >= maxConns || time.Since(p.lastDial) < after {
 		return
 	}
 	p.dialing++
 	p.lastDial = time.Now()
 	go p.dial()
 }
+
+// maxDialing bounds the dials dialMore lets be pending: twice the pool's size.
+func (p *pool) maxDialing() int { return 2 * p.opts.Conns }
 
 // dial opens one connection, bounded by the upstream's round trips, and adds it to the pool.
 func (p *pool) dial() {
