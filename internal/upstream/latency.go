@@ -27,10 +27,13 @@ const (
 	freshHedge  = 100 * time.Millisecond
 	// A query that finds every connection's pipeline full waits for a new one dialWaitFactor times the median
 	// round trip (a live pod's handshake is one), at least minDialWait, then queues on a full one: a dial that
-	// meets a dead pod runs on to its bound (dialBound) without a query behind it. freshDialWait applies before
-	// any round trip has been seen.
+	// meets a dead pod runs on to its bound (dialBound) without a query behind it. The floor is the hedge's:
+	// queued behind a query the upstream answers slowly (it serves a connection's queries one after the other),
+	// only a hedge gets it out, and with a 1 ms floor a Corefile forwarding to the agent itself (refused at
+	// reload) queued its queries behind their own forwards until the hedges got them out, past a second.
+	// freshDialWait applies before any round trip has been seen.
 	dialWaitFactor = 2
-	minDialWait    = time.Millisecond
+	minDialWait    = minHedge
 	freshDialWait  = 100 * time.Millisecond
 )
 
