@@ -247,13 +247,4 @@ func TestMetricsInTheServersRegistry(t *testing.T) {
 
 // freeUDPPort is a port on 127.0.0.1 that was free for UDP a moment ago: a Corefile's server block takes it for
 // UDP and TCP alike (with ":0" each would get its own).
-func freeUDPPort(t *testing.T) string {
-	t.Helper()
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pc.Close()
-	_, port, _ := net.SplitHostPort(pc.LocalAddr().String())
-	return port
-}
+func freeUDPPort(t *testing.T) string { return testenv.FreePort(t, "udp") }

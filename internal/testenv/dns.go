@@ -66,3 +66,26 @@ func listenBoth(addr string) (net.PacketConn, net.Listener, error) {
 		}
 	}
 }
+
+// FreePort is a port on 127.0.0.1 that was free for network ("tcp" or "udp") a moment ago.
+func FreePort(t testing.TB, network string) string {
+	t.Helper()
+	var addr net.Addr
+	if network == "udp" {
+		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pc.Close()
+		addr = pc.LocalAddr()
+	} else {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		addr = ln.Addr()
+	}
+	_, port, _ := net.SplitHostPort(addr.String())
+	return port
+}

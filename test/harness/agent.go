@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
 var (
@@ -307,16 +308,7 @@ func (a *Agent) Metric(series string) (float64, bool) {
 }
 
 // FreePort returns a TCP port that was free on 127.0.0.1 a moment ago.
-func FreePort(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	return port
-}
+func FreePort(t testing.TB) string { return testenv.FreePort(t, "tcp") }
 
 // RunBinary runs the binary to completion with args and returns its combined output and exit code.
 func RunBinary(t testing.TB, bin string, args ...string) (string, int) {
