@@ -29,9 +29,9 @@ var (
 	buildErr  error
 )
 
-// Binary builds cmd/nodelocaldns once per process and returns its path: static, as `make build` and the image
-// build it, or with the race detector (and so cgo) when $NODELOCALDNS_TEST_RACE is 1. NODELOCALDNS_BIN overrides
-// it.
+// Binary builds cmd/nodelocaldns once per process ([BuildAgent]) and returns its path: static, as `make build`
+// and the image build it, or with the race detector (and so cgo) when $NODELOCALDNS_TEST_RACE is 1.
+// NODELOCALDNS_BIN overrides it.
 func Binary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -39,20 +39,10 @@ func Binary(t testing.TB) string {
 			binPath = p
 			return
 		}
-		dir, err := os.MkdirTemp("", "nodelocaldns-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "nodelocaldns")
-		args, cgo := []string{"build", "-o", binPath}, "CGO_ENABLED=0"
 		if raceBuild() {
-			args, cgo = append(args, "-race"), "CGO_ENABLED=1" // the race runtime needs cgo
-		}
-		cmd := exec.Command("go", append(args, "github.com/nodelocaldns/nodelocaldns/cmd/nodelocaldns")...)
-		cmd.Env = append(os.Environ(), cgo)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+			binPath, buildErr = BuildAgent("nodelocaldns-race", []string{"CGO_ENABLED=1"}, "-race") // the race runtime needs cgo
+		} else {
+			binPath, buildErr = BuildAgent("nodelocaldns", []string{"CGO_ENABLED=0"})
 		}
 	})
 	if buildErr != nil {

@@ -3,7 +3,6 @@ package lifecycle
 import (
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -29,18 +28,7 @@ func nextBinary(t *testing.T) string {
 			nextBin = p
 			return
 		}
-		dir, err := os.MkdirTemp("", "nodelocaldns-next-")
-		if err != nil {
-			nextErr = err
-			return
-		}
-		nextBin = filepath.Join(dir, "nodelocaldns")
-		cmd := exec.Command("go", "build", "-tags", "nldfallbacknext", "-o", nextBin, "github.com/nodelocaldns/nodelocaldns/cmd/nodelocaldns")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			nextErr = err
-			t.Logf("go build -tags nldfallbacknext:\n%s", out)
-		}
+		nextBin, nextErr = harness.BuildAgent("nodelocaldns-next", []string{"CGO_ENABLED=0"}, "-tags", "nldfallbacknext")
 	})
 	if nextErr != nil {
 		t.Fatal(nextErr)
