@@ -33,10 +33,15 @@ const (
 type LoopError struct {
 	Generation int    // the configuration it was found in: 1 is the first, each reload adds one
 	Zone, Addr string // the server block
-	QName      string // the probe's name
+	QName      string // the probe's name; empty for a loop the Corefile states (selfloop.go)
+	Upstream   string // the forward target that names the block's own address, for a stated loop
 }
 
 func (e *LoopError) Error() string {
+	if e.QName == "" {
+		return fmt.Sprintf("forwarding loop in zone %q (configuration %d): it forwards to %s, which is its own address %s",
+			e.Zone, e.Generation, e.Upstream, e.Addr)
+	}
 	return fmt.Sprintf("forwarding loop detected for zone %q at %s (configuration %d): the probe HINFO %s came back to us",
 		e.Zone, e.Addr, e.Generation, e.QName)
 }

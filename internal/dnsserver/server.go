@@ -195,7 +195,8 @@ func (s *Server) readiness() error {
 	return (*s.ready.Load())()
 }
 
-// Start starts serving corefile. path names it in errors and logs (it is where the agent writes it).
+// Start starts serving corefile. path names it in errors and logs (it is where the agent writes it). A corefile
+// that forwards to its own address fails with a *LoopError before anything serves.
 func (s *Server) Start(corefile []byte, path string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -206,6 +207,10 @@ func (s *Server) Start(corefile []byte, path string) error {
 	in, err := Input(corefile, path)
 	if err != nil {
 		return fmt.Errorf("start coredns from %s: %w", path, err)
+	}
+	if e := selfForward(corefile, path, s.gen+1); e != nil {
+		s.log.Error("loop detected", zap.Error(e))
+		return fmt.Errorf("start coredns from %s: %w", path, e)
 	}
 	inst, err := lend(s.env, func() (*caddy.Instance, error) { return caddy.Start(in) })
 	if err != nil {
@@ -224,7 +229,7 @@ func (s *Server) Start(corefile []byte, path string) error {
 }
 
 // Reload replaces the running configuration with corefile. It is a no-op when corefile is what already runs.
-// On error the running configuration keeps serving.
+// On error the running configuration keeps serving; a *LoopError says corefile forwards to itself.
 func (s *Server) Reload(corefile []byte) (changed bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -237,6 +242,10 @@ func (s *Server) Reload(corefile []byte) (changed bool, err error) {
 	in, err := Input(corefile, s.path)
 	if err != nil {
 		return false, fmt.Errorf("reload coredns from %s: %w", s.path, err)
+	}
+	if e := selfForward(corefile, s.path, s.gen+1); e != nil {
+		s.log.Error("loop detected", zap.Error(e))
+		return false, fmt.Errorf("reload coredns from %s: %w", s.path, e)
 	}
 	inst, err := lend(s.env, func() (*caddy.Instance, error) { return s.inst.Restart(in) })
 	if err != nil {

@@ -1,6 +1,7 @@
 package dnsserver
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -126,13 +127,42 @@ func TestServeReloadStop(t *testing.T) {
 		}
 	})
 
-	t.Run("a forwarding loop is reported, not fatal", func(t *testing.T) {
+	t.Run("a forward to its own address is refused before it serves", func(t *testing.T) {
 		loops := make(chan *LoopError, 4)
 		s.OnLoop(func(e *LoopError) { loops <- e })
 		port := freeUDPPort(t)
-		self := net.JoinHostPort("127.0.0.1", port)
-		// A second server block that forwards everything to itself: upstream's loop plugin would exit here.
-		looping := string(s.Corefile()) + fmt.Sprintf("example.net:%s {\n  bind 127.0.0.1\n  loop\n  forward . %s\n}\n", port, self)
+		looping := string(s.Corefile()) + fmt.Sprintf("example.net:%s {\n  bind 127.0.0.1\n  loop\n  forward . 127.0.0.1:%s\n}\n", port, port)
+		gen := s.Generation()
+		_, err := s.Reload([]byte(looping))
+		var e *LoopError
+		if !errors.As(err, &e) || e.Upstream != "127.0.0.1:"+port || e.Generation != gen+1 {
+			t.Fatalf("Reload = %v, want a *LoopError naming 127.0.0.1:%s in generation %d", err, port, gen+1)
+		}
+		if s.Generation() != gen {
+			t.Errorf("generation %d after the refusal, want %d: the configuration must not have started", s.Generation(), gen)
+		}
+		if r := query(t, addr, "reloaded.example"); len(r.Answer) != 1 {
+			t.Errorf("the running configuration must keep serving: %v", r.Answer)
+		}
+		select {
+		case e := <-loops:
+			t.Errorf("the probe reported %v for a configuration that never started", e)
+		case <-time.After(100 * time.Millisecond):
+		}
+	})
+
+	t.Run("a forwarding loop is reported, not fatal", func(t *testing.T) {
+		loops := make(chan *LoopError, 4)
+		s.OnLoop(func(e *LoopError) { loops <- e })
+		p1, p2 := freeUDPPort(t), freeUDPPort(t)
+		for p2 == p1 {
+			p2 = freeUDPPort(t)
+		}
+		// Two server blocks forwarding to each other: no block names its own address, so only the probe can
+		// find it; upstream's loop plugin would exit here.
+		looping := string(s.Corefile()) +
+			fmt.Sprintf("example.net:%s {\n  bind 127.0.0.1\n  loop\n  forward . 127.0.0.1:%s\n}\n", p1, p2) +
+			fmt.Sprintf("example.net:%s {\n  bind 127.0.0.1\n  forward . 127.0.0.1:%s\n}\n", p2, p1)
 		gen := s.Generation()
 		if _, err := s.Reload([]byte(looping)); err != nil {
 			t.Fatalf("Reload: %v", err)

@@ -3,6 +3,7 @@ package supervisor
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -29,8 +30,9 @@ type coreDNS interface {
 var _ coreDNS = (*dnsserver.Server)(nil)
 
 // reloader re-renders the Corefile after a ConfigMap change or SIGUSR1 and reloads CoreDNS in-process, one
-// pass at a time on its runner (1 s to 30 s backoff on failure); it puts the previous configuration back when
-// the `loop` directive finds the new one forwarding to itself.
+// pass at a time on its runner (1 s to 30 s backoff on failure). A new configuration that forwards to itself
+// is refused: before it serves when the Corefile says so outright (a forward to the block's own address), or
+// by putting the previous one back when the `loop` directive's probe finds it.
 type reloader struct {
 	log    *zap.Logger
 	m      *metrics.Metrics
@@ -81,6 +83,14 @@ func (r *reloader) pass(_ context.Context, reasons []string) (changed bool, err 
 		if changed, err = r.dns.Reload(cf); changed {
 			r.prev = prev
 		}
+	}
+	var loop *dnsserver.LoopError
+	if errors.As(err, &loop) {
+		// Stated in the Corefile (a forward to the block's own address): refused before it served.
+		r.refused = cf
+		r.m.Reloads.WithLabelValues("loop").Inc()
+		r.log.Error("reload refused: the new configuration forwards to itself; the running one keeps serving", zap.Strings("triggers", reasons), zap.Error(err))
+		return false, nil
 	}
 	if err != nil {
 		setupError(r.m, metrics.ErrConfigmap)

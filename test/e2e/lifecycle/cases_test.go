@@ -16,8 +16,8 @@ import (
 // The cases of two instances on one node that need more than a start and a signal.
 
 // loopFailsStartUp: a Corefile that forwards to the agent's own address. CoreDNS's loop plugin would exit the
-// process with our rules in place; ours reports it, and start-up fails through the orderly shutdown: nothing is
-// left and the ClusterIP is served by kube-dns throughout.
+// process with our rules in place; ours refuses it before serving (the Corefile says it outright), and start-up
+// fails through the orderly shutdown: nothing is left and the ClusterIP is served by kube-dns throughout.
 func (m *matrix) loopFailsStartUp() {
 	t := m.t
 	m.phase("Corefile forwarding to itself: start-up fails", expectation{zero: []string{harness.ClusterIP}, allDirect: true})
@@ -31,9 +31,10 @@ func (m *matrix) loopFailsStartUp() {
 	time.Sleep(serveFor)
 }
 
-// loopInReloadIsRefused: a ConfigMap change that makes the Corefile forward to itself. The reload applies, the
-// `loop` directive finds the loop, and the previous configuration is put back. Queries that reach the looping
-// configuration in between fail; the case reports how many.
+// loopInReloadIsRefused: a ConfigMap change that makes the Corefile forward to itself. The reload is refused
+// before the new configuration serves (a forward to the block's own address), so no query may fail. Before,
+// the reload applied and the `loop` directive's probe found it: on a busy machine the queries sent in between
+// went round until the previous configuration was back, a second or more.
 func (m *matrix) loopInReloadIsRefused(a *harness.Agent) {
 	t := m.t
 	m.phase("reload to a Corefile forwarding to itself", expectation{})
