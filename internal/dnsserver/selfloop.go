@@ -57,31 +57,35 @@ func selfForward(corefile []byte, path string, gen int) *LoopError {
 	return nil
 }
 
-// blockListens is the set of plain-DNS addresses a server block binds: its `bind` IPs at its keys' ports (53
-// where a key names none). Interface names and a block of another transport give nothing.
+// blockListens is the set of plain-DNS addresses a server block binds: its `bind` IPs at its keys' port (53
+// where a key names none). Interface names give none, and a block of another transport or of keys on several
+// ports (each zone served on its own port: a forward to one of them may not come back) gives nothing.
 func blockListens(b caddyfile.ServerBlock) map[netip.AddrPort]bool {
-	var ports []uint16
+	port := ""
 	for _, k := range b.Keys {
 		trans, hp := parse.Transport(k)
 		if trans != transport.DNS {
 			return nil
 		}
-		port := dnsserver.Port
-		if _, p, err := net.SplitHostPort(hp); err == nil {
-			port = p
+		p := dnsserver.Port
+		if _, kp, err := net.SplitHostPort(hp); err == nil {
+			p = kp
 		}
-		if n, err := netip.ParseAddrPort("0.0.0.0:" + port); err == nil {
-			ports = append(ports, n.Port())
+		if port != "" && p != port {
+			return nil
 		}
+		port = p
+	}
+	at, err := netip.ParseAddrPort("0.0.0.0:" + port)
+	if err != nil {
+		return nil
 	}
 	listen := map[netip.AddrPort]bool{}
 	d := caddyfile.NewDispenserTokens("", b.Tokens["bind"])
 	for d.Next() {
 		for _, h := range d.RemainingArgs() {
 			if a, err := netip.ParseAddr(h); err == nil {
-				for _, p := range ports {
-					listen[netip.AddrPortFrom(a.Unmap(), p)] = true
-				}
+				listen[netip.AddrPortFrom(a.Unmap(), at.Port())] = true
 			}
 		}
 		for d.NextBlock() {

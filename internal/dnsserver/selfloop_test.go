@@ -29,6 +29,8 @@ func TestSelfForward(t *testing.T) {
 		{"IPv6", "cluster.local:53 {\n  bind fd00::10\n  forward . [fd00::10]:53\n}\n", "[fd00::10]:53"},
 		{"the port from the key", "example.org:1053 {\n  bind 127.0.0.1\n  forward . 127.0.0.1:1053\n}\n", "127.0.0.1:1053"},
 		{"the default port", "example.org {\n  bind 127.0.0.1\n  forward . 127.0.0.1\n}\n", "127.0.0.1"},
+		{"keys on two ports", "example.org:53 example.net:1053 {\n  bind 127.0.0.1\n  forward . 127.0.0.1:1053\n}\n", ""},
+		{"keys on one port", "example.org:53 example.net {\n  bind 127.0.0.1\n  forward . 127.0.0.1:53\n}\n", "127.0.0.1:53"},
 		{"a second block", ".:53 {\n  bind 127.0.0.1\n  forward . 10.0.0.2\n}\n" + block("169.254.20.10"), "169.254.20.10"},
 		// Left to the probe: every address, or a view that may hand the query to another block.
 		{"no bind", "example.org:53 {\n  forward . 127.0.0.1\n}\n", ""},
