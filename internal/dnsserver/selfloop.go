@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net"
 	"net/netip"
+	"strconv"
 
 	"github.com/coredns/caddy/caddyfile"
 	"github.com/coredns/coredns/core/dnsserver"
@@ -76,7 +77,7 @@ func blockListens(b caddyfile.ServerBlock) map[netip.AddrPort]bool {
 		}
 		port = p
 	}
-	at, err := netip.ParseAddrPort("0.0.0.0:" + port)
+	at, err := strconv.ParseUint(port, 10, 16)
 	if err != nil {
 		return nil
 	}
@@ -85,7 +86,7 @@ func blockListens(b caddyfile.ServerBlock) map[netip.AddrPort]bool {
 	for d.Next() {
 		for _, h := range d.RemainingArgs() {
 			if a, err := netip.ParseAddr(h); err == nil {
-				listen[netip.AddrPortFrom(a.Unmap(), at.Port())] = true
+				listen[netip.AddrPortFrom(a.Unmap(), uint16(at))] = true
 			}
 		}
 		for d.NextBlock() {
