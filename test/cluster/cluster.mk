@@ -3,6 +3,8 @@
 # namespace, with kube-proxy in nftables mode and in iptables mode. Needs root. See test/cluster/run.sh.
 #   make test-cluster                              both kube-proxy modes
 #   make test-cluster CLUSTER_MODES=nftables       one mode
+#   make test-cluster CLUSTER_LANES=1              one cluster at a time (default 2: each mode and each
+#                                                  conformance run is a cluster of its own, two at once)
 # Both also run Kubernetes' own DNS conformance specs (e2e.test) through the cache in nftables mode;
 # `make test-cluster-conformance` runs every conformance run and nothing else (test/cluster/README.md):
 #   make test-cluster-conformance CLUSTER_CONFORMANCE=linklocal      one run
@@ -12,11 +14,13 @@ CLUSTER_MODES ?= nftables,iptables
 CLUSTER_CONFORMANCE ?= nftables
 CLUSTER_CONFORMANCE_ALL := nftables,iptables,linklocal,rolling,control
 
+CLUSTER_LANES ?= 2
+
 test-cluster:
-	CLUSTER_MODES='$(CLUSTER_MODES)' CLUSTER_CONFORMANCE='$(CLUSTER_CONFORMANCE)' bash test/cluster/run.sh
+	CLUSTER_MODES='$(CLUSTER_MODES)' CLUSTER_CONFORMANCE='$(CLUSTER_CONFORMANCE)' CLUSTER_LANES='$(CLUSTER_LANES)' bash test/cluster/run.sh
 
 test-cluster-conformance:
-	CLUSTER_MODES= CLUSTER_CONFORMANCE='$(if $(filter command line,$(origin CLUSTER_CONFORMANCE)),$(CLUSTER_CONFORMANCE),$(CLUSTER_CONFORMANCE_ALL))' \
+	CLUSTER_LANES='$(CLUSTER_LANES)' CLUSTER_MODES= CLUSTER_CONFORMANCE='$(if $(filter command line,$(origin CLUSTER_CONFORMANCE)),$(CLUSTER_CONFORMANCE),$(CLUSTER_CONFORMANCE_ALL))' \
 		bash test/cluster/run.sh
 
 # Only the builds test-cluster needs, into the same cache (Kubernetes and etcd; e2e.test, agnhost and ginkgo when a

@@ -6,7 +6,9 @@
 #   - containerd, runc and the CNI plugins from Debian, downloaded and extracted there (never installed);
 #   - the images built here: ours (make image), pause, kube-dns (CoreDNS with the kubernetes plugin), a client.
 # Environment: CLUSTER_MODES (default "nftables,iptables"; empty: none); CLUSTER_CONFORMANCE (Kubernetes' DNS
-# conformance runs, default "nftables"; empty: none); CLUSTER_CACHE (default .cache/cluster: binaries, packages).
+# conformance runs, default "nftables"; empty: none); CLUSTER_LANES (clusters at once, default 2: each mode and each
+# conformance run is a cluster of its own; 1 runs them one after the other); CLUSTER_CACHE (default .cache/cluster:
+# binaries, packages).
 # Closing line: `cluster: N passed, N failed`. The node's logs stay in out/cluster/state/<mode>/logs.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -58,7 +60,9 @@ phase "Debian packages ($versions)"
 
 # Images, offline. Ours exactly as `make image` builds it; the others from test/cluster/cmd.
 make --no-print-directory image IMAGE_OUT="$out" IMAGE_TAR="$out/images/nodelocaldns.tar" >/dev/null
-(cd test/cluster && CGO_ENABLED=0 go build -o "$out/bin/" ./cmd/dnsq ./cmd/kubedns ./cmd/ociimage ./driver)
+# The driver's own unit tests first (test/cluster is a module of its own, outside `make test`'s ./...).
+(cd test/cluster && CGO_ENABLED=0 go test -count=1 ./driver && \
+	CGO_ENABLED=0 go build -o "$out/bin/" ./cmd/dnsq ./cmd/kubedns ./cmd/ociimage ./driver)
 "$out/bin/ociimage" -binary "$out/bin/dnsq" -ref localhost/cluster/pause:1 -o "$out/images/pause.tar" -- /dnsq pause
 "$out/bin/ociimage" -binary "$out/bin/dnsq" -ref localhost/cluster/client:1 -o "$out/images/client.tar" -- /dnsq
 "$out/bin/ociimage" -binary "$out/bin/kubedns" -ref localhost/cluster/kube-dns:1 -o "$out/images/kube-dns.tar" -- /kubedns
@@ -85,6 +89,6 @@ cleanup() {
 trap cleanup EXIT
 rc=0
 "$out/bin/driver" -repo "$repo" -state "$state" -k8s-bin "$k8s_bin" -deb-root "$deb_root" -images "$out/images" \
-	-dnsq "$out/bin/dnsq" -agent "$out/nodelocaldns" -modes "${CLUSTER_MODES-nftables,iptables}" "${e2e_args[@]}" || rc=$?
+	-dnsq "$out/bin/dnsq" -agent "$out/nodelocaldns" -modes "${CLUSTER_MODES-nftables,iptables}" -lanes "${CLUSTER_LANES:-2}" "${e2e_args[@]}" || rc=$?
 phase "suite"
 exit $rc

@@ -294,7 +294,7 @@ func topCase(ctx context.Context, c *cluster, r *results, prefix string, identit
 			err = fmt.Errorf("the noisy pod's NXDOMAIN %d, top names %v: want its search expansion %s", n.NXDomain, n.TopNames, expansion)
 		}
 		for i, cl := range s.Clients {
-			fmt.Printf("     top %d: %s %q %.0f q/s, %.0f NXDOMAIN/s, %.0f hits/s, %d answers, top name %s\n",
+			r.printf("     top %d: %s %q %.0f q/s, %.0f NXDOMAIN/s, %.0f hits/s, %d answers, top name %s\n",
 				i+1, cl.Addr, cl.Name, cl.Rate, cl.NXRate, cl.HitRate, cl.Answers, firstName(cl))
 		}
 	}
@@ -303,7 +303,7 @@ func topCase(ctx context.Context, c *cluster, r *results, prefix string, identit
 	screen, _ := c.exec(tctx, helmNamespace, agent, "nodelocaldns", "-top")
 	cancel()
 	if lines := strings.Split(strings.TrimSpace(screen), "\n"); len(lines) > 0 {
-		fmt.Printf("     nodelocaldns -top:\n       %s\n", strings.Join(lines[:min(len(lines), 12)], "\n       "))
+		r.printf("     nodelocaldns -top:\n       %s\n", strings.Join(lines[:min(len(lines), 12)], "\n       "))
 	}
 	who := "its address " + ips["noisy"]
 	if identity {
@@ -314,11 +314,11 @@ func topCase(ctx context.Context, c *cluster, r *results, prefix string, identit
 		r.figure(prefix+"noisy pod's first answer to the top of -top", "%.1f s", took.Seconds())
 	} else {
 		logs, _ := c.kubectl(ctx, "-n", helmNamespace, "logs", agent, "--tail=20")
-		fmt.Printf("     agent log:\n%s\n", logs)
+		r.printf("     agent log:\n%s\n", logs)
 	}
 	for _, l := range []*lookups{noisy, quiet} {
 		res, err := l.wait()
-		fmt.Printf("     %s: %s %v\n", l.pod, strings.TrimSpace(res), err)
+		r.printf("     %s: %s %v\n", l.pod, strings.TrimSpace(res), err)
 	}
 }
 

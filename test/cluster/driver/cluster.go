@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +25,17 @@ type cluster struct {
 	kubeletDNS string
 	// nextPort is the next source port sourcePorts hands out.
 	nextPort int
+	// out is where the cluster's run writes its lines (its results' out).
+	out io.Writer
+}
+
+// printf writes one of the run's lines where its output goes.
+func (c *cluster) printf(format string, args ...any) {
+	w := c.out
+	if w == nil {
+		w = os.Stdout
+	}
+	fmt.Fprintf(w, format, args...)
 }
 
 // firstSourcePort starts the source ports of the queries whose flows a case looks up in the conntrack table: in

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -93,15 +94,16 @@ func (cc *conformanceConfig) selected() ([]conformanceRun, error) {
 }
 
 // runConformance brings up a cluster for one run, runs the suite there and always tears the cluster down.
-func runConformance(ctx context.Context, cfg config, cc *conformanceConfig, run conformanceRun, state string) *results {
-	r := &results{mode: "conformance-" + run.name}
-	fmt.Printf("== DNS conformance run %s (kube-proxy %s, kubelet clusterDNS %s, %s)\n", run.name, run.mode, run.kubeletDNS, run.cache)
+func runConformance(ctx context.Context, cfg config, cc *conformanceConfig, run conformanceRun, state string, out io.Writer) *results {
+	r := &results{mode: "conformance-" + run.name, out: out}
+	r.printf("== DNS conformance run %s (kube-proxy %s, kubelet clusterDNS %s, %s)\n", run.name, run.mode, run.kubeletDNS, run.cache)
 	if err := os.RemoveAll(state); err != nil {
 		r.fail("cluster up", err)
 		return r
 	}
-	// The nodes import the cluster's images and the suite's.
-	images, err := joinImageDirs(filepath.Join(filepath.Dir(state), "conformance-images"), cfg.images, cc.images)
+	// The nodes import the cluster's images and the suite's, joined in a directory of the run's own (runs may be
+	// side by side).
+	images, err := joinImageDirs(state+"-images", cfg.images, cc.images)
 	if err != nil {
 		r.fail("images", err)
 		return r
@@ -109,10 +111,11 @@ func runConformance(ctx context.Context, cfg config, cc *conformanceConfig, run 
 	cfg.images = images
 	c := newCluster(cfg, run.mode, state)
 	c.kubeletDNS = run.kubeletDNS
+	c.out = out
 	runStart := time.Now()
 	defer func() {
 		if err := c.down(); err != nil {
-			fmt.Printf("   warning: cluster down: %v\n", err)
+			r.printf("   warning: cluster down: %v\n", err)
 		}
 		r.figure("whole run (cluster up to torn down)", "%.0f s", time.Since(runStart).Seconds())
 	}()

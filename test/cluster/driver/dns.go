@@ -118,7 +118,7 @@ func dnsCases(ctx context.Context, c *cluster, r *results, prefix string) {
 					len(ours), ip, strings.Join(ours, "\n"))
 			}
 			if len(others) > 0 {
-				fmt.Printf("     note: %d other DNS flows to %s tracked (not this check's queries):\n       %s\n",
+				r.printf("     note: %d other DNS flows to %s tracked (not this check's queries):\n       %s\n",
 					len(others), ip, strings.Join(others, "\n       "))
 			}
 		}

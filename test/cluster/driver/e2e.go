@@ -50,7 +50,7 @@ func runE2E(ctx context.Context, c *cluster, cc *conformanceConfig, dir string, 
 	args := []string{"--procs=" + strconv.Itoa(e2eProcs), "--focus=" + e2eFocus, "--no-color", "--timeout=40m"}
 	for _, s := range e2eSkips {
 		args = append(args, "--skip="+s.pattern)
-		fmt.Printf("   skip %s: %s\n", s.pattern, s.why)
+		c.printf("   skip %s: %s\n", s.pattern, s.why)
 	}
 	args = append(args, filepath.Join(cc.e2e, "e2e.test"), "--",
 		"--provider=skeleton",
@@ -68,7 +68,7 @@ func runE2E(ctx context.Context, c *cluster, cc *conformanceConfig, dir string, 
 	cmd.Env = append(os.Environ(), "KUBE_TEST_REPO_LIST="+cc.repoList, "HOME="+dir)
 	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = logf, logf
-	fmt.Printf("   ginkgo %s (log: %s)\n", strings.Join(args, " "), logPath)
+	c.printf("   ginkgo %s (log: %s)\n", strings.Join(args, " "), logPath)
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		return nil, err
@@ -162,7 +162,7 @@ func summarize(logPath, junitPath string) (*e2eSummary, error) {
 // report records the run: its summary line, one case for the [Conformance] specs (every one ran and passed)
 // and one for the others that ran.
 func (s *e2eSummary) report(r *results) {
-	fmt.Printf("   summary %s: ran %d, passed %d, failed %d, skipped %d in %.0f s (ginkgo: %s)\n",
+	r.printf("   summary %s: ran %d, passed %d, failed %d, skipped %d in %.0f s (ginkgo: %s)\n",
 		r.mode, s.ran, s.passed, s.failed, s.skipped, s.took.Seconds(), s.ginkgo)
 	r.figure("DNS specs: ran / passed / failed / skipped", "%d / %d / %d / %d", s.ran, s.passed, s.failed, s.skipped)
 	r.figure("e2e.test wall time", "%.0f s", s.took.Seconds())

@@ -62,7 +62,9 @@ func newHelm(ctx context.Context, c *cluster) (*helmRun, error) {
 
 // newHelmTool finds (or builds) helm, without the hooks' images (enough to install and upgrade).
 func newHelmTool(ctx context.Context, c *cluster) (*helmRun, error) {
+	shared.Lock()
 	out, err := exec.CommandContext(ctx, filepath.Join(c.cfg.repo, "deploy/build-helm.sh")).Output()
+	shared.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("deploy/build-helm.sh: %w", err)
 	}
@@ -178,11 +180,32 @@ func nodesClean(ctx context.Context, c *cluster) (string, error) {
 // importHelmImages builds (once) and imports on both nodes what the chart's hooks and the upgrade run that the
 // cluster does not have: kubectl (the cluster's own binary) and the second build of ours.
 func importHelmImages(ctx context.Context, c *cluster, dir string) error {
+	if err := buildHelmImages(ctx, c, dir); err != nil {
+		return err
+	}
+	for _, n := range c.nodes() {
+		for _, t := range helmImageTars(dir) {
+			if _, err := n.ctr(ctx, "images", "import", t); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func helmImageTars(dir string) []string {
+	return []string{filepath.Join(dir, "kubectl.tar"), filepath.Join(dir, "nodelocaldns-"+upgradeTag+".tar")}
+}
+
+// buildHelmImages builds the images into dir, once for every unit (lanes.go).
+func buildHelmImages(ctx context.Context, c *cluster, dir string) error {
+	shared.Lock()
+	defer shared.Unlock()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	kubectlTar := filepath.Join(dir, "kubectl.tar")
-	ourTar := filepath.Join(dir, "nodelocaldns-"+upgradeTag+".tar")
+	tars := helmImageTars(dir)
+	kubectlTar, ourTar := tars[0], tars[1]
 	if _, err := os.Stat(kubectlTar); err != nil {
 		ociimage := filepath.Join(filepath.Dir(c.cfg.dnsq), "ociimage")
 		if out, err := exec.CommandContext(ctx, ociimage, "-binary", filepath.Join(c.cfg.k8sBin, "kubectl"), "-ref", kubectlImage,
@@ -195,13 +218,6 @@ func importHelmImages(ctx context.Context, c *cluster, dir string) error {
 			"IMAGE_REF="+ourImageRepo+":"+upgradeTag, "IMAGE_VERSION="+upgradeTag)
 		if out, err := mk.CombinedOutput(); err != nil {
 			return fmt.Errorf("make image %s: %v\n%s", upgradeTag, err, out)
-		}
-	}
-	for _, n := range c.nodes() {
-		for _, t := range []string{kubectlTar, ourTar} {
-			if _, err := n.ctr(ctx, "images", "import", t); err != nil {
-				return err
-			}
 		}
 	}
 	return nil

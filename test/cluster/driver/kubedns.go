@@ -114,7 +114,7 @@ func kubeDNSRun(ctx context.Context, c *cluster, r *results, fr forwardRun) {
 		if fr.asserted {
 			r.check(name+": "+what, detail, err)
 		} else if err != nil {
-			fmt.Printf("     note (not asserted): %s: %s: %v\n", name, what, err)
+			r.printf("     note (not asserted): %s: %s: %v\n", name, what, err)
 		}
 	}
 	if !r.check(name+": agent restarted with it", "", setAgentForward(ctx, c, fr.env)) {

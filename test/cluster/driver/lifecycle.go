@@ -231,7 +231,7 @@ func lifecycleCases(ctx context.Context, c *cluster, r *results) {
 	if failOpenExpected() {
 		r.check("SIGKILL: ClusterIP fails open to kube-dns (no loss but the queries in flight)", fmt.Sprint(l), inFlight("ClusterIP after SIGKILL", l))
 	} else {
-		fmt.Printf("     note: ClusterIP loss after SIGKILL not asserted (expectFailOpenOnSIGKILL is off): %s\n", l)
+		r.printf("     note: ClusterIP loss after SIGKILL not asserted (expectFailOpenOnSIGKILL is off): %s\n", l)
 	}
 	fallbackCase(c, r, "SIGKILL: "+localDNSIP+" loses no query but those in flight (pod, host network UDP and TCP)",
 		func() error { return localInFlight("SIGKILL", res) })

@@ -8,6 +8,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -28,6 +29,7 @@ func run() int {
 	flag.StringVar(&cfg.dnsq, "dnsq", "", "the dnsq binary (stub upstream servers, host-side queries)")
 	flag.StringVar(&cfg.agent, "agent", "", "the agent binary in the image under test (make image)")
 	modes := flag.String("modes", "nftables,iptables", "kube-proxy modes to run the suite against (none if empty)")
+	lanes := flag.Int("lanes", 1, "clusters to run at once (each mode and each conformance run is a cluster of its own)")
 	cc := conformanceFlags()
 	flag.Parse()
 	runs, err := cc.selected()
@@ -52,23 +54,30 @@ func run() int {
 	if _, err := os.Stat("/proc/net/ip_vs"); err != nil {
 		fmt.Println("SKIP kube-proxy mode ipvs: this kernel has no IPVS (no /proc/net/ip_vs)")
 	}
+	// Each mode and each conformance run on a cluster of its own, up to -lanes of them at once (lanes.go).
+	var units []unit
 	for _, mode := range strings.Split(*modes, ",") {
-		if ctx.Err() != nil || mode == "" {
-			break
+		if mode == "" {
+			continue
 		}
-		st := filepath.Join(cfg.state, mode)
-		r := runMode(ctx, cfg, mode, st, fallback)
-		all.merge(r)
+		units = append(units, unit{mode, func(out io.Writer) *results {
+			return runMode(ctx, cfg, mode, filepath.Join(cfg.state, mode), fallback, out)
+		}})
 	}
 	// Kubernetes' own DNS conformance specs, one cluster per run (conformance.go).
 	for _, run := range runs {
-		if ctx.Err() != nil {
-			break
+		units = append(units, unit{"conformance-" + run.name, func(out io.Writer) *results {
+			return runConformance(ctx, cfg, cc, run, filepath.Join(cfg.state, "conformance-"+run.name), out)
+		}})
+	}
+	for _, r := range runLanes(ctx, units, *lanes, os.Stdout) {
+		if r != nil {
+			all.merge(r)
 		}
-		all.merge(runConformance(ctx, cfg, cc, run, filepath.Join(cfg.state, "conformance-"+run.name)))
 	}
 	fmt.Println()
 	all.printFigures()
+	all.printFailures()
 	if ctx.Err() != nil {
 		fmt.Println("interrupted")
 	}
@@ -84,20 +93,21 @@ func run() int {
 }
 
 // runMode brings the cluster up in one kube-proxy mode, runs the suite and always tears the cluster down.
-func runMode(ctx context.Context, cfg config, mode, state string, fallback bool) *results {
-	r := &results{mode: mode}
-	fmt.Printf("== kube-proxy mode %s\n", mode)
+func runMode(ctx context.Context, cfg config, mode, state string, fallback bool, out io.Writer) *results {
+	r := &results{mode: mode, out: out}
+	r.printf("== kube-proxy mode %s\n", mode)
 	if err := os.RemoveAll(state); err != nil {
 		r.fail("cluster up", err)
 		return r
 	}
 	c := newCluster(cfg, mode, state)
 	c.fallback = fallback
+	c.out = out
 	modeStart := time.Now()
 	defer func() {
 		start := time.Now()
 		if err := c.down(); err != nil {
-			fmt.Printf("   warning: cluster down: %v\n", err)
+			r.printf("   warning: cluster down: %v\n", err)
 		}
 		r.figure("cluster teardown", "%.1f s", time.Since(start).Seconds())
 		r.figure("whole mode (cluster up to torn down)", "%.0f s", time.Since(modeStart).Seconds())

@@ -2,15 +2,29 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"os"
 	"strings"
 )
 
-// results counts the cases of one mode (or all of them) and keeps the figures for the closing table.
+// results counts the cases of one mode (or all of them) and keeps the figures for the closing table. Its lines go
+// to out (stdout when nil; its lane's writer when clusters run side by side, lanes.go).
 type results struct {
 	mode           string
 	passed, failed int
 	skipped        int
 	figures        []string
+	failures       []string // the failed cases' names, said again at the end
+	out            io.Writer
+}
+
+// printf writes one of the mode's lines where its output goes.
+func (r *results) printf(format string, args ...any) {
+	w := r.out
+	if w == nil {
+		w = os.Stdout
+	}
+	fmt.Fprintf(w, format, args...)
 }
 
 func (r *results) pass(name, detail string) {
@@ -18,18 +32,19 @@ func (r *results) pass(name, detail string) {
 	if detail != "" {
 		detail = " (" + detail + ")"
 	}
-	fmt.Printf("PASS %s/%s%s\n", r.mode, name, detail)
+	r.printf("PASS %s/%s%s\n", r.mode, name, detail)
 }
 
 func (r *results) fail(name string, err error) {
 	r.failed++
-	fmt.Printf("FAIL %s/%s: %s\n", r.mode, name, strings.ReplaceAll(err.Error(), "\n", "\n     "))
+	r.failures = append(r.failures, r.mode+"/"+name)
+	r.printf("FAIL %s/%s: %s\n", r.mode, name, strings.ReplaceAll(err.Error(), "\n", "\n     "))
 }
 
 // skip records a case that was not run, and why.
 func (r *results) skip(name, why string) {
 	r.skipped++
-	fmt.Printf("SKIP %s/%s: skipped: %s\n", r.mode, name, why)
+	r.printf("SKIP %s/%s: skipped: %s\n", r.mode, name, why)
 }
 
 // check records a case from its error.
@@ -46,7 +61,7 @@ func (r *results) check(name string, detail string, err error) bool {
 func (r *results) figure(name, format string, args ...any) {
 	line := fmt.Sprintf("%-10s %-72s %s", r.mode, name, fmt.Sprintf(format, args...))
 	r.figures = append(r.figures, line)
-	fmt.Printf("     figure: %s: %s\n", name, fmt.Sprintf(format, args...))
+	r.printf("     figure: %s: %s\n", name, fmt.Sprintf(format, args...))
 }
 
 func (r *results) merge(o *results) {
@@ -54,6 +69,7 @@ func (r *results) merge(o *results) {
 	r.failed += o.failed
 	r.skipped += o.skipped
 	r.figures = append(r.figures, o.figures...)
+	r.failures = append(r.failures, o.failures...)
 }
 
 func (r *results) printFigures() {
@@ -63,5 +79,17 @@ func (r *results) printFigures() {
 	fmt.Println("== figures")
 	for _, f := range r.figures {
 		fmt.Println(f)
+	}
+}
+
+// printFailures says the failed cases again, where the output ends: with clusters side by side, a failure's
+// lines are among another cluster's.
+func (r *results) printFailures() {
+	if len(r.failures) == 0 {
+		return
+	}
+	fmt.Println("== failed (their FAIL lines above say why)")
+	for _, f := range r.failures {
+		fmt.Println("FAIL " + f)
 	}
 }
