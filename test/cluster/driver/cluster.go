@@ -30,13 +30,7 @@ type cluster struct {
 }
 
 // printf writes one of the run's lines where its output goes.
-func (c *cluster) printf(format string, args ...any) {
-	w := c.out
-	if w == nil {
-		w = os.Stdout
-	}
-	fmt.Fprintf(w, format, args...)
-}
+func (c *cluster) printf(format string, args ...any) { fprintf(c.out, format, args...) }
 
 // firstSourcePort starts the source ports of the queries whose flows a case looks up in the conntrack table: in
 // the ephemeral range, far from where Linux starts it (32768), and never handed out twice on one cluster.

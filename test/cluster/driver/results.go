@@ -19,8 +19,10 @@ type results struct {
 }
 
 // printf writes one of the mode's lines where its output goes.
-func (r *results) printf(format string, args ...any) {
-	w := r.out
+func (r *results) printf(format string, args ...any) { fprintf(r.out, format, args...) }
+
+// fprintf writes to w, stdout when w is nil.
+func fprintf(w io.Writer, format string, args ...any) {
 	if w == nil {
 		w = os.Stdout
 	}
