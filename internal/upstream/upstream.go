@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,21 +70,14 @@ type Upstream struct {
 	tcp  *pool
 	udp  *pool
 	m    *Stats
-	// dial opens a connection within timeout (net.Dialer's; tests put a dead pod's silence in its place).
-	dial func(network, addr string, timeout time.Duration) (net.Conn, error)
 
 	stopOnce sync.Once
-}
-
-func dial(network, addr string, timeout time.Duration) (net.Conn, error) {
-	d := net.Dialer{Timeout: timeout}
-	return d.Dial(network, addr)
 }
 
 // New returns the transport to addr (host:port); Stop closes its connections.
 func New(addr string, opts Options) *Upstream {
 	opts = opts.withDefaults()
-	u := &Upstream{addr: addr, m: &Stats{}, dial: dial}
+	u := &Upstream{addr: addr, m: &Stats{}}
 	u.tcp = newPool(u, true, opts)
 	u.udp = newPool(u, false, opts)
 	return u
