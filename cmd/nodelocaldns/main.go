@@ -106,7 +106,7 @@ func serve(o *options.Options, log *zap.Logger) int {
 	pf.Log(log.Named("preflight"))
 	pf.Export(m.NodeCapability)
 	cfg := supervisor.Config{Options: o, Log: log, Getenv: os.Getenv, Metrics: m, FastPath: fast,
-		Gatherer: prometheus.DefaultGatherer, Registerer: prometheus.DefaultRegisterer}
+		Gatherer: fast.Gatherer(prometheus.DefaultGatherer), Registerer: prometheus.DefaultRegisterer}
 	taint, err := startupTaint(o, os.Getenv, nodetaint.ServiceAccountDir, log)
 	if err != nil {
 		log.Error("invalid configuration", zap.Error(err))

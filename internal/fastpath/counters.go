@@ -5,16 +5,19 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // Metrics are the fast path's own series, nodelocaldns_fastpath_*: how the load batched its readers' receives,
-// and the panics they contained (panic.go). A Path counts into the Metrics it is made with; the agent registers
-// them with the registry it serves (cmd/nodelocaldns), beside CoreDNS's, and a test reads them unregistered.
+// and the panics they contained (panic.go); and its share of CoreDNS's histograms (histogram.go). A Path counts
+// into the Metrics it is made with; the agent registers them with the registry it serves (cmd/nodelocaldns),
+// beside CoreDNS's, and serves that registry through Gatherer. A test reads them unregistered.
 type Metrics struct {
 	// receives and received count the readers' recvmmsg calls and the datagrams they returned: their ratio is
 	// the batch size the load formed.
 	receives, received atomic.Uint64
 	panics             atomic.Uint64
+	hists              histSet
 }
 
 // NewMetrics returns counters at zero, registered nowhere.
@@ -28,6 +31,16 @@ func (m *Metrics) Register(reg prometheus.Registerer) error {
 		reg.Register(counterFunc("nodelocaldns_fastpath_panics_total",
 			"Panics the fast path recovered from while handling a datagram (the datagram went to CoreDNS).", &m.panics)),
 	)
+}
+
+// Gatherer is g with the fast path's share of CoreDNS's histograms added to CoreDNS's series in it: what the
+// agent serves wherever it serves g.
+func (m *Metrics) Gatherer(g prometheus.Gatherer) prometheus.Gatherer {
+	return prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+		mfs, err := g.Gather()
+		m.hists.addTo(mfs)
+		return mfs, err
+	})
 }
 
 func counterFunc(name, help string, c *atomic.Uint64) prometheus.CounterFunc {

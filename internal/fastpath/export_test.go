@@ -17,7 +17,7 @@ func (p *Path) Answer(addr netip.AddrPort, q []byte, from netip.AddrPort, out []
 		return out, false
 	}
 	l.conns[0].WriteToUDPAddrPort(out, from)
-	e.series.record(v.now().Sub(start), e.size, e.reqLen)
+	e.series.record(v.now().Sub(start), e)
 	return out, true
 }
 

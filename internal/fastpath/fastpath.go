@@ -19,7 +19,8 @@
 // so blocks with prefetch and serve_stale are served too. Blocks with a plugin before cache that answers or
 // counts per query (log, dnstap, acl, loadbalance, rewrite, view, metadata, ...) are left to CoreDNS. The metrics
 // CoreDNS's prometheus and cache plugins record for a cache hit are recorded for each fast-path answer, with the
-// same labels (metrics.go). CoreDNS is read only through public API (core.go).
+// same labels (metrics.go; the histograms in counts of the fast path's own, added into CoreDNS's series when
+// they are gathered: histogram.go). CoreDNS is read only through public API (core.go).
 //
 // TCP on the same addresses is served in CoreDNS's place too, so that the per-source cap on connections is
 // enforced where they are accepted (tcp.go: the kernel steers every connection to the fast path's listeners,
@@ -106,7 +107,7 @@ func (p *Path) Sync(inst *caddy.Instance) {
 			log.Info("fast path steps aside", zap.String("reason", cl.reason))
 			continue
 		}
-		v, reason := newView(cl, p.now)
+		v, reason := newView(cl, p.now, &p.metrics.hists)
 		if reason != "" {
 			log.Info("fast path steps aside", zap.String("reason", reason))
 			continue

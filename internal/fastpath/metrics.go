@@ -23,18 +23,22 @@ import (
 // request size is the entry's, not the label set's: keyed by it, one name asked with padding of every length
 // made a set of its own for each (799 for one name in the edges issue), kept until a reload.
 
-// series are the handles one label set counts into; nil when the block has no prometheus plugin.
+// series are the handles one label set counts into; nil when the block has no prometheus plugin. The
+// counters are CoreDNS's; the histograms the fast path's share of CoreDNS's (histogram.go).
 type series struct {
 	requests, do, rcode     prometheus.Counter // do: nil when no DO bit
-	duration, reqSize, size prometheus.Observer
+	duration, reqSize, size *hist
 }
 
-func (s *series) record(took time.Duration, size, reqLen float64) {
+// record records one answer from e, which took took.
+func (s *series) record(took time.Duration, e *entry) {
 	if s == nil {
 		return
 	}
 	s.count(1)
-	s.observe(took.Seconds(), size, reqLen)
+	s.duration.observe(s.duration.point(took.Seconds()), 1)
+	s.size.observe(e.sizeAt, 1)
+	s.reqSize.observe(e.reqAt, 1)
 }
 
 // count adds n answers to the series' counters.
@@ -46,16 +50,9 @@ func (s *series) count(n int) {
 	s.rcode.Add(float64(n))
 }
 
-// observe records one answer in the series' histograms.
-func (s *series) observe(took, size, reqLen float64) {
-	s.duration.Observe(took)
-	s.size.Observe(size)
-	s.reqSize.Observe(reqLen)
-}
-
 // answered are the entries a reader answered from in one batch, recorded together once the batch is answered:
 // every answer of a batch took the same time (from the receive, so the clock is read twice per batch, not
-// twice per answer), and each series' counters are added to once per run of answers from it.
+// twice per answer), and each series is added to once per run of answers from it.
 type answered struct {
 	entries [batchSize]*entry
 	n       int
@@ -74,15 +71,25 @@ func (a *answered) record(took time.Duration) {
 		}
 		if s != nil {
 			s.count(j - i)
-			for _, e := range a.entries[i:j] {
-				s.observe(secs, e.size, e.reqLen)
-			}
+			s.duration.observe(s.duration.point(secs), j-i)
+			s.size.observeEach(a.entries[i:j], sizeAt)
+			s.reqSize.observeEach(a.entries[i:j], reqAt)
 		}
 		i = j
 	}
 	clear(a.entries[:a.n])
 	a.n = 0
 }
+
+func sizeAt(e *entry) point { return e.sizeAt }
+func reqAt(e *entry) point  { return e.reqAt }
+
+// The families of CoreDNS's histograms (plugin/metrics/vars).
+const (
+	durationFamily = "coredns_dns_request_duration_seconds"
+	sizeFamily     = "coredns_dns_response_size_bytes"
+	reqSizeFamily  = "coredns_dns_request_size_bytes"
+)
 
 // seriesKey is everything the labels depend on.
 type seriesKey struct {
@@ -91,11 +98,14 @@ type seriesKey struct {
 }
 
 type seriesSet struct {
-	mu sync.Mutex
-	m  map[seriesKey]*series
+	hists *histSet // the process's (Metrics), which outlive the set
+	mu    sync.Mutex
+	m     map[seriesKey]*series
 }
 
-func newSeriesSet() *seriesSet { return &seriesSet{m: map[seriesKey]*series{}} }
+func newSeriesSet(hists *histSet) *seriesSet {
+	return &seriesSet{hists: hists, m: map[seriesKey]*series{}}
+}
 
 func (ss *seriesSet) get(k seriesKey) *series {
 	ss.mu.Lock()
@@ -106,9 +116,9 @@ func (ss *seriesSet) get(k seriesKey) *series {
 	const view, proto = "", "udp"
 	s := &series{
 		requests: vars.RequestCount.WithLabelValues(k.server, k.zone, view, proto, k.family, k.qtype),
-		duration: vars.RequestDuration.WithLabelValues(k.server, k.zone, view),
-		size:     vars.ResponseSize.WithLabelValues(k.server, k.zone, view, proto),
-		reqSize:  vars.RequestSize.WithLabelValues(k.server, k.zone, view, proto),
+		duration: ss.hists.get(durationFamily, vars.RequestDuration.WithLabelValues(k.server, k.zone, view), durationKeys),
+		size:     ss.hists.get(sizeFamily, vars.ResponseSize.WithLabelValues(k.server, k.zone, view, proto), sizeKeys),
+		reqSize:  ss.hists.get(reqSizeFamily, vars.RequestSize.WithLabelValues(k.server, k.zone, view, proto), sizeKeys),
 		rcode:    vars.ResponseRcode.WithLabelValues(k.server, k.zone, view, k.rcode, k.plugin),
 	}
 	if k.do {

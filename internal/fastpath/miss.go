@@ -317,8 +317,12 @@ func (v *view) learn(pr *probe, hit *dnscache.Hit, cw *capture) {
 	// and not compressed (a new dns.Msg; the scrubbing compresses large ones).
 	m.Extra = slices.DeleteFunc(m.Extra, func(rr dns.RR) bool { return rr.Header().Rrtype == dns.TypeOPT })
 	m.Compress = false
-	v.store.put(v.now(), &entry{query: pr.query[2:], answer: append([]byte(nil), cw.data...), ttls: ttls,
-		size: float64(m.Len()), reqLen: float64(pr.reqLen), hit: hit, series: s, name: pr.qname, rcode: m.Rcode})
+	e := &entry{query: pr.query[2:], answer: append([]byte(nil), cw.data...), ttls: ttls, hit: hit, series: s,
+		name: pr.qname, rcode: m.Rcode}
+	if s != nil {
+		e.sizeAt, e.reqAt = s.size.point(float64(m.Len())), s.reqSize.point(float64(pr.reqLen))
+	}
+	v.store.put(v.now(), e)
 }
 
 // capture is the ResponseWriter CoreDNS answers a probed query through: it packs as miekg/dns's does (no

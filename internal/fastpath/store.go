@@ -15,8 +15,8 @@ type entry struct {
 	query  []byte   // the query from its flags on: everything but the ID
 	answer []byte   // at most dnscache.MaxMsgBytes
 	ttls   []uint16 // offsets of the TTL fields in answer (every RR but OPT; the cache gives them one TTL)
-	size   float64  // the response size CoreDNS's prometheus plugin records for it
-	reqLen float64  // the request size it records (the query's length)
+	sizeAt point    // the response size CoreDNS's prometheus plugin records for it, in series.size
+	reqAt  point    // the request size it records (the query's length), in series.reqSize
 	hit    *dnscache.Hit
 	series *series
 	name   string // the question's name, lower case, and the answer's rcode: what internal/clients counts a hit by

@@ -39,8 +39,8 @@ type view struct {
 	now    func() time.Time // the Path's clock
 }
 
-func newView(cl coreListener, now func() time.Time) (*view, string) {
-	v := &view{srv: cl.srv, blocks: map[*dnscache.Cache]*block{}, series: newSeriesSet(), now: now}
+func newView(cl coreListener, now func() time.Time, hists *histSet) (*view, string) {
+	v := &view{srv: cl.srv, blocks: map[*dnscache.Cache]*block{}, series: newSeriesSet(hists), now: now}
 	capacity := 0
 	var reasons []string
 	for _, c := range cl.caches {
