@@ -30,10 +30,12 @@ const nativeSchema = 4
 // as client_golang has them. They are read from client_golang, not computed again: its constants are not all
 // the nearest float64 to 2^(i/16 - 1) (the 10th is one unit below it), so a value on such a bound would land in
 // a bucket next to CoreDNS's own. nativeBound finds each by bisection of a histogram's key over the float64s in
-// [0.5, 1): 53 probes per bound, once per process (2 ms), when the first histogram is made.
-// ok is false when client_golang does not answer as that takes (a version with other keys): then every
-// histogram is observed through client_golang.
-var nativeBounds = sync.OnceValues(func() (b [1 << nativeSchema]float64, ok bool) {
+// [0.5, 1): 53 probes per bound, once per process (2 ms, histSet), when the first histogram is made.
+type nativeBounds [1 << nativeSchema]float64
+
+// readNativeBounds reads them; ok is false when client_golang does not answer as that takes (a version with
+// other keys): then every histogram is observed through client_golang.
+func readNativeBounds() (b nativeBounds, ok bool) {
 	if probeKey(0.5) != 0 || probeKey(1) != 1<<nativeSchema {
 		return b, false
 	}
@@ -41,7 +43,7 @@ var nativeBounds = sync.OnceValues(func() (b [1 << nativeSchema]float64, ok bool
 		b[i] = nativeBound(int32(i))
 	}
 	return b, true
-})
+}
 
 // nativeBound is the largest float64 in [0.5, 1) that client_golang puts in a bucket up to the i-th of that
 // power of two: the i-th bucket's upper bound.
@@ -75,10 +77,9 @@ func probeKey(v float64) int32 {
 // zeroKey is a point's native key when it falls in the zero bucket.
 const zeroKey = math.MinInt32
 
-// nativeKey is v's native bucket key (v above the zero threshold), as client_golang computes it.
-func nativeKey(v float64) int32 {
+// key is v's native bucket key (v above the zero threshold), as client_golang computes it.
+func (b *nativeBounds) key(v float64) int32 {
 	frac, exp := math.Frexp(v)
-	b, _ := nativeBounds()
 	return int32(sort.SearchFloat64s(b[:], frac) + (exp-1)*len(b))
 }
 
@@ -105,6 +106,7 @@ type hist struct {
 	bounds    []float64        // the classic buckets' upper bounds, +Inf not included
 	zeroBound float64          // the native zero bucket's threshold
 	lo        int32            // the native key of native[0]
+	keys      *nativeBounds
 	outside   prometheus.Observer
 	direct    bool // every value goes to outside: CoreDNS's series is not of nativeSchema
 
@@ -117,8 +119,9 @@ type hist struct {
 
 // newHist is the fast path's share of CoreDNS's series obs (a child of one of its histogram vectors) in family,
 // counting native keys from lo: its buckets are read from the series itself.
-func newHist(family string, obs prometheus.Observer, lo int32) *hist {
-	h := &hist{family: family, outside: obs, lo: lo, direct: true}
+// keys are nil when client_golang's could not be read.
+func newHist(family string, obs prometheus.Observer, lo int32, keys *nativeBounds) *hist {
+	h := &hist{family: family, outside: obs, lo: lo, keys: keys, direct: true}
 	m, ok := obs.(prometheus.Metric)
 	var d dto.Metric
 	if !ok || m.Write(&d) != nil || d.Histogram == nil {
@@ -132,7 +135,7 @@ func newHist(family string, obs prometheus.Observer, lo int32) *hist {
 	}
 	h.zeroBound = d.Histogram.GetZeroThreshold()
 	h.classic = make([]uint64, len(h.bounds)+1)
-	if _, ok := nativeBounds(); ok && d.Histogram.Schema != nil && d.Histogram.GetSchema() == nativeSchema {
+	if keys != nil && d.Histogram.Schema != nil && d.Histogram.GetSchema() == nativeSchema {
 		h.native = make([]uint64, windowKeys)
 		h.direct = false
 	}
@@ -143,7 +146,7 @@ func newHist(family string, obs prometheus.Observer, lo int32) *hist {
 func (h *hist) point(v float64) point {
 	p := point{v: v, classic: int32(sort.SearchFloat64s(h.bounds, v)), native: zeroKey}
 	if v > h.zeroBound {
-		p.native = nativeKey(v)
+		p.native = h.keys.key(v)
 	}
 	return p
 }
@@ -271,6 +274,7 @@ type histSet struct {
 	mu   sync.Mutex
 	m    map[prometheus.Observer]*hist
 	list []*hist
+	keys *nativeBounds // read with the first histogram; nil if they cannot be
 }
 
 // get returns the histogram for CoreDNS's series obs in family, made the first time.
@@ -282,8 +286,11 @@ func (s *histSet) get(family string, obs prometheus.Observer, lo int32) *hist {
 	}
 	if s.m == nil {
 		s.m = map[prometheus.Observer]*hist{}
+		if b, ok := readNativeBounds(); ok {
+			s.keys = &b
+		}
 	}
-	h := newHist(family, obs, lo)
+	h := newHist(family, obs, lo, s.keys)
 	s.m[obs] = h
 	s.list = append(s.list, h)
 	return h

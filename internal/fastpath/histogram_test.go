@@ -22,7 +22,7 @@ func TestHistMatchesClientGolang(t *testing.T) {
 	for _, b := range prometheusBounds(t, vars.RequestDuration.WithLabelValues("bounds", t.Name(), "")) {
 		durations = append(durations, b, math.Nextafter(b, 0), math.Nextafter(b, 2*b))
 	}
-	bounds, ok := nativeBounds()
+	bounds, ok := readNativeBounds()
 	if !ok {
 		t.Fatal("client_golang's native buckets are not as the fast path reads them")
 	}
