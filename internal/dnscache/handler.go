@@ -5,12 +5,12 @@ import (
 	"math"
 	"time"
 
-	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/metadata"
 	"github.com/coredns/coredns/plugin/metrics"
 	"github.com/coredns/coredns/request"
 	"github.com/miekg/dns"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/chain"
 	"github.com/nodelocaldns/nodelocaldns/internal/dnsname"
 )
 
@@ -18,14 +18,14 @@ import (
 func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
 	// Only QUERY: an UPDATE for a cached name must reach the authoritative plugin.
 	if r.Opcode != dns.OpcodeQuery {
-		return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r)
+		return chain.Next(c.Name(), c.Next, ctx, w, r)
 	}
 	// r itself is never changed here, and every request passed on is a copy (authenticated, newPrefetchWriter),
 	// made only where one is passed on: a miss used to copy the request twice.
 	state := request.Request{W: w, Req: r}
 	do, cd, ad := state.Do(), r.CheckingDisabled, r.AuthenticatedData
 	if !dnsname.AnyUnder(c.Zones, state.Name()) || dnsname.AnyUnder(c.bypass, state.Name()) {
-		return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r.Copy()) // plugins after us must not change r
+		return chain.Next(c.Name(), c.Next, ctx, w, r.Copy()) // plugins after us must not change r
 	}
 	now := c.now()
 	server := metrics.WithServer(ctx)
@@ -207,7 +207,7 @@ func (c *Cache) doPrefetch(ctx context.Context, cw *ResponseWriter, e *Entry, no
 }
 
 func (c *Cache) next(ctx context.Context, state request.Request, w dns.ResponseWriter) (int, error) {
-	return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, state.Req)
+	return chain.Next(c.Name(), c.Next, ctx, w, state.Req)
 }
 
 // authenticated is state with a copy of its request that sets AD: upstreams then say whether they validated.

@@ -14,6 +14,7 @@ import (
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
 	"github.com/miekg/dns"
+	"github.com/nodelocaldns/nodelocaldns/internal/chain"
 )
 
 // The `loop` directive keeps upstream's syntax (no arguments, once per server block) and its detection: at
@@ -211,5 +212,5 @@ func (l *loopHandler) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns
 			return dns.RcodeServerFailure, nil
 		}
 	}
-	return plugin.NextOrFailure(l.Name(), l.next, ctx, w, r)
+	return chain.Next(l.Name(), l.next, ctx, w, r)
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/request"
 	"github.com/miekg/dns"
+	"github.com/nodelocaldns/nodelocaldns/internal/chain"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -33,7 +34,7 @@ func (f *Fair) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (
 		return dns.RcodeRefused, errShare
 	}
 	defer f.lim.release(src)
-	return plugin.NextOrFailure(f.Name(), f.Next, ctx, w, r)
+	return chain.Next(f.Name(), f.Next, ctx, w, r)
 }
 
 // Metrics are the directive's series. Whoever runs the directive makes them once with the registry it serves
