@@ -25,6 +25,16 @@ const (
 	minHedge    = 20 * time.Millisecond
 	maxHedge    = 500 * time.Millisecond
 	freshHedge  = 100 * time.Millisecond
+	// A query that finds every connection's pipeline full waits for a new one dialWaitFactor times the median
+	// round trip (a live pod's handshake is one), at least minDialWait, then queues on a full one: a dial that
+	// meets a dead pod runs on to its bound (dialBound) without a query behind it. The floor is the hedge's:
+	// queued behind a query the upstream answers slowly (it serves a connection's queries one after the other),
+	// only a hedge gets it out, and with a 1 ms floor a Corefile forwarding to the agent itself (refused at
+	// reload) queued its queries behind their own forwards until the hedges got them out, past a second.
+	// freshDialWait applies before any round trip has been seen.
+	dialWaitFactor = 2
+	minDialWait    = minHedge
+	freshDialWait  = 100 * time.Millisecond
 )
 
 // Recent round trips are kept in a ring of samples; the percentiles are recomputed from it every recompute
@@ -105,6 +115,16 @@ func (l *latency) dialBound() time.Duration {
 		return freshDialBound
 	}
 	return min(max(4*time.Duration(p), minDialBound), maxDialBound)
+}
+
+// dialWait is how long a query waits for a new connection before it queues on a full one, or, with none open,
+// before one more dial is started: dialWaitFactor times the median round trip, within [minDialWait, dialBound].
+func (l *latency) dialWait() time.Duration {
+	m := l.p50.Load()
+	if m == 0 {
+		return freshDialWait
+	}
+	return min(max(dialWaitFactor*time.Duration(m), minDialWait), l.dialBound())
 }
 
 // hedgeAfter is how long a query waits for its answer before it is also sent on another connection.

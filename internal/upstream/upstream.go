@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,12 +17,16 @@ type Options struct {
 	// Conns is how many flows of each kind are held (4).
 	Conns int
 	// RenewQueries renews one connection of a pool (its oldest) each time the pool has carried this many
-	// queries (12), at most one every RenewGap (20 ms). With kube-proxy placing each new flow on a random pod,
+	// queries (6), at most one every RenewGap (20 ms). With kube-proxy placing each new flow on a random pod,
 	// the share each pod gets over a few seconds is then an average over many placements instead of a few
-	// long-lived ones: at 300 queries a second, about 175 connection lifetimes in 7 s, so the busiest of three
-	// pods stays within a few points of a third. The spread is a property of the set of connections, so the
-	// pool, not each connection, counts; renewals follow the queries (one connection per RenewQueries of them,
-	// fewer flows than the pods that ask kube-dns themselves open, one per query) and stop when they stop.
+	// long-lived ones: at 300 queries a second, about 350 connection lifetimes of 6 queries in 7 s, so a pod's
+	// share of a window varies around a third by about 2.5 points (sqrt(1/3 * 2/3 / 350); 2.8 measured over 24
+	// windows of test/e2e/upstream's spread test), and the busiest of three reaching 45% is a 4-sigma event.
+	// With 12 (175 lifetimes) it varied by 3.8 points and the busiest pod once took 45.04%. Above 600 queries a
+	// second the gap bounds the renewals either way (50 a second). The spread is a property of the set of
+	// connections, so the pool, not each connection, counts; renewals follow the queries (one connection per
+	// RenewQueries of them, fewer flows than the pods that ask kube-dns themselves open, one per query) and stop
+	// when they stop.
 	RenewQueries uint64
 	RenewGap     time.Duration
 	// MaxAge renews a pool's oldest connection, while queries come, at least every MaxAge/Conns (jittered over
@@ -47,7 +52,7 @@ func (o Options) withDefaults() Options {
 		o.Conns = 4
 	}
 	if o.RenewQueries == 0 {
-		o.RenewQueries = 12
+		o.RenewQueries = 6
 	}
 	if o.RenewGap <= 0 {
 		o.RenewGap = 20 * time.Millisecond
@@ -70,14 +75,21 @@ type Upstream struct {
 	tcp  *pool
 	udp  *pool
 	m    *Stats
+	// dial opens a connection within timeout (net.Dialer's; tests put a dead pod's silence in its place).
+	dial func(network, addr string, timeout time.Duration) (net.Conn, error)
 
 	stopOnce sync.Once
+}
+
+func dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	d := net.Dialer{Timeout: timeout}
+	return d.Dial(network, addr)
 }
 
 // New returns the transport to addr (host:port); Stop closes its connections.
 func New(addr string, opts Options) *Upstream {
 	opts = opts.withDefaults()
-	u := &Upstream{addr: addr, m: &Stats{}}
+	u := &Upstream{addr: addr, m: &Stats{}, dial: dial}
 	u.tcp = newPool(u, true, opts)
 	u.udp = newPool(u, false, opts)
 	return u
