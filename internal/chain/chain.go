@@ -1,5 +1,6 @@
 // Package chain passes a query to the next plugin of a CoreDNS server block as plugin.NextOrFailure does, without
-// the writer that call wraps around the response writer where that writer tells no one anything.
+// the writer that call wraps around the response writer where that writer tells no one anything; and an answer
+// back to a writer that can take it over (owned.go).
 //
 // plugin.NextOrFailure wraps the writer in a pluginWriter naming the next plugin, so that the prometheus
 // plugin's recorder learns which plugin wrote the answer (coredns_dns_responses_total's plugin label). Only a

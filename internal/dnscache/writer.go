@@ -11,8 +11,11 @@ import (
 	"github.com/coredns/coredns/request"
 	"github.com/miekg/dns"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/chain"
 	"github.com/nodelocaldns/nodelocaldns/internal/dnsname"
 )
+
+var _ chain.OwnedWriter = (*ResponseWriter)(nil)
 
 // ResponseWriter caches what the next plugin answers, then writes it to the client (unless it is a
 // prefetch's, which has no client).
@@ -91,12 +94,20 @@ func (w *ResponseWriter) Hijack() {
 }
 
 // WriteMsg caps the reply's TTLs to what it is cached for (so a client never sees 1799 then 8), caches it,
-// and writes it.
+// and writes it. It works on a copy: res may be another plugin's to keep (stored records).
 func (w *ResponseWriter) WriteMsg(res *dns.Msg) error {
 	if res == nil {
 		return errors.New("cache: response message is nil")
 	}
-	res = res.Copy()
+	return w.WriteOwnedMsg(res.Copy())
+}
+
+// WriteOwnedMsg is WriteMsg on a message handed over (chain.OwnedWriter): our forward's answer, unpacked for this
+// query alone, is changed in place instead of copied.
+func (w *ResponseWriter) WriteOwnedMsg(res *dns.Msg) error {
+	if res == nil {
+		return errors.New("cache: response message is nil")
+	}
 	w.lastEntry = nil
 	now := w.now()
 	mt := responseType(res, now.UTC())

@@ -13,6 +13,7 @@ import (
 	"github.com/coredns/coredns/request"
 	"github.com/miekg/dns"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/chain"
 	"github.com/nodelocaldns/nodelocaldns/internal/upstream"
 )
 
@@ -216,7 +217,7 @@ func (f *Forward) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg
 				}
 			}
 		}
-		_ = w.WriteMsg(ret)
+		_ = chain.WriteOwned(w, ret) // ret is this query's alone: the cache may change it instead of copying it
 		return 0, nil
 	}
 	if upstreamErr != nil {
