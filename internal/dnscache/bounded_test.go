@@ -8,12 +8,12 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/dnscache"
 )
 
-// Where ours differs from CoreDNS's on purpose: a response whose records take more than MaxMsgBytes packed is
-// answered but not cached (CoreDNS's would keep it, up to 64 KiB of TCP message, as parsed records).
+// Where ours differs from CoreDNS's on purpose: a response whose records take more than MaxMsgBytes packed, even
+// compressed, is answered but not cached (CoreDNS's would keep it, up to 64 KiB of TCP message, as parsed records).
 func TestEntriesAreBounded(t *testing.T) {
 	s := build(t, dnscache.Setup(nil), "cache 30", "dns://bounded", map[string]string{
-		"fits.example.":  "big 200", // ~3.2 KB
-		"large.example.": "big 300", // ~4.8 KB
+		"fits.example.":  "big 200", // ~3.2 KB compressed, ~5.6 KB not: cached packed compressed
+		"large.example.": "big 300", // ~4.8 KB compressed
 	})
 	for _, tc := range []struct {
 		name  string
