@@ -145,7 +145,7 @@ func newHist(family string, obs prometheus.Observer, lo int32, keys *nativeBound
 // point finds v's buckets.
 func (h *hist) point(v float64) point {
 	p := point{v: v, classic: int32(sort.SearchFloat64s(h.bounds, v)), native: zeroKey}
-	if v > h.zeroBound {
+	if !h.direct && v > h.zeroBound { // a direct histogram has no native keys to find (keys may be nil)
 		p.native = h.keys.key(v)
 	}
 	return p

@@ -97,6 +97,26 @@ func TestHistOtherSchema(t *testing.T) {
 	sameHistogram(t, gathered(t, m.Gatherer(reg), "classic_only", "ours"), gathered(t, reg, "classic_only", "ref"))
 }
 
+// Without client_golang's native bounds (a version that does not answer as readNativeBounds takes), every
+// histogram is observed through client_golang, and finding a value's buckets needs none.
+func TestHistWithoutNativeBounds(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	vec := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "no_bounds", Buckets: []float64{1, 10},
+		NativeHistogramBucketFactor: 1.05}, []string{"s"})
+	reg.MustRegister(vec)
+	ours, ref := newHist("no_bounds", vec.WithLabelValues("ours"), sizeKeys, nil), vec.WithLabelValues("ref")
+	if !ours.direct {
+		t.Fatal("a histogram without native bounds is counted by the fast path")
+	}
+	for _, v := range []float64{0, 1, 5, 10, 11, 1e6} {
+		ours.observe(ours.point(v), 2)
+		ref.Observe(v)
+		ref.Observe(v)
+	}
+	var m Metrics
+	sameHistogram(t, gathered(t, m.Gatherer(reg), "no_bounds", "ours"), gathered(t, reg, "no_bounds", "ref"))
+}
+
 // Gathered while readers count, a series is never torn: the count is the native buckets' sum and the
 // classic buckets', and it only grows.
 func TestHistGatheredWhileCounting(t *testing.T) {
