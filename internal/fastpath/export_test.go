@@ -17,7 +17,9 @@ func (p *Path) Answer(addr netip.AddrPort, q []byte, from netip.AddrPort, out []
 		return out, false
 	}
 	l.conns[0].WriteToUDPAddrPort(out, from)
-	e.series.record(v.now().Sub(start), e)
+	var a answered // recorded as a reader records a batch of one
+	a.add(e)
+	a.record(v.now().Sub(start))
 	return out, true
 }
 

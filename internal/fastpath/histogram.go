@@ -1,6 +1,7 @@
 package fastpath
 
 import (
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -273,7 +274,6 @@ func nativeSpans(counts map[int32]int64) ([]*dto.BucketSpan, []int64) {
 type histSet struct {
 	mu   sync.Mutex
 	m    map[prometheus.Observer]*hist
-	list []*hist
 	keys *nativeBounds // read with the first histogram; nil if they cannot be
 }
 
@@ -292,7 +292,6 @@ func (s *histSet) get(family string, obs prometheus.Observer, lo int32) *hist {
 	}
 	h := newHist(family, obs, lo, s.keys)
 	s.m[obs] = h
-	s.list = append(s.list, h)
 	return h
 }
 
@@ -300,7 +299,7 @@ func (s *histSet) get(family string, obs prometheus.Observer, lo int32) *hist {
 // longer gathered (nothing deletes CoreDNS's) gets nothing.
 func (s *histSet) addTo(mfs []*dto.MetricFamily) {
 	s.mu.Lock()
-	list := slices.Clone(s.list)
+	list := slices.Collect(maps.Values(s.m))
 	s.mu.Unlock()
 	families := make(map[string]*dto.MetricFamily, len(mfs))
 	for _, mf := range mfs {

@@ -30,17 +30,6 @@ type series struct {
 	duration, reqSize, size *hist
 }
 
-// record records one answer from e, which took took.
-func (s *series) record(took time.Duration, e *entry) {
-	if s == nil {
-		return
-	}
-	s.count(1)
-	s.duration.observe(s.duration.point(took.Seconds()), 1)
-	s.size.observe(e.sizeAt, 1)
-	s.reqSize.observe(e.reqAt, 1)
-}
-
 // count adds n answers to the series' counters.
 func (s *series) count(n int) {
 	if s.do != nil {
