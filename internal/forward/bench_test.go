@@ -20,12 +20,7 @@ import (
 // allocations and ns/op between builds of this package, not against a real upstream. client_subnet=true is the
 // cost of -upstream-client-subnet (clientsubnet.go) on a miss.
 func BenchmarkServeDNS(b *testing.B) {
-	addr, _ := testenv.ServeDNS(b, "127.0.0.1:0", dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
-		m := new(dns.Msg)
-		m.SetReply(r)
-		m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: r.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 30}, A: net.IPv4(10, 0, 0, 1)}}
-		_ = w.WriteMsg(m)
-	}))
+	addr := answering(b)
 	for _, bc := range []struct {
 		opt    string
 		subnet bool // the upstream carries the client's address
@@ -54,6 +49,17 @@ func BenchmarkServeDNS(b *testing.B) {
 			})
 		})
 	}
+}
+
+// answering starts a loopback upstream that answers every name with one A record.
+func answering(tb testing.TB) string {
+	addr, _ := testenv.ServeDNS(tb, "127.0.0.1:0", dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(r)
+		m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: r.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 30}, A: net.IPv4(10, 0, 0, 1)}}
+		_ = w.WriteMsg(m)
+	}))
+	return addr
 }
 
 // discard is a UDP client's ResponseWriter that keeps nothing.

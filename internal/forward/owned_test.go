@@ -2,12 +2,9 @@ package forward_test
 
 import (
 	"context"
-	"net"
 	"testing"
 
 	"github.com/miekg/dns"
-
-	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
 // taker is a writer that takes answers over (chain.OwnedWriter), as our cache's does.
@@ -21,12 +18,7 @@ func (t *taker) WriteMsg(*dns.Msg) error      { t.written++; return nil }
 
 // The forward hands its answer over to a writer that takes it: it is unpacked for this query alone.
 func TestAnswerHandedOver(t *testing.T) {
-	addr, _ := testenv.ServeDNS(t, "127.0.0.1:0", dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
-		m := new(dns.Msg)
-		m.SetReply(r)
-		m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: r.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 30}, A: net.IPv4(10, 0, 0, 1)}}
-		_ = w.WriteMsg(m)
-	}))
+	addr := answering(t)
 	for _, opt := range []string{"force_tcp", "prefer_udp"} {
 		h, err := instance(t, ourSetup, "forward . "+addr+" {\n"+opt+"\n}")
 		if err != nil {
