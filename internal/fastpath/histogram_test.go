@@ -1,10 +1,12 @@
 package fastpath
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/coredns/coredns/plugin/metrics/vars"
@@ -52,8 +54,10 @@ func TestHistMatchesClientGolang(t *testing.T) {
 		{"request size", reqSizeFamily, vars.RequestSize, []string{"", "", "udp"}, sizeKeys, sizes},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			// CoreDNS's vectors are the process's: series of their own in every run of the test (-count).
+			run := fmt.Sprintf("%s/%d", t.Name(), runs.Add(1))
 			series := func(server string) prometheus.Observer {
-				return tc.vec.WithLabelValues(append([]string{server + t.Name()}, tc.labels...)...)
+				return tc.vec.WithLabelValues(append([]string{server + run}, tc.labels...)...)
 			}
 			var m Metrics
 			ours, ref := m.hists.get(tc.family, series("ours"), tc.lo), series("ref")
@@ -73,11 +77,14 @@ func TestHistMatchesClientGolang(t *testing.T) {
 					ours.observe(ours.point(v), n)
 				}
 			}
-			got, want := gathered(t, m.Gatherer(prometheus.DefaultGatherer), tc.family, "ours"+t.Name()), gathered(t, prometheus.DefaultGatherer, tc.family, "ref"+t.Name())
+			got, want := gathered(t, m.Gatherer(prometheus.DefaultGatherer), tc.family, "ours"+run), gathered(t, prometheus.DefaultGatherer, tc.family, "ref"+run)
 			sameHistogram(t, got, want)
 		})
 	}
 }
+
+// runs numbers the test's runs in this process.
+var runs atomic.Int64
 
 // A series that is not a native histogram of the fast path's schema is observed through client_golang.
 func TestHistOtherSchema(t *testing.T) {
