@@ -92,7 +92,7 @@ func openListener(log *zap.Logger, m *Metrics, acct *clients.Accounting, addr ne
 	}
 	l.wg.Go(l.sweep)
 	for _, c := range core {
-		if err := detach(c); err != nil {
+		if err := detachCore(c); err != nil {
 			l.close()
 			return nil, fmt.Errorf("steer the kernel away from coredns's socket: %w", err)
 		}
@@ -214,7 +214,7 @@ func (l *listener) update(v *view, core []*net.UDPConn) {
 	default:
 	}
 	for _, c := range core {
-		if err := detach(c); err != nil {
+		if err := detachCore(c); err != nil {
 			l.log.Warn("steer the kernel away from coredns's socket", zap.Error(err))
 		}
 	}
@@ -306,4 +306,31 @@ func onRaw(c *net.UDPConn, f func(syscall.RawConn) error) error {
 		return err
 	}
 	return f(rc)
+}
+
+// detachCore detaches c, a duplicate of CoreDNS's socket, and bounds a blocking read of it (SO_RCVTIMEO,
+// coreReadBound). CoreDNS reads it non-blocking, but caddy's reload makes the new instance's socket from the
+// old one's (File, then net.FilePacketConn, whose Fd clears O_NONBLOCK on the file description the two share,
+// until it sets it again on its own duplicate): a read the old instance begins in that moment blocks in the
+// kernel, and a detached socket receives nothing to end it. Its Stop then waited for ever in Close, and the
+// reload with it (1 in about 1,200 reloads just after a start, beside stress-ng). Bounded, the read returns
+// EAGAIN and Go's runtime waits in its poller instead, where Close ends it. On the non-blocking reads the
+// option changes nothing.
+func detachCore(c *net.UDPConn) error {
+	if err := onRaw(c, boundBlockingReads); err != nil {
+		return fmt.Errorf("bound blocking reads: %w", err)
+	}
+	return detach(c)
+}
+
+// coreReadBound is how long a blocking read of CoreDNS's socket may wait (detachCore).
+const coreReadBound = 500 * time.Millisecond
+
+func boundBlockingReads(rc syscall.RawConn) error {
+	var serr error
+	err := rc.Control(func(fd uintptr) {
+		tv := unix.NsecToTimeval(coreReadBound.Nanoseconds())
+		serr = unix.SetsockoptTimeval(int(fd), unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+	})
+	return errors.Join(err, serr)
 }
