@@ -52,15 +52,23 @@ const tcpShutWait = time.Second
 // openTCP opens one listener per CPU on addr through pool and serves them with srv.
 func openTCP(pool *listenlimit.Pool, addr netip.AddrPort, srv *dnsserver.Server, cpus []int) (*tcpServer, error) {
 	t := &tcpServer{addr: addr, srv: srv}
+	if err := t.listen(pool, cpus, t); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// listen opens t's listeners, one per CPU in cpus, each served with h (t itself, or a test's handler).
+func (t *tcpServer) listen(pool *listenlimit.Pool, cpus []int, h dns.Handler) error {
 	for _, cpu := range cpus {
-		ln, err := pool.OpenSteered(addr.String(), cpu)
+		ln, err := pool.OpenSteered(t.addr.String(), cpu)
 		if err != nil {
 			t.close()
-			return nil, fmt.Errorf("listen tcp %s for cpu %d: %w", addr, cpu, err)
+			return fmt.Errorf("listen tcp %s for cpu %d: %w", t.addr, cpu, err)
 		}
 		started := make(chan struct{})
-		s := &dns.Server{Listener: ln, Net: "tcp", ReadTimeout: srv.ReadTimeout, WriteTimeout: srv.WriteTimeout,
-			MaxTCPQueries: srv.MaxTCPQueries, IdleTimeout: t.idleTimeout, Handler: t,
+		s := &dns.Server{Listener: ln, Net: "tcp", ReadTimeout: t.srv.ReadTimeout, WriteTimeout: t.srv.WriteTimeout,
+			MaxTCPQueries: t.srv.MaxTCPQueries, IdleTimeout: t.idleTimeout, Handler: h,
 			NotifyStartedFunc: func() { close(started) }}
 		served := make(chan error, 1)
 		go func() { served <- s.ActivateAndServe() }()
@@ -69,11 +77,11 @@ func openTCP(pool *listenlimit.Pool, addr netip.AddrPort, srv *dnsserver.Server,
 		case err := <-served:
 			ln.Close()
 			t.close()
-			return nil, fmt.Errorf("serve tcp %s: %w", addr, err)
+			return fmt.Errorf("serve tcp %s: %w", t.addr, err)
 		}
 		t.servers = append(t.servers, s)
 	}
-	return t, nil
+	return nil
 }
 
 // ServeDNS is dnsserver.Server.Serve's handler, on the running configuration's server.
@@ -102,14 +110,24 @@ func (t *tcpServer) update(srv *dnsserver.Server) {
 
 // close stops the listeners (CoreDNS's gets the new connections from then on) and gives the connections being
 // served tcpShutWait to finish, then closes them.
-func (t *tcpServer) close() {
-	ctx, cancel := context.WithTimeout(context.Background(), tcpShutWait)
+func (t *tcpServer) close() { t.closeWithin(tcpShutWait) }
+
+// closeWithin closes every listener at once and then waits up to d for the connections being served. A
+// listener leaving the SO_REUSEPORT group resets the connections queued on it, not yet accepted; closed one
+// after the other, each after the one before had waited for its connections, they would reset at as many
+// instants, up to d apart, and a listener left open meanwhile takes on new connections only to reset them.
+func (t *tcpServer) closeWithin(d time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
+	var wg sync.WaitGroup
 	for _, s := range t.servers {
-		if err := s.ShutdownContext(ctx); err != nil {
-			s.Listener.Close()
-		}
+		wg.Go(func() { // ShutdownContext closes the listener first, then waits
+			if err := s.ShutdownContext(ctx); err != nil {
+				s.Listener.Close()
+			}
+		})
 	}
+	wg.Wait()
 }
 
 // syncTCP makes the TCP servers follow inst (cls its listeners): one on each address the fast path could serve
