@@ -40,8 +40,11 @@ type conn struct {
 	idle          time.Duration // since data was last received
 }
 
-// choose returns the connections to close so that conns fit lim: each source's idlest over PerSource, then,
-// while more than Total remain, the idlest of the source holding the most. It does no I/O.
+// choose returns the connections to close so that conns fit lim: each source's newcomers and idlest over
+// PerSource, then, while more than Total remain, the same of the source holding the most. A newcomer is a
+// connection still in a listener's queue: closing it is the reset at accept that the fast path's listeners
+// give (internal/listenlimit), which may be about to accept it; closing an accepted connection in its place
+// would let the newcomer in and cut a query its client had already been answered on. It does no I/O.
 func choose(conns []conn, lim Limits) []conn {
 	bySource := map[netip.Addr][]conn{}
 	for _, c := range conns {
@@ -51,8 +54,17 @@ func choose(conns []conn, lim Limits) []conn {
 	total := 0
 	var sources [][]conn
 	for _, cs := range bySource {
-		// Busiest first: what is closed is what has waited longest for its next query.
-		slices.SortFunc(cs, func(a, b conn) int { return cmp.Compare(a.idle, b.idle) })
+		// Accepted and busiest first: what is closed is the queued, then what has waited longest for its
+		// next query.
+		slices.SortFunc(cs, func(a, b conn) int {
+			if qa, qb := a.inode == 0, b.inode == 0; qa != qb {
+				if qa {
+					return 1
+				}
+				return -1
+			}
+			return cmp.Compare(a.idle, b.idle)
+		})
 		if over := len(cs) - lim.PerSource; over > 0 {
 			out = append(out, cs[len(cs)-over:]...)
 			cs = cs[:len(cs)-over]

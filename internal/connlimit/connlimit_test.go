@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -44,6 +45,19 @@ func TestChoose(t *testing.T) {
 	}
 	if got := choose(conns, Limits{PerSource: 10, Total: 10}); len(got) != 0 {
 		t.Errorf("within the caps: closed %v", got)
+	}
+
+	// A source at its cap of accepted connections, idle for seconds, and one more still queued, just arrived:
+	// the queued one goes, as a reset at accept would have it.
+	var capped []conn
+	for i := range 3 {
+		a := c("192.0.2.7", uint16(2000+i), 5*time.Second)
+		a.inode = uint32(100 + i)
+		capped = append(capped, a)
+	}
+	capped = append(capped, c("192.0.2.7", 2003, 0))
+	if got := choose(capped, Limits{PerSource: 3, Total: 100}); len(got) != 1 || got[0].inode != 0 {
+		t.Errorf("at the cap with one queued: closed %v; want the queued one", got)
 	}
 }
 
@@ -262,4 +276,106 @@ func TestPassClosesQueued(t *testing.T) {
 	if err != nil || len(conns) != 3 {
 		t.Errorf("after the pass %d established, %v; want 3", len(conns), err)
 	}
+}
+
+// A source at its cap with one more connection queued: the pass resets the queued newcomer, as the fast
+// path's listeners do at accept, and not the accepted connections, idle for longer (the fast path's
+// listener may be about to accept the newcomer, and with an accepted one closed in its place it would be let
+// in: issue 39's cap, broken by the net under it; CI met this in internal/dnsserver TestTCPAcceptedWithinTheCap).
+func TestPassClosesTheNewcomer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var accepted []net.Conn
+	for range 3 {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		s, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		// A query's worth of data, then idle: the newcomer below has received nothing since after this.
+		if _, err := c.Write([]byte("q")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Read(make([]byte, 1)); err != nil {
+			t.Fatal(err)
+		}
+		accepted = append(accepted, c)
+	}
+	// The accepted ones idle longer than the newcomer (more so on a slower machine); the old choice, the
+	// idlest, closed one of them in 1 of 3 runs here (a queued socket's idle is not always since its arrival).
+	time.Sleep(50 * time.Millisecond)
+	newcomer, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer newcomer.Close()
+
+	l := &Limiter{log: zaptest.NewLogger(t), lim: Limits{PerSource: 3, Total: 10}}
+	l.Watch([]netip.AddrPort{ln.Addr().(*net.TCPAddr).AddrPort()})
+	testenv.Eventually(t, 5*time.Second, "the newcomer queued", func() bool { n, err := l.armed[0].queued(); return err != nil || n == 1 })
+	if n, _ := l.pass(); n != 1 {
+		t.Fatalf("pass closed %d, want 1 of 4 over a cap of 3", n)
+	}
+	newcomer.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := newcomer.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("the queued newcomer: read %v, want it reset", err)
+	}
+	for i, c := range accepted {
+		c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		if _, err := c.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("accepted connection %d: read %v, want it still open (a timeout)", i, err)
+		}
+	}
+}
+
+// ShutListeners ends an accept blocked on a listener of the addresses it is given, nothing listens there after,
+// and a listener on another address goes on.
+func TestShutListeners(t *testing.T) {
+	shut, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shut.Close()
+	other, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	accepted := make(chan error, 1)
+	go func() {
+		c, err := shut.Accept()
+		if err == nil {
+			c.Close()
+		}
+		accepted <- err
+	}()
+	n, err := ShutListeners([]netip.AddrPort{shut.Addr().(*net.TCPAddr).AddrPort()})
+	if err != nil || n != 1 {
+		t.Fatalf("ShutListeners: %d shut, %v; want 1", n, err)
+	}
+	select {
+	case err := <-accepted:
+		if err == nil {
+			t.Error("the blocked accept returned a connection, want an error")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the blocked accept still waits 10 s after its listener was shut")
+	}
+	if c, err := net.DialTimeout("tcp", shut.Addr().String(), time.Second); err == nil {
+		c.Close()
+		t.Error("a connection to the shut listener's address was accepted")
+	}
+	c, err := net.DialTimeout("tcp", other.Addr().String(), time.Second)
+	if err != nil {
+		t.Fatalf("the other listener: %v", err)
+	}
+	c.Close()
 }

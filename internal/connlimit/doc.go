@@ -48,7 +48,8 @@
 //
 // Touches: the listening sockets' file flags (O_ASYNC and owner), the kernel's socket table of this network
 // namespace (dump; destroy of connections on our listeners' addresses only), and this process's descriptor
-// table (read, and shutdown of connections CoreDNS accepted).
+// table (read, and shutdown of connections CoreDNS accepted; ShutListeners, called at the agent's stop, shuts
+// down this process's listeners on CoreDNS's addresses).
 //
 // May touch: the TCP sockets on CoreDNS's listener addresses, found over sock_diag netlink or /proc/self/fd.
 package connlimit

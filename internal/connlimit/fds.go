@@ -2,14 +2,13 @@ package connlimit
 
 import (
 	"cmp"
-	"fmt"
+	"math"
 	"net/netip"
-	"os"
 	"slices"
-	"strconv"
-	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/handover"
 )
 
 // held lists the established connections on listeners (a listener on the unspecified address covers its
@@ -49,25 +48,15 @@ func held(listeners map[netip.AddrPort]bool) ([]conn, error) {
 // reuseport group, not necessarily ours), and finds each one's descriptor. It reads the descriptor table, so
 // a pass calls it only when something is over a cap.
 func ours(conns []conn) ([]conn, error) {
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		return nil, fmt.Errorf("list descriptors: %w", err)
-	}
 	fds := map[uint32]int{}
-	for _, e := range ents {
-		fd, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
+	err := handover.OwnSockets(func(fd int, inode uint64) error {
+		if inode <= math.MaxUint32 { // sock_diag's inode is 32 bits
+			fds[uint32(inode)] = fd
 		}
-		l, err := os.Readlink("/proc/self/fd/" + e.Name())
-		if err != nil {
-			continue
-		}
-		if ino, ok := strings.CutPrefix(l, "socket:["); ok {
-			if n, err := strconv.ParseUint(strings.TrimSuffix(ino, "]"), 10, 32); err == nil {
-				fds[uint32(n)] = fd
-			}
-		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	var out []conn
 	for _, c := range conns {

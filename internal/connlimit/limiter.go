@@ -56,10 +56,7 @@ func Start(log *zap.Logger, lim Limits) *Limiter {
 // Watch sets the TCP listeners whose connections count (CoreDNS's, after every start and reload), arms them
 // and takes a pass.
 func (l *Limiter) Watch(listeners []netip.AddrPort) {
-	m := map[netip.AddrPort]bool{}
-	for _, a := range listeners {
-		m[netip.AddrPortFrom(a.Addr().Unmap(), a.Port())] = true
-	}
+	m := addrSet(listeners)
 	l.mu.Lock()
 	l.listeners = m
 	l.armLocked()

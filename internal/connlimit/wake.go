@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"strconv"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/handover"
 )
 
 // A listener's socket wakes the limiter when a connection is queued on it, through O_ASYNC: the kernel sends
@@ -32,26 +33,18 @@ type armed struct {
 // arm finds this process's TCP listening sockets on listeners and makes each send us SIGIO when a connection
 // is queued on it. It returns those it armed and the listeners it found no socket for.
 func arm(listeners map[netip.AddrPort]bool) ([]armed, []netip.AddrPort, error) {
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		return nil, nil, fmt.Errorf("list descriptors: %w", err)
-	}
 	found := map[netip.AddrPort]bool{}
 	var out []armed
-	for _, e := range ents {
-		fd, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		a, ok := listening(fd)
-		if !ok || !listeners[a] {
-			continue
-		}
+	err := eachListener(listeners, func(fd int, a netip.AddrPort) error {
 		if err := setAsync(fd); err != nil {
-			return nil, nil, fmt.Errorf("wake on connections to %s: %w", a, err)
+			return fmt.Errorf("wake on connections to %s: %w", a, err)
 		}
 		out = append(out, armed{fd: fd, addr: a})
 		found[a] = true
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
 	}
 	var missing []netip.AddrPort
 	for a := range listeners {
@@ -60,6 +53,26 @@ func arm(listeners map[netip.AddrPort]bool) ([]armed, []netip.AddrPort, error) {
 		}
 	}
 	return out, missing, nil
+}
+
+// eachListener calls f with each of this process's TCP listening sockets on one of addrs (its descriptor and
+// address), and stops at f's first error.
+func eachListener(addrs map[netip.AddrPort]bool, f func(fd int, a netip.AddrPort) error) error {
+	return handover.OwnSockets(func(fd int, _ uint64) error {
+		if a, ok := listening(fd); ok && addrs[a] {
+			return f(fd, a)
+		}
+		return nil
+	})
+}
+
+// addrSet is addrs as a set, IPv4-mapped addresses as IPv4 (as listening reports them).
+func addrSet(addrs []netip.AddrPort) map[netip.AddrPort]bool {
+	m := map[netip.AddrPort]bool{}
+	for _, a := range addrs {
+		m[netip.AddrPortFrom(a.Addr().Unmap(), a.Port())] = true
+	}
+	return m
 }
 
 // listening says whether fd is a listening TCP socket, and its address. Go's listeners are MPTCP sockets
@@ -114,4 +127,20 @@ func (l armed) queued() (int, error) {
 		return 0, fmt.Errorf("accept queue of %s: %w", l.addr, err)
 	}
 	return int(info.Unacked), nil
+}
+
+// ShutListeners shuts down (shutdown(2)) this process's TCP listening sockets on addrs and returns how many it
+// shut: an accept blocked on one fails at once, and each leaves its SO_REUSEPORT group, whoever holds a
+// descriptor of it. It is for a server that nothing else can stop: CoreDNS's Server.Stop runs once and skips
+// a server whose Serve had not begun, which then serves on.
+func ShutListeners(addrs []netip.AddrPort) (int, error) {
+	n := 0
+	err := eachListener(addrSet(addrs), func(fd int, a netip.AddrPort) error {
+		if err := unix.Shutdown(fd, unix.SHUT_RDWR); err != nil && !errors.Is(err, unix.ENOTCONN) {
+			return fmt.Errorf("shut listener %s: %w", a, err)
+		}
+		n++
+		return nil
+	})
+	return n, err
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/nodelocaldns/nodelocaldns/internal/clients"
 	"github.com/nodelocaldns/nodelocaldns/internal/connlimit"
 	"github.com/nodelocaldns/nodelocaldns/internal/fastpath"
+	"github.com/nodelocaldns/nodelocaldns/internal/handover"
 	"github.com/nodelocaldns/nodelocaldns/internal/listenlimit"
 	"github.com/nodelocaldns/nodelocaldns/internal/sockholder"
 )
@@ -219,7 +220,7 @@ func (s *Server) Start(corefile []byte, path string) error {
 	if s.listening != nil {
 		if err := s.listening(); err != nil {
 			inst.ShutdownCallbacks()
-			return errors.Join(err, inst.Stop())
+			return errors.Join(err, stopInstance(inst))
 		}
 	}
 	s.inst, s.corefile = inst, corefile
@@ -300,8 +301,8 @@ func (s *Server) Stop() error {
 	if s.fast != nil {
 		s.fast.Close() // after the plugins' shutdown, before the servers stop, as CoreDNS's own callbacks run
 	}
-	errs = append(errs, s.inst.Stop())
-	s.waitServers()
+	errs = append(errs, stopInstance(s.inst))
+	s.waitServers(s.inst)
 	s.conns.Stop()
 	s.inst = nil
 	s.syncHealth(nil)
@@ -316,15 +317,32 @@ func (s *Server) Stop() error {
 // caddy's Instance.Wait blocks, for ever.
 const serversStopWait = 2 * time.Second
 
-// waitServers waits for CoreDNS's servers to return, within serversStopWait.
-func (s *Server) waitServers() {
+// waitServers waits for inst's servers to return, within serversStopWait.
+func (s *Server) waitServers(inst *caddy.Instance) {
 	done := make(chan struct{})
-	go func() { s.inst.Wait(); close(done) }()
+	go func() { inst.Wait(); close(done) }() // inst, not s.inst: Stop clears that while this may still wait
 	select {
 	case <-done:
 	case <-time.After(serversStopWait):
 		s.log.Warn("coredns servers still running after stop; leaving them", zap.Duration("waited", serversStopWait))
 	}
+}
+
+// stopInstance stops inst's servers, then shuts its TCP listeners (connlimit.ShutListeners) and detaches its
+// UDP sockets still open (handover.DetachAddrs). CoreDNS's Stop runs once and skips a server whose Serve had not
+// begun, and caddy begins them in goroutines of their own: a Stop just after a start, before those ran, left a
+// server that then served on (TestStopAtOnceLeavesNothingListening), a TCP one, or a UDP one whose ServePacket
+// had announced itself to the fast path but not yet set its server up. A server that stopped has closed its
+// sockets, so neither step finds anything of it.
+func stopInstance(inst *caddy.Instance) error {
+	err := inst.Stop()
+	if _, serr := connlimit.ShutListeners(tcpAddrs(inst)); serr != nil {
+		err = errors.Join(err, serr)
+	}
+	if _, derr := handover.DetachAddrs(udpAddrs(inst)); derr != nil {
+		err = errors.Join(err, derr)
+	}
+	return err
 }
 
 // Corefile returns the configuration that is serving.
@@ -356,6 +374,18 @@ func tcpAddrs(inst *caddy.Instance) []netip.AddrPort {
 	for _, sl := range inst.Servers() {
 		if a, ok := sl.Addr().(*net.TCPAddr); ok { // Addr is the listener's, LocalAddr the packet conn's
 			out = append(out, a.AddrPort())
+		}
+	}
+	return out
+}
+
+// udpAddrs lists inst's UDP listeners' addresses, IPv4-mapped ones unmapped.
+func udpAddrs(inst *caddy.Instance) []netip.AddrPort {
+	var out []netip.AddrPort
+	for _, sl := range inst.Servers() {
+		if a, ok := sl.LocalAddr().(*net.UDPAddr); ok {
+			ap := a.AddrPort()
+			out = append(out, netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()))
 		}
 	}
 	return out

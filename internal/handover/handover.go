@@ -10,7 +10,7 @@
 // remembers it, sock_reuseport's has_conns), which nothing here needs: CoreDNS's socket is re-attached only as
 // the fast path's own are detached, to close.
 //
-// The protocol between the two parties that detach sockets, which this package is the one implementation of:
+// The protocol between the parties that detach sockets, which this package is the one implementation of:
 //   - The fast path (internal/fastpath) stands in for CoreDNS's UDP listener on an address: it opens its own
 //     sockets in the group and detaches CoreDNS's, so that its own get the queries. Giving the address back, it
 //     re-attaches CoreDNS's socket and detaches its own at once, then answers what they hold before closing
@@ -19,9 +19,13 @@
 //   - An instance that leaves while another stays (internal/supervisor) detaches every UDP socket of the
 //     process on the listen addresses, CoreDNS's and the fast path's alike ([DetachBound]), lets CoreDNS answer
 //     what is queued, then stops: the other instance's sockets get every new query.
+//   - A CoreDNS instance that has stopped (internal/dnsserver) detaches those of its UDP sockets still open
+//     ([DetachAddrs]): CoreDNS's Stop skips a server whose serving had not begun, which then serves on, and a
+//     detached socket gets nothing to serve. The fast path has given the address back and closed its own
+//     sockets by then; there is no successor in this process to take queries from.
 //
 // Nothing else connects a listening socket, so "detached" needs no further bookkeeping: a socket with a peer
-// is one of ours that one of these two steps detached.
+// is one of ours that one of these steps detached.
 //
 // May touch: the process's own UDP sockets, found in /proc/self/fd.
 package handover
@@ -80,9 +84,22 @@ func control(c syscall.RawConn, f func(fd int) error) error {
 // finds them among the process's descriptors (/proc/self/fd) by their bound address, because the listeners
 // belong to the embedded CoreDNS, which does not hand them out.
 func DetachBound(ips []netip.Addr, port uint16) (int, error) {
+	return detachWhere(func(bound netip.AddrPort) bool {
+		return bound.Port() == port && slices.Contains(ips, bound.Addr())
+	})
+}
+
+// DetachAddrs detaches every UDP socket of this process bound to one of addrs (IPv4-mapped addresses unmapped,
+// as [BoundUDP] reads them) and returns how many. A socket bound to the wildcard address is detached too:
+// connected to its own port on loopback, it matches only datagrams from itself.
+func DetachAddrs(addrs []netip.AddrPort) (int, error) {
+	return detachWhere(func(bound netip.AddrPort) bool { return slices.Contains(addrs, bound) })
+}
+
+func detachWhere(match func(bound netip.AddrPort) bool) (int, error) {
 	n := 0
 	err := OwnUDPSockets(func(fd int, bound netip.AddrPort) error {
-		if bound.Port() != port || !slices.Contains(ips, bound.Addr()) {
+		if !match(bound) {
 			return nil
 		}
 		sa, err := syscall.Getsockname(fd)

@@ -2,6 +2,7 @@ package handover
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/netip"
 	"syscall"
@@ -124,4 +125,57 @@ func TestDetachBoundLeavesOtherSocketsAlone(t *testing.T) {
 	if got := queued(other); got != 4 {
 		t.Fatalf("untouched socket got %d of 4 datagrams", got)
 	}
+}
+
+// TestDetachAddrsSilencesASocketBeingServed: a socket that something keeps reading, as a CoreDNS server that
+// began after its instance stopped, answers nothing once DetachAddrs has detached it: a query to its address is
+// refused (nothing else listens there). A socket bound to the wildcard address too.
+func TestDetachAddrsSilencesASocketBeingServed(t *testing.T) {
+	for _, bind := range []string{"127.0.0.1:0", "0.0.0.0:0"} {
+		t.Run(bind, func(t *testing.T) {
+			srv := listen(t, bind)
+			go func() { // echoes until the socket closes
+				buf := make([]byte, 512)
+				for {
+					n, from, err := srv.ReadFromUDPAddrPort(buf)
+					if err != nil {
+						return
+					}
+					srv.WriteToUDPAddrPort(buf[:n], from)
+				}
+			}()
+			bound := srv.LocalAddr().(*net.UDPAddr).AddrPort()
+			to := net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), bound.Port()))
+			if err := echo(to); err != nil {
+				t.Fatalf("before detaching: %v", err)
+			}
+			other := listen(t, "127.0.0.1:0") // another socket of the process, on another address: left alone
+			n, err := DetachAddrs([]netip.AddrPort{netip.AddrPortFrom(bound.Addr().Unmap(), bound.Port())})
+			if err != nil || n != 1 {
+				t.Fatalf("DetachAddrs = %d, %v; want 1 socket", n, err)
+			}
+			if err := echo(to); !errors.Is(err, syscall.ECONNREFUSED) {
+				t.Errorf("after detaching, a query to %s: %v; want connection refused", to, err)
+			}
+			if Detached(raw(t, other)) {
+				t.Error("a socket on another address was detached")
+			}
+		})
+	}
+}
+
+// echo sends one datagram to to and waits (bounded) for it to come back.
+func echo(to *net.UDPAddr) error {
+	c, err := net.DialUDP("udp", nil, to)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("q")); err != nil {
+		return err
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 16)
+	_, err = c.Read(buf)
+	return err
 }
