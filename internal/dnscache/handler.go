@@ -75,7 +75,7 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 func (c *Cache) fetch(ctx context.Context, w dns.ResponseWriter, state request.Request, server string, do, cd, ad bool) (int, error) {
 	st := authenticated(state)
 	crr := &ResponseWriter{ResponseWriter: w, Cache: c, state: st, server: server, do: do, ad: ad, cd: cd,
-		ctx: ctx, pexcept: c.pexcept, nexcept: c.nexcept}
+		ctx: ctx, except: true}
 	ret, err := c.next(ctx, st, crr)
 	if err != nil && ret == dns.RcodeServerFailure && ctx.Err() == nil && !crr.answered && c.failttl > 0 {
 		crr.cacheServerFailure(st.Req)

@@ -32,9 +32,10 @@ type ResponseWriter struct {
 	// ctx is the client's request's, whose metadata names the wildcard an answer matched; nil for a prefetch.
 	// (A context, not a closure over it: that was an allocation per miss.)
 	ctx context.Context
-	// The disable lists apply to what a client's miss fetches; refreshes (prefetch, verify) cache regardless,
-	// as in CoreDNS.
-	pexcept, nexcept []string
+	// except says the disable lists (the Cache's pexcept, nexcept) apply: they do to what a client's miss
+	// fetches; refreshes (prefetch, verify) cache regardless, as in CoreDNS. (A flag, not the lists: the
+	// writer is allocated per miss, and the two slice headers took it a size class up.)
+	except bool
 
 	answered     bool     // a reply was written
 	keepLast     bool     // keep a copy of the last reply (lastResponse), for a verifyWriter
@@ -172,7 +173,7 @@ func (w *ResponseWriter) cacheServerFailure(req *dns.Msg) {
 func (w *ResponseWriter) set(m *dns.Msg, key uint64, mt response.Type, d time.Duration, now time.Time) {
 	switch mt {
 	case response.NoError, response.Delegation:
-		if dnsname.AnyUnder(w.pexcept, m.Question[0].Name) {
+		if w.except && dnsname.AnyUnder(w.pexcept, m.Question[0].Name) {
 			return
 		}
 		e := w.entry(m, d, now)
@@ -195,7 +196,7 @@ func (w *ResponseWriter) set(m *dns.Msg, key uint64, mt response.Type, d time.Du
 			w.ncache.Remove(key)
 		}
 	case response.NameError, response.NoData, response.ServerError:
-		if dnsname.AnyUnder(w.nexcept, m.Question[0].Name) {
+		if w.except && dnsname.AnyUnder(w.nexcept, m.Question[0].Name) {
 			return
 		}
 		e := w.entry(m, d, now)

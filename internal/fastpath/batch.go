@@ -166,18 +166,7 @@ func (b *batch) queue(i int, answer []byte) {
 // socket's (in the runtime's poller) and goes out there. As with CoreDNS's UDP server, a failed write is not
 // retried: sendmmsg stops at a message it cannot send, which is then skipped.
 func (b *batch) flush() {
-	sent := 0
-	for sent < b.nsend {
-		n, errno := mmsg(unix.SYS_SENDMMSG, uintptr(b.send), b.shdrs[sent:b.nsend])
-		if errno == unix.EAGAIN {
-			break
-		}
-		if errno != 0 || n == 0 {
-			sent++ // the first message failed: drop it, send the rest
-			continue
-		}
-		sent += n
-	}
+	sent, _ := sendQueued(b.send, b.shdrs[:b.nsend])
 	for sent < b.nsend {
 		var n int
 		var errno syscall.Errno
@@ -199,6 +188,25 @@ func (b *batch) flush() {
 		}
 	}
 	b.nsend = 0
+}
+
+// sendQueued sends hdrs on the non-blocking socket fd, with as few sendmmsg calls as the kernel takes them in,
+// until its buffer is full. It returns how many messages it handled (sent, or dropped: sendmmsg stops at a
+// message it cannot send, which is then skipped, as CoreDNS's UDP server does not retry a failed write either)
+// and the calls it made; the rest wait for the caller's fallback.
+func sendQueued(fd int, hdrs []mmsghdr) (handled, calls int) {
+	for handled < len(hdrs) {
+		n, errno := mmsg(unix.SYS_SENDMMSG, uintptr(fd), hdrs[handled:])
+		calls++
+		if errno == unix.EAGAIN {
+			break
+		}
+		if errno != 0 || n == 0 {
+			n = 1 // the first message failed: drop it, send the rest
+		}
+		handled += n
+	}
+	return handled, calls
 }
 
 // sendSocket opens the socket a reader of c sends its answers on: bound to c's address (SO_REUSEPORT) and

@@ -96,12 +96,18 @@ func TestHistOtherSchema(t *testing.T) {
 	if !ours.direct {
 		t.Fatal("a classic histogram is counted by the fast path, which keeps native buckets")
 	}
+	observeTwice(ours, ref)
+	sameHistogram(t, gathered(t, m.Gatherer(reg), "classic_only", "ours"), gathered(t, reg, "classic_only", "ref"))
+}
+
+// observeTwice counts a few values twice each in ours, as a reader counts a batch's answers, and observes each
+// twice through client_golang in ref.
+func observeTwice(ours *hist, ref prometheus.Observer) {
 	for _, v := range []float64{0, 1, 5, 10, 11, 1e6} {
 		ours.observe(ours.point(v), 2)
 		ref.Observe(v)
 		ref.Observe(v)
 	}
-	sameHistogram(t, gathered(t, m.Gatherer(reg), "classic_only", "ours"), gathered(t, reg, "classic_only", "ref"))
 }
 
 // Without client_golang's native bounds (a version that does not answer as readNativeBounds takes), every
@@ -115,11 +121,7 @@ func TestHistWithoutNativeBounds(t *testing.T) {
 	if !ours.direct {
 		t.Fatal("a histogram without native bounds is counted by the fast path")
 	}
-	for _, v := range []float64{0, 1, 5, 10, 11, 1e6} {
-		ours.observe(ours.point(v), 2)
-		ref.Observe(v)
-		ref.Observe(v)
-	}
+	observeTwice(ours, ref)
 	var m Metrics
 	sameHistogram(t, gathered(t, m.Gatherer(reg), "no_bounds", "ours"), gathered(t, reg, "no_bounds", "ref"))
 }

@@ -7,15 +7,13 @@ import (
 	"net"
 	"net/netip"
 	"slices"
-	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin/pkg/rcode"
 	"github.com/coredns/coredns/request"
 	"github.com/miekg/dns"
-	"golang.org/x/sys/unix"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/dnscache"
 )
@@ -29,6 +27,14 @@ type packet struct {
 // missIdle is how long a miss worker waits for the next miss before it ends.
 const missIdle = 2 * time.Second
 
+// missIdleMax bounds the workers waiting for a miss; one that finds that many waiting ends instead. A reader
+// starts a worker whenever none waits at that instant, so on a starved machine, where the workers that have
+// answered are runnable but not yet running, a flood of misses starts one per datagram; without this bound each
+// then waited missIdle: 880 idle workers on grown stacks in TestUpstreamOutageFlood beside the listeners' CPU
+// hogs, the agent's peak RSS 3x its idle RSS. A busy server's misses still find a worker waiting: a burst of
+// answers from the upstream frees its workers together, and batchSize of them is what one read hands over.
+const missIdleMax = 2 * batchSize
+
 // misses hands CoreDNS what the readers do not answer: each datagram goes to a worker goroutine, which unpacks
 // it as miekg/dns's UDP server does (the same accept function and FORMERR/NOTIMP answers; the fast path serves
 // no server with TSIG or a decorated writer, core.go) and calls the handler, CoreDNS's ServePacket's. Answers go
@@ -36,15 +42,18 @@ const missIdle = 2 * time.Second
 //
 // miekg/dns starts a goroutine per datagram. Its stack starts small and grows (copies) two or three times in
 // CoreDNS's chain: 13% of the agent's CPU under the bench's miss workload, on top of the hand-off to the
-// server's reader goroutine. A worker here waits for the next miss after answering, up to missIdle, so a busy
-// server's misses run on stacks that have grown already, handed over in one channel send. Concurrency is
-// unbounded, as with miekg/dns: a miss that waits on its upstream holds its worker, and the next one gets
-// another.
+// server's reader goroutine. A worker here waits for the next miss after answering, up to missIdle (and
+// missIdleMax of them at once), so a busy server's misses run on stacks that have grown already, handed over
+// in one channel send. Concurrency is unbounded, as with miekg/dns: a miss that waits on its upstream holds
+// its worker, and the next one gets another.
 type misses struct {
 	handler dns.Handler
-	out     *net.UDPConn // the listener's first socket: its address is the answers' source
-	send    int          // the send socket answers go out on (batch.go's sendSocket); out when it is full
+	out     *outbox      // sends the answers, from the listener's address (outbox.go)
 	work    chan *packet // unbuffered: a send succeeds only when a worker waits for it
+
+	idleFor time.Duration // missIdle
+	idle    atomic.Int32  // workers waiting for a miss, or about to: missIdleMax at most
+	workers atomic.Int32  // workers running
 
 	mu     sync.Mutex // closed, and the workers' count with it
 	closed bool
@@ -53,7 +62,7 @@ type misses struct {
 }
 
 func newMisses(out *net.UDPConn, send int, h dns.Handler) *misses {
-	return &misses{handler: h, out: out, send: send, work: make(chan *packet), quit: make(chan struct{})}
+	return &misses{handler: h, out: newOutbox(out, send), work: make(chan *packet), quit: make(chan struct{}), idleFor: missIdle}
 }
 
 // put hands a datagram to CoreDNS; it copies what CoreDNS reads of b (missRead bytes at most: a padded query
@@ -73,22 +82,32 @@ func (m *misses) put(b []byte, from netip.AddrPort) {
 		return
 	}
 	m.wg.Add(1)
+	m.workers.Add(1)
 	m.mu.Unlock()
 	go m.worker(p)
 }
 
 func (m *misses) worker(p *packet) {
 	defer m.wg.Done()
-	idle := time.NewTimer(missIdle)
+	defer m.workers.Add(-1)
+	idle := time.NewTimer(m.idleFor)
 	defer idle.Stop()
 	for {
 		m.serve(p)
-		idle.Reset(missIdle)
+		if m.idle.Add(1) > missIdleMax {
+			m.idle.Add(-1)
+			return
+		}
+		idle.Reset(m.idleFor)
+		next := false
 		select {
 		case p = <-m.work:
+			next = true
 		case <-idle.C:
-			return
 		case <-m.quit:
+		}
+		m.idle.Add(-1)
+		if !next {
 			return
 		}
 	}
@@ -102,7 +121,7 @@ func (m *misses) serve(p *packet) {
 	if len(b) < 12 {
 		return
 	}
-	w := &missWriter{out: m.out, send: m.send, addr: &p.addr, query: b}
+	w := &missWriter{out: m.out, addr: &p.addr, query: b}
 	h := dns.Header{Id: binary.BigEndian.Uint16(b), Bits: binary.BigEndian.Uint16(b[2:]), Qdcount: binary.BigEndian.Uint16(b[4:]),
 		Ancount: binary.BigEndian.Uint16(b[6:]), Nscount: binary.BigEndian.Uint16(b[8:]), Arcount: binary.BigEndian.Uint16(b[10:])}
 	req := new(dns.Msg)
@@ -154,17 +173,17 @@ func (m *misses) shutdown(ctx context.Context) {
 }
 
 // missWriter is miekg/dns's UDP ResponseWriter for a datagram the fast path received: answers are sent to the
-// sender from the listener's address, on the send socket (outside the runtime's poller, as the readers send:
-// batch.go's sendSocket), or on the listener's socket when the send socket's buffer is full.
+// sender from the listener's address, batched with other misses' answers (outbox.go). A write is queued, not
+// sent, when it returns, so it reports no send error: as with the readers' answers, a datagram the kernel
+// refuses is dropped.
 type missWriter struct {
-	out    *net.UDPConn
-	send   int
+	out    *outbox
 	addr   *net.UDPAddr
 	query  []byte // the datagram answered, as it came
 	closed bool
 }
 
-func (w *missWriter) LocalAddr() net.Addr  { return w.out.LocalAddr() }
+func (w *missWriter) LocalAddr() net.Addr  { return w.out.out.LocalAddr() }
 func (w *missWriter) RemoteAddr() net.Addr { return w.addr }
 func (w *missWriter) TsigStatus() error    { return nil }
 func (w *missWriter) TsigTimersOnly(bool)  {}
@@ -186,28 +205,7 @@ func (w *missWriter) Write(b []byte) (int, error) {
 	if w.closed {
 		return 0, errors.New("dns: Write called after Close")
 	}
-	var sa unix.Sockaddr
-	if ip4 := w.addr.IP.To4(); ip4 != nil {
-		sa = &unix.SockaddrInet4{Port: w.addr.Port, Addr: [4]byte(ip4)}
-	} else {
-		sa6 := &unix.SockaddrInet6{Port: w.addr.Port, Addr: [16]byte(w.addr.IP.To16())}
-		if w.addr.Zone != "" {
-			// The readers name the zone by its number (batch.datagram); a name is looked up.
-			if n, err := strconv.ParseUint(w.addr.Zone, 10, 32); err == nil {
-				sa6.ZoneId = uint32(n)
-			} else if ifi, err := net.InterfaceByName(w.addr.Zone); err == nil {
-				sa6.ZoneId = uint32(ifi.Index)
-			}
-		}
-		sa = sa6
-	}
-	err := unix.Sendto(w.send, b, 0, sa)
-	if err == unix.EAGAIN {
-		return w.out.WriteTo(b, w.addr)
-	}
-	if err != nil {
-		return 0, err
-	}
+	w.out.write(b, w.addr)
 	return len(b), nil
 }
 
@@ -224,14 +222,14 @@ func (w *missWriter) Close() error {
 // one the fast path could answer next time, a look at what our cache answered it from.
 func (l *listener) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	v := l.view.Load()
-	ctx := context.WithValue(context.Background(), dnsserver.Key{}, v.srv)
-	ctx = context.WithValue(ctx, dnsserver.LoopKey{}, 0)
+	ctx := v.ctx
 	if !probeable(r) {
 		v.srv.ServeDNS(ctx, w, r)
 		return
 	}
 	ctx, rep := dnscache.WithReport(ctx)
 	cw := &capture{ResponseWriter: w}
+	defer cw.release()
 	v.srv.ServeDNS(ctx, cw, r)
 	if rep.Hit == nil {
 		return // forwarded, or answered by a plugin after the cache: nothing to learn
@@ -326,16 +324,25 @@ func (v *view) learn(pr *probe, hit *dnscache.Hit, cw *capture) {
 }
 
 // capture is the ResponseWriter CoreDNS answers a probed query through: it packs as miekg/dns's does (no
-// TSIG: probed queries have none) and keeps the bytes.
+// TSIG: probed queries have none) and keeps the bytes until release. It packs into a pooled buffer: the
+// writer below copies what it sends, and learn copies what it keeps.
 type capture struct {
 	dns.ResponseWriter
 	data   []byte
 	writes int
 	err    error
+	buf    *[]byte // the pooled buffer WriteMsg packed into, if any
 }
 
+// packBufs are capture's buffers, as large as a UDP answer usually is (miekg/dns packs into a larger one
+// when the message needs it).
+var packBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1232); return &b }}
+
 func (c *capture) WriteMsg(m *dns.Msg) error {
-	data, err := m.Pack()
+	if c.buf == nil {
+		c.buf = packBufs.Get().(*[]byte)
+	}
+	data, err := m.PackBuffer((*c.buf)[:cap(*c.buf)])
 	if err != nil {
 		c.writes++
 		c.err = err
@@ -343,6 +350,15 @@ func (c *capture) WriteMsg(m *dns.Msg) error {
 	}
 	_, err = c.Write(data)
 	return err
+}
+
+// release returns the pooled buffer; data is not to be read after it.
+func (c *capture) release() {
+	if c.buf != nil {
+		c.data = nil
+		packBufs.Put(c.buf)
+		c.buf = nil
+	}
 }
 
 func (c *capture) Write(b []byte) (int, error) {
