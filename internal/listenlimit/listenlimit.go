@@ -7,7 +7,12 @@
 // connections faster than the server times them out keeps everyone else, the kubelet's probe among them,
 // waiting behind it. Here Accept never waits on the bound. Every connection is accepted at once and then
 // admitted or reset:
-//   - a source that already has PerSource connections open is reset, whatever the total;
+//   - a source that already has PerSource connections open is reset, whatever the total. A connection its
+//     client has closed (or reset) does not count here, though the server has yet to close its side: on a
+//     starved machine that takes as long as the goroutine reading it takes to run, and a scraper that closed
+//     and dialled again at once was reset for it (a test scraping the agent's metrics, on CI). It counts in
+//     the total until its socket is gone; internal/connlimit, too, counts only established connections. A
+//     source at its share is looked over for such connections at most once per rescan (5 ms);
 //   - when Total are open, a newcomer from a source with fewer connections than the busiest source's takes the
 //     busiest source's oldest connection's place (it is reset), so a source with nothing open is always
 //     admitted while any source holds two or more.
@@ -30,6 +35,10 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Limits are the bounds of one listener. Both must be at least 1; PerSource at least 2 for a newcomer to take
@@ -44,14 +53,23 @@ type Limits struct {
 type Pool struct {
 	limits Limits
 
-	mu    sync.Mutex
-	open  map[netip.Addr][]*conn // by source, oldest first
-	total int
+	mu      sync.Mutex
+	open    map[netip.Addr][]*conn // by source, oldest first
+	total   int
+	scanned map[netip.Addr]time.Time // when each source at its share was last looked over (heldLocked)
+	now     func() time.Time
+	scans   int // heldLocked's passes, for tests
 }
+
+// rescan is how soon a source at its share is looked over again for connections its client has closed: a
+// newcomer in between is reset at once. One source's flood of connections at its share then costs at most
+// 1/rescan passes of PerSource getsockopt calls a second (100 each on a DNS listener: 20,000 calls a second),
+// not a pass per connection.
+const rescan = 5 * time.Millisecond
 
 // NewPool makes an empty pool bounded by l.
 func NewPool(l Limits) *Pool {
-	return &Pool{limits: l, open: map[netip.Addr][]*conn{}}
+	return &Pool{limits: l, open: map[netip.Addr][]*conn{}, scanned: map[netip.Addr]time.Time{}, now: time.Now}
 }
 
 // wrap makes ln hand out only connections within p's bounds. A connection counts from its Accept to its Close.
@@ -84,6 +102,12 @@ func (l *Pool) admit(c net.Conn) net.Conn {
 	l.mu.Lock()
 	mine := len(l.open[src])
 	if mine >= l.limits.PerSource {
+		if now := l.now(); now.Sub(l.scanned[src]) >= rescan {
+			l.scanned[src] = now
+			mine = l.heldLocked(src)
+		}
+	}
+	if mine >= l.limits.PerSource {
 		l.mu.Unlock()
 		reset(c)
 		return nil
@@ -107,6 +131,40 @@ func (l *Pool) admit(c net.Conn) net.Conn {
 		reset(victim.Conn)
 	}
 	return ac
+}
+
+// heldLocked counts src's connections whose client still holds them: those whose peer has not closed.
+func (l *Pool) heldLocked(src netip.Addr) int {
+	l.scans++
+	n := 0
+	for _, c := range l.open[src] {
+		if !peerGone(c.Conn) {
+			n++
+		}
+	}
+	return n
+}
+
+// peerGone reports whether c's client has closed or reset its side: the socket is no longer established (in
+// CLOSE_WAIT or CLOSE), and the server's read will end once its goroutine runs. A socket that is not TCP, or
+// whose state cannot be read, counts as held.
+func peerGone(c net.Conn) bool {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	gone := false
+	if err := raw.Control(func(fd uintptr) {
+		info, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+		gone = err == nil && info.State != unix.BPF_TCP_ESTABLISHED
+	}); err != nil {
+		return true // closed under us: it is leaving
+	}
+	return gone
 }
 
 // busiestOldest is the oldest connection of the source with the most open connections.
@@ -133,6 +191,7 @@ func (l *Pool) removeLocked(c *conn) bool {
 	cs = slices.Delete(cs, i, i+1)
 	if len(cs) == 0 {
 		delete(l.open, c.src)
+		delete(l.scanned, c.src)
 	} else {
 		l.open[c.src] = cs
 	}

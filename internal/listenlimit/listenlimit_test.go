@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
 // Conventions: the server listens on 127.0.0.1; each "source" is another loopback address (127.0.0.N), which
@@ -14,14 +16,19 @@ import (
 // "ok" on every connection it admits and then holds it open, as an idle client's connection is held until its
 // timeout; a client that reads "ok" was admitted, one that reads EOF or a reset was refused.
 
-func serve(t *testing.T, l Limits) string {
+func serve(t *testing.T, l Limits) string { return serveWith(t, l, true) }
+
+// serveWith is serve; a server that does not read leaves every admitted connection open until the test ends,
+// as a starved server's goroutines leave a closed client's until they run.
+func serveWith(t *testing.T, l Limits, read bool) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	lim := NewPool(l).wrap(ln)
-	t.Cleanup(func() { lim.Close() })
+	done := make(chan struct{})
+	t.Cleanup(func() { lim.Close(); close(done) })
 	go func() {
 		for {
 			c, err := lim.Accept()
@@ -31,6 +38,10 @@ func serve(t *testing.T, l Limits) string {
 			go func() {
 				defer c.Close()
 				c.Write([]byte("ok"))
+				if !read {
+					<-done
+					return
+				}
 				io.Copy(io.Discard, c) // until the client or a newcomer's admission closes it
 			}()
 		}
@@ -137,6 +148,63 @@ func TestCloseGivesPlaceBack(t *testing.T) {
 			t.Fatal("the place of a closed connection was not given back within 2 s")
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestPeerClosedGivesPlaceBack: a connection its client has closed no longer counts against the source's share,
+// though the server has not yet closed its side (here never: it does not read). A scraper that closes and dials
+// again at once was reset while a starved agent had yet to read the end of its last connection.
+func TestPeerClosedGivesPlaceBack(t *testing.T) {
+	addr := serveWith(t, Limits{PerSource: 2, Total: 8}, false)
+	first, ok := dial(t, addr, 2)
+	if !ok {
+		t.Fatal("first connection refused")
+	}
+	if _, ok := dial(t, addr, 2); !ok {
+		t.Fatal("second connection refused below PerSource 2")
+	}
+	if _, ok := dial(t, addr, 2); ok {
+		t.Fatal("third connection admitted while the source holds two")
+	}
+	first.Close()
+	testenv.Eventually(t, 10*time.Second, "a connection from 127.0.0.2 admitted after it closed one", func() bool {
+		_, ok := dial(t, addr, 2)
+		return ok
+	})
+	// The source holds two again (the second and the newest): the closed one gave back one place, not more.
+	if _, ok := dial(t, addr, 2); ok {
+		t.Fatal("a connection admitted while the source holds two open ones")
+	}
+}
+
+// TestAtShareLookedOverOncePerRescan: a source's flood at its share does not cost a pass over its connections
+// per newcomer: one per rescan, however many come meanwhile.
+func TestAtShareLookedOverOncePerRescan(t *testing.T) {
+	p := NewPool(Limits{PerSource: 2, Total: 1000})
+	now := time.Unix(1e9, 0)
+	p.now = func() time.Time { return now }
+	pipe := func() net.Conn { // net.Pipe's connections all share one source (no IP address)
+		a, b := net.Pipe()
+		t.Cleanup(func() { a.Close(); b.Close() })
+		return a
+	}
+	for range 2 {
+		if p.admit(pipe()) == nil {
+			t.Fatal("refused below the share")
+		}
+	}
+	for range 100 {
+		if p.admit(pipe()) != nil {
+			t.Fatal("admitted over the share")
+		}
+	}
+	if p.scans != 1 {
+		t.Fatalf("%d passes over the source's connections for 100 newcomers in one instant, want 1", p.scans)
+	}
+	now = now.Add(rescan)
+	p.admit(pipe())
+	if p.scans != 2 {
+		t.Fatalf("%d passes after rescan had gone by, want 2", p.scans)
 	}
 }
 

@@ -282,7 +282,12 @@ func (a *Agent) Metric(series string) (float64, bool) {
 	if err != nil {
 		a.t.Fatalf("scrape metrics: %v", err)
 	}
-	defer resp.Body.Close()
+	// Read to the end, so that the next scrape reuses the connection, as Prometheus does: the agent's metrics
+	// listener holds 2 per source.
+	defer func() {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
