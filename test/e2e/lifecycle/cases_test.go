@@ -46,6 +46,7 @@ func (m *matrix) loopInReloadIsRefused(a *harness.Agent) {
 	if v, ok := a.Metric(`nodelocaldns_corefile_reloads_total{result="loop"}`); !ok || v != 1 {
 		t.Errorf("reloads refused for a loop = %v (%v), want 1", v, ok)
 	}
+	m.asked()
 	m.serve()
 }
 

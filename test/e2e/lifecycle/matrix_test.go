@@ -200,6 +200,22 @@ func (m *matrix) start(name string, graceful bool, extra ...string) *harness.Age
 	return a
 }
 
+// asked waits (bounded) until the current phase has had a query to each target it counts failures for, so that
+// a case which ends at once (a reload refused before it applies) was still asked through: on a busy machine the
+// load generator was held up for the whole of such a phase, which then had none to count.
+func (m *matrix) asked() {
+	m.t.Helper()
+	e := m.expect[len(m.expect)-1]
+	testenv.Eventually(m.t, 10*time.Second, "a query to every target of the phase", func() bool {
+		for _, target := range e.zero {
+			if m.load.get(e.phase, target).sent == 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // serve is a steady phase with an agent ready: nothing fails and the agent answers the ClusterIP.
 func (m *matrix) serve() {
 	m.phase("serving", expectation{zero: []string{m.n.fam.clusterIP, m.n.fam.local}, allAgent: true})
