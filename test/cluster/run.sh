@@ -87,6 +87,7 @@ cleanup() {
 	done
 }
 trap cleanup EXIT
+rm -f "$state/summary.txt" # the driver writes this run's failures and count there, for .ci/run to say again
 rc=0
 "$out/bin/driver" -repo "$repo" -state "$state" -k8s-bin "$k8s_bin" -deb-root "$deb_root" -images "$out/images" \
 	-dnsq "$out/bin/dnsq" -agent "$out/nodelocaldns" -modes "${CLUSTER_MODES-nftables,iptables}" -lanes "${CLUSTER_LANES:-2}" "${e2e_args[@]}" || rc=$?

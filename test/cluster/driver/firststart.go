@@ -120,8 +120,9 @@ func gapCase(ctx context.Context, c *cluster, r *results) bool {
 func gateCase(ctx context.Context, c *cluster, r *results, h *helmRun) {
 	n := c.local
 	v, err := h.values(helmClusterValues, "startupTaint: {enabled: true}\n")
+	// The case before restarted node-1's agent: the upgrade waits for its rollout first (upgradeRolledOut).
 	if err == nil {
-		_, err = h.run(ctx, append([]string{"upgrade", helmRelease, h.chart(), "-n", helmNamespace, "--wait", "--timeout", "3m"}, v...)...)
+		err = h.upgradeRolledOut(ctx, v)
 	}
 	if err == nil {
 		_, err = c.kubectl(ctx, "delete", "pod", probePodName, "--wait=true", "--timeout=60s")

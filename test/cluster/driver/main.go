@@ -77,14 +77,13 @@ func run() int {
 	}
 	fmt.Println()
 	all.printFigures()
-	all.printFailures()
+	all.printFailures(os.Stdout)
 	if ctx.Err() != nil {
 		fmt.Println("interrupted")
 	}
-	if all.skipped > 0 {
-		fmt.Printf("cluster: %d passed, %d failed, %d skipped\n", all.passed, all.failed, all.skipped)
-	} else {
-		fmt.Printf("cluster: %d passed, %d failed\n", all.passed, all.failed)
+	fmt.Println(all.total())
+	if err := all.writeSummary(filepath.Join(cfg.state, "summary.txt")); err != nil {
+		fmt.Println("driver: the summary:", err)
 	}
 	if all.failed > 0 || ctx.Err() != nil {
 		return 1

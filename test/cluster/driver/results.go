@@ -14,7 +14,7 @@ type results struct {
 	passed, failed int
 	skipped        int
 	figures        []string
-	failures       []string // the failed cases' names, said again at the end
+	failures       []string // the failed cases' names and why, said again at the end
 	out            io.Writer
 }
 
@@ -39,8 +39,22 @@ func (r *results) pass(name, detail string) {
 
 func (r *results) fail(name string, err error) {
 	r.failed++
-	r.failures = append(r.failures, r.mode+"/"+name)
+	r.failures = append(r.failures, r.mode+"/"+name+": "+shortReason(err))
 	r.printf("FAIL %s/%s: %s\n", r.mode, name, strings.ReplaceAll(err.Error(), "\n", "\n     "))
+}
+
+// maxReason bounds a failure's reason as the end of the output says it again: CI shows only the output's last
+// lines, and a failure with no reason there can only be guessed at.
+const maxReason = 600
+
+// shortReason is err on one line, at most maxReason characters: a longer one keeps its start and its end (a
+// command's line comes first, and why it failed last).
+func shortReason(err error) string {
+	s := strings.Join(strings.Fields(err.Error()), " ")
+	if r := []rune(s); len(r) > maxReason {
+		s = string(r[:maxReason/2]) + " … " + string(r[len(r)-maxReason/2:])
+	}
+	return s
 }
 
 // skip records a case that was not run, and why.
@@ -86,12 +100,29 @@ func (r *results) printFigures() {
 
 // printFailures says the failed cases again, where the output ends: with clusters side by side, a failure's
 // lines are among another cluster's.
-func (r *results) printFailures() {
+func (r *results) printFailures(w io.Writer) {
 	if len(r.failures) == 0 {
 		return
 	}
-	fmt.Println("== failed (their FAIL lines above say why)")
+	fmt.Fprintln(w, "== failed (their FAIL lines above say why in full)")
 	for _, f := range r.failures {
-		fmt.Println("FAIL " + f)
+		fmt.Fprintln(w, "FAIL "+f)
 	}
+}
+
+// total is the closing count.
+func (r *results) total() string {
+	if r.skipped > 0 {
+		return fmt.Sprintf("cluster: %d passed, %d failed, %d skipped", r.passed, r.failed, r.skipped)
+	}
+	return fmt.Sprintf("cluster: %d passed, %d failed", r.passed, r.failed)
+}
+
+// writeSummary writes the failures said again and the closing count to path, for what runs the suite to say
+// again after its own output (.ci/run, whose record keeps only its last lines).
+func (r *results) writeSummary(path string) error {
+	var b strings.Builder
+	r.printFailures(&b)
+	b.WriteString(r.total() + "\n")
+	return os.WriteFile(path, []byte(b.String()), 0o644)
 }

@@ -34,24 +34,35 @@ func rollUntil(ctx context.Context, h *helmRun, r *results, stop <-chan struct{}
 		if err != nil {
 			return err
 		}
-		// helm's --wait returns once the new pods are ready, before they are available (the chart's
-		// minReadySeconds). An upgrade started then stalled here: both nodes' new pods ran beside the old ones,
-		// which were never deleted, until helm gave up. Wait for the rollout as kubectl sees it first.
-		if _, err := h.c.kubectl(ctx, "-n", helmNamespace, "rollout", "status", "ds/node-local-dns", "--timeout=90s"); err != nil {
-			errs = append(errs, fmt.Errorf("before upgrade %d: %w\n%s", i+1, err, dsState(ctx, h.c)))
-			continue
-		}
 		start := time.Now()
-		_, err = h.run(ctx, append([]string{"upgrade", helmRelease, h.chart(), "-n", helmNamespace, "--wait", "--timeout", "2m"}, v...)...)
+		err = h.upgradeRolledOut(ctx, v)
 		if err == nil && b.tag != "" {
-			err = onlyImage(ctx, h.c, b.tag)
+			if err = onlyImage(ctx, h.c, b.tag); err != nil {
+				err = fmt.Errorf("%w\n%s", err, dsState(ctx, h.c))
+			}
 		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("upgrade %d: %w\n%s", i+1, err, dsState(ctx, h.c)))
+			errs = append(errs, fmt.Errorf("upgrade %d: %w", i+1, err))
 			continue
 		}
 		took = append(took, time.Since(start))
 	}
+}
+
+// upgradeRolledOut is helm upgrade --wait (2 min, inside a node command's 3, so that a stall is helm's own
+// error) with values v, once the DaemonSet has rolled out as kubectl sees it; a failure carries the DaemonSet's
+// state. helm's --wait returns once the new pods are ready, before they are available (the chart's
+// minReadySeconds), and an upgrade begun before the rollout ended stalled: the new pods ran beside the old
+// ones, which were never deleted, until helm gave up (the rolling run; the gate case, after node-1's agent
+// was restarted, in a CI run).
+func (h *helmRun) upgradeRolledOut(ctx context.Context, v []string) error {
+	if _, err := h.c.kubectl(ctx, "-n", helmNamespace, "rollout", "status", "ds/node-local-dns", "--timeout=90s"); err != nil {
+		return fmt.Errorf("before the upgrade: %w\n%s", err, dsState(ctx, h.c))
+	}
+	if _, err := h.run(ctx, append([]string{"upgrade", helmRelease, h.chart(), "-n", helmNamespace, "--wait", "--timeout", "2m"}, v...)...); err != nil {
+		return fmt.Errorf("%w\n%s", err, dsState(ctx, h.c))
+	}
+	return nil
 }
 
 // dsState is the DaemonSet's status and its pods, for a failed upgrade's message.

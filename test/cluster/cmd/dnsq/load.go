@@ -27,6 +27,11 @@ type loadResult struct {
 	LastMs  int64  `json:"lastMs"`  // last failure
 	// FailMs are the failures' send times, milliseconds after the start, in no order: the first maxFailTimes.
 	FailMs []int64 `json:"failMs,omitempty"`
+	// Rate is the queries per second the load sent at.
+	Rate int `json:"rate"`
+	// LagMs is, by the second a query was sent in (the index: seconds after the start), the longest an answered
+	// query took, in milliseconds: how long queries were in flight then, the control a loss is judged against.
+	LagMs []int64 `json:"lagMs,omitempty"`
 	// Answers counts the good answers by the first A record's address: which upstream resolved a name shows in
 	// it when each upstream answers another address.
 	Answers map[string]int `json:"answers"`
@@ -59,7 +64,7 @@ func load(args []string) int {
 	results := make([]*loadResult, 0)
 	list := strings.Split(*servers, ",")
 	if *resolver {
-		r := &loadResult{Server: "resolv.conf", Proto: "udp", FirstMs: -1, LastMs: -1, Answers: map[string]int{}}
+		r := &loadResult{Server: "resolv.conf", Proto: "udp", FirstMs: -1, LastMs: -1, Rate: *rate, Answers: map[string]int{}}
 		results = append(results, r)
 		runLoad(r, lookupAsker(*name, *timeout), *rate, *duration)
 		list = nil
@@ -75,7 +80,7 @@ func load(args []string) int {
 				fmt.Fprintf(os.Stderr, "unknown protocol %q\n", proto)
 				return 2
 			}
-			r := &loadResult{Server: addr, Proto: proto, FirstMs: -1, LastMs: -1, Answers: map[string]int{}}
+			r := &loadResult{Server: addr, Proto: proto, FirstMs: -1, LastMs: -1, Rate: *rate, Answers: map[string]int{}}
 			q := fixedName(dns.Fqdn(*name))
 			if *unique {
 				q = uniqueNames(fmt.Sprintf("u%x-%d", nonce, len(results)), dns.Fqdn(*name))
@@ -187,8 +192,16 @@ func runLoad(r *loadResult, ask asker, rate int, duration time.Duration) {
 		go func(at time.Duration) {
 			defer wg.Done()
 			o, first := ask(i)
+			took := time.Since(start) - at
 			mu.Lock()
 			defer mu.Unlock()
+			if o != failed {
+				sec := int(at / time.Second)
+				for len(r.LagMs) <= sec {
+					r.LagMs = append(r.LagMs, 0)
+				}
+				r.LagMs[sec] = max(r.LagMs[sec], took.Milliseconds())
+			}
 			switch o {
 			case failed:
 				r.Failed++

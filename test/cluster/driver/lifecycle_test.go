@@ -1,0 +1,93 @@
+package main
+
+import "testing"
+
+// TestInFlight: a load's losses pass as "in flight" only when they fall into the instants allowed and each
+// instant lost no more than was in flight there, judged by the load's own answers' lag around it.
+func TestInFlight(t *testing.T) {
+	// times: n failures from ms on, step ms apart.
+	times := func(ms, n, step int64) []int64 {
+		var out []int64
+		for i := range n {
+			out = append(out, ms+i*step)
+		}
+		return out
+	}
+	// lag: LagMs for a 25 s load whose answers took ms in the second sec and 5 ms elsewhere.
+	lag := func(sec int, ms int64) []int64 {
+		out := make([]int64, 25)
+		for i := range out {
+			out[i] = 5
+		}
+		out[sec] = ms
+		return out
+	}
+	join := func(a, b []int64) []int64 { return append(append([]int64{}, a...), b...) }
+	for _, c := range []struct {
+		name string
+		fail []int64
+		bad  int
+		lag  []int64
+		n    int
+		want bool
+	}{
+		{"nothing lost", nil, 0, nil, 1, true},
+		{"one lost", []int64{5000}, 0, lag(5, 3), 1, true},
+		{"10 within 250 ms", times(5000, 10, 20), 0, nil, 1, true},
+		{"11 within 250 ms", times(5000, 11, 20), 0, nil, 1, false},
+		{"3 over 400 ms, answers prompt", times(5000, 3, 200), 0, lag(5, 20), 1, false},
+		{"3 over 400 ms, answers 500 ms late there", times(5000, 3, 200), 0, lag(5, 500), 1, true},
+		{"3 over 400 ms, answers late the second before", times(5100, 3, 200), 0, lag(4, 500), 1, true},
+		{"3 over 400 ms, answers late only long before", times(9000, 3, 200), 0, lag(4, 500), 1, false},
+		{"30 over 290 ms, answers 500 ms late (35 allowed)", times(5000, 30, 10), 0, lag(5, 500), 1, true},
+		{"40 over 390 ms, answers 500 ms late (35 allowed)", times(5000, 40, 10), 0, lag(5, 500), 1, false},
+		{"two instants 3 s apart, one allowed", join(times(5000, 2, 10), times(8000, 2, 10)), 0, lag(5, 500), 1, false},
+		{"two instants 3 s apart, two allowed", join(times(5000, 2, 10), times(8000, 2, 10)), 0, lag(5, 500), 2, true},
+		{"a wrong answer", nil, 1, nil, 1, false},
+	} {
+		l := loadResult{Sent: 2500, Rate: 100, Failed: len(c.fail), Bad: c.bad, FailMs: c.fail, LagMs: c.lag, FirstMs: -1, LastMs: -1}
+		for _, ms := range c.fail {
+			if l.FirstMs < 0 || ms < l.FirstMs {
+				l.FirstMs = ms
+			}
+			l.LastMs = max(l.LastMs, ms)
+		}
+		if got := l.inFlightAt(c.n); got != c.want {
+			t.Errorf("%s: inFlightAt(%d) = %v, want %v (%s)", c.name, c.n, got, c.want, l)
+		}
+	}
+	// More losses than the load lists (its first 64): never only what was in flight.
+	l := loadResult{Sent: 2500, Rate: 100, Failed: 65, FailMs: times(5000, 64, 1), LagMs: lag(5, 2000), FirstMs: 5000, LastMs: 5064}
+	if l.inFlightAt(2) {
+		t.Errorf("65 lost, 64 listed: inFlightAt(2) = true, want false")
+	}
+}
+
+// TestLocalInFlightAfterAGracefulStop: the host-network client's load may lose at one instant more after a
+// graceful stop (the interface goes: addressGone), and only it, and only then.
+func TestLocalInFlightAfterAGracefulStop(t *testing.T) {
+	prompt := make([]int64, 25)
+	for i := range prompt {
+		prompt[i] = 5
+	}
+	twoInstants := loadResult{Sent: 1109, OK: 1106, Failed: 3, FirstMs: 2600, LastMs: 2870,
+		FailMs: []int64{2600, 2610, 2870}, Rate: 50, LagMs: prompt}
+	oneInstant := loadResult{Sent: 1109, OK: 1108, Failed: 1, FirstMs: 2600, LastMs: 2600, FailMs: []int64{2600},
+		Rate: 50, LagMs: prompt}
+	host := loadKey(hostLoad.pod, localDNSIP, "udp")
+	pod := loadKey("dns-client", localDNSIP, "udp")
+	for _, c := range []struct {
+		name     string
+		res      map[string]loadResult
+		graceful bool
+		ok       bool
+	}{
+		{"host network, two instants, graceful stop", map[string]loadResult{host: twoInstants, pod: oneInstant}, true, true},
+		{"host network, two instants, SIGKILL", map[string]loadResult{host: twoInstants, pod: oneInstant}, false, false},
+		{"pod, two instants, graceful stop", map[string]loadResult{host: oneInstant, pod: twoInstants}, true, false},
+	} {
+		if err := localInFlight("a stop", c.res, c.graceful); (err == nil) != c.ok {
+			t.Errorf("%s: %v, want ok %v", c.name, err, c.ok)
+		}
+	}
+}
