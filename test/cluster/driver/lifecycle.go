@@ -52,7 +52,8 @@ type loadResult struct {
 	Bad     int            `json:"bad"`
 	FirstMs int64          `json:"firstMs"`
 	LastMs  int64          `json:"lastMs"`
-	FailMs  []int64        `json:"failMs"`  // the failures' send times (the first 64)
+	FailMs  []int64        `json:"failMs"`  // the failures' send times (the first 10,000)
+	StartMs int64          `json:"startMs"` // the load's start, Unix milliseconds (the same clock as ours)
 	Rate    int            `json:"rate"`    // queries per second
 	LagMs   []int64        `json:"lagMs"`   // by the second sent in, the longest an answered query took (ms)
 	Answers map[string]int `json:"answers"` // good answers by address
@@ -62,7 +63,7 @@ func (l loadResult) String() string {
 	s := fmt.Sprintf("%d sent, %d lost, %d wrong", l.Sent, l.Failed, l.Bad)
 	if l.Failed+l.Bad > 0 && l.FirstMs >= 0 {
 		s += fmt.Sprintf(" (losses from %.1f s to %.1f s after start", float64(l.FirstMs)/1000, float64(l.LastMs)/1000)
-		if len(l.FailMs) > 0 && len(l.FailMs) == l.Failed { // the list holds the first 64 only
+		if len(l.FailMs) > 0 && len(l.FailMs) == l.Failed { // the list holds the first 10,000 only
 			gs := l.lossGroups()
 			s += fmt.Sprintf(", at %d instant(s)", len(gs))
 			var lag time.Duration
@@ -275,7 +276,7 @@ func lifecycleCases(ctx context.Context, c *cluster, r *results) {
 	}
 
 	// SIGKILL of the container through the runtime: no shutdown at all; the kubelet restarts the container.
-	res, took, err = signalUnderLoad(ctx, c, loads, "SIGKILL", 25*time.Second, 30*time.Second)
+	res, took, _, err = signalUnderLoad(ctx, c, loads, "SIGKILL", 25*time.Second, 30*time.Second)
 	if !r.check("SIGKILL under load: the restarted container serves", "figures below", err) {
 		return
 	}
@@ -295,55 +296,121 @@ func lifecycleCases(ctx context.Context, c *cluster, r *results) {
 }
 
 // signalUnderLoad sends sig to node-1's agent container through the runtime while loads run for loadFor, and
-// waits up to restartWithin for the kubelet to restart the container.
-func signalUnderLoad(ctx context.Context, c *cluster, loads []load, sig string, loadFor, restartWithin time.Duration) (map[string]loadResult, time.Duration, error) {
+// waits up to restartWithin for the kubelet to restart the container. It also says when the signal was sent
+// and when the agent's process was seen gone (zero if it was not), from a watch of its PID beside the wait.
+func signalUnderLoad(ctx context.Context, c *cluster, loads []load, sig string, loadFor, restartWithin time.Duration) (map[string]loadResult, time.Duration, signalTimes, error) {
+	var times signalTimes
 	before, err := currentAgent(ctx, c, c.local)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, times, err
 	}
-	return underLoad(ctx, c, loadFor, loads, func() error {
+	res, took, err := underLoad(ctx, c, loadFor, loads, func() error {
+		times.sent = time.Now()
 		if _, err := c.local.ctr(ctx, "tasks", "kill", "-s", sig, before.containerID); err != nil {
 			return err
 		}
-		return poll(ctx, restartWithin, 200*time.Millisecond, func() (bool, error) {
+		watchCtx, stopWatch := context.WithCancel(ctx)
+		watched := make(chan time.Time, 1)
+		go func() { watched <- processGone(watchCtx, before.pid) }()
+		err := poll(ctx, restartWithin, 200*time.Millisecond, func() (bool, error) {
 			a, err := currentAgent(ctx, c, c.local)
 			return err == nil && a.restarts > before.restarts, err
 		})
+		stopWatch()
+		times.gone = <-watched
+		return err
 	})
+	return res, took, times, err
 }
 
-// stoppedGapMax bounds how long a stopped agent blackholes its addresses: the liveness probe's settings allow
-// 15 s from the stop to the kubelet's kill (deploy/invariants_test.go), plus one query's timeout.
-const stoppedGapMax = 15*time.Second + loadTimeout
+// signalTimes: when signalUnderLoad sent its signal, and when it saw the agent's process gone.
+type signalTimes struct{ sent, gone time.Time }
+
+// processGone watches pid every 20 ms and returns when it was first seen gone (exited, or a zombie: its
+// sockets and its table went at its exit), or the zero time if ctx ended first.
+func processGone(ctx context.Context, pid int) time.Time {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if !alive(pid) {
+			return time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}
+		case <-t.C:
+		}
+	}
+}
 
 // stopCase: SIGSTOP of the agent through the runtime. A stopped agent keeps its sockets and its table, so its
-// addresses answer nothing until the kubelet's liveness probe fails and the container is killed (then the
-// table goes with the process and everything fails open). The gap, measured: the span of each load's losses.
+// addresses answer nothing until the kubelet's liveness probe fails and the container is killed; then the
+// table goes with the process and everything fails open. What is asserted is the agent's part: no query sent
+// after the kill is lost but those in flight at it (and, over TCP, at the restart). When the kill comes is the kubelet's: the manifests bound
+// it (15 s from the stop, deploy/invariants_test.go checks the probe's settings), but on a busy machine the
+// probe's own exec runs late (a CI run with two clusters side by side killed the agent about 17 s after the
+// stop), so here it is measured, a figure, and the losses are judged against the kill as it happened.
 func stopCase(ctx context.Context, c *cluster, r *results) {
 	loads := []load{podLoad("dns-client"), hostLoad}
 	// The restart comes after the kubelet's crash-loop back-off (10 s, then 20 s: this is the container's third
 	// start), well after the addresses failed open at the kill.
-	res, took, err := signalUnderLoad(ctx, c, loads, "SIGSTOP", 60*time.Second, 50*time.Second)
+	res, took, times, err := signalUnderLoad(ctx, c, loads, "SIGSTOP", 60*time.Second, 50*time.Second)
+	if err == nil && times.gone.IsZero() {
+		err = errors.New("the kubelet restarted the agent, but its stopped process was never seen gone")
+	}
 	if !r.check("SIGSTOP under load: the kubelet's liveness probe restarts the stopped agent", "figures below", err) {
 		return
 	}
 	reportLoad(r, "SIGSTOP (ctr tasks kill)", res, took)
+	r.figure("SIGSTOP: stop to the kubelet's kill", "%.1f s", times.gone.Sub(times.sent).Seconds())
 	var bad []string
 	for _, k := range sortedKeys(res) {
 		l := res[k]
-		gap := time.Duration(l.LastMs-l.FirstMs) * time.Millisecond
 		if l.Failed > 0 {
-			r.figure("SIGSTOP: blackholed, "+k, "%.1f s", gap.Seconds())
+			r.figure("SIGSTOP: blackholed, "+k, "%.1f s", float64(l.LastMs-l.FirstMs)/1000)
 		}
-		if l.Bad > 0 || (l.Failed > 0 && gap > stoppedGapMax) {
-			bad = append(bad, fmt.Sprintf("%s: %s", k, l))
+		if err := l.lostNothingAfter(times.gone, strings.HasSuffix(k, "/tcp")); err != nil {
+			bad = append(bad, fmt.Sprintf("%s: %v: %s", k, err, l))
 		}
 	}
-	var gapErr error
+	var lateErr error
 	if len(bad) > 0 {
-		gapErr = fmt.Errorf("losses spread over more than %v: %s", stoppedGapMax, strings.Join(bad, "; "))
+		lateErr = errors.New(strings.Join(bad, "; "))
 	}
-	r.check(fmt.Sprintf("SIGSTOP: every address answers again within %v of the stop", stoppedGapMax), "", gapErr)
+	r.check("SIGSTOP: every address answers again once the kubelet has killed the stopped agent", "", lateErr)
+}
+
+// lostNothingAfter: no wrong answer, and no query sent after kill was lost but those in flight there (sent
+// within windowAt of it) and, over TCP, those in flight at the restart: a connection open at the instant the
+// new instance begins to serve is reset (tcpInstants).
+func (l loadResult) lostNothingAfter(kill time.Time, tcp bool) error {
+	if l.Bad > 0 {
+		return fmt.Errorf("%d wrong answers", l.Bad)
+	}
+	if l.Failed == 0 {
+		return nil
+	}
+	if l.StartMs == 0 || len(l.FailMs) < l.Failed {
+		return fmt.Errorf("the load did not say when it started (%d) or list every failure (%d of %d)", l.StartMs, len(l.FailMs), l.Failed)
+	}
+	at := kill.UnixMilli() - l.StartMs // the kill, in the load's time
+	after := l
+	after.FailMs = nil
+	for _, ms := range l.FailMs {
+		if ms-at > l.windowAt(ms).Milliseconds() {
+			after.FailMs = append(after.FailMs, ms)
+		}
+	}
+	after.Failed = len(after.FailMs)
+	restart := 0
+	if tcp {
+		restart = 1
+	}
+	if after.Failed > 0 && !after.inFlightAt(restart) {
+		return fmt.Errorf("lost %d queries sent after the kill (%.1f s into the load), from %.1f s on", after.Failed,
+			float64(at)/1000, float64(slices.Min(after.FailMs))/1000)
+	}
+	return nil
 }
 
 // rolloutCase: `kubectl rollout restart` replaces the agent on both nodes, one at a time (the base's surge

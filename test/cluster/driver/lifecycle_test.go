@@ -1,6 +1,10 @@
 package main
 
-import "testing"
+import (
+	"slices"
+	"testing"
+	"time"
+)
 
 // TestInFlight: a load's losses pass as "in flight" only when they fall into the instants allowed and each
 // instant lost no more than was in flight there, judged by the load's own answers' lag around it.
@@ -56,7 +60,7 @@ func TestInFlight(t *testing.T) {
 			t.Errorf("%s: inFlightAt(%d) = %v, want %v (%s)", c.name, c.n, got, c.want, l)
 		}
 	}
-	// More losses than the load lists (its first 64): never only what was in flight.
+	// More losses than the load lists (it lists the first maxFailTimes): never only what was in flight.
 	l := loadResult{Sent: 2500, Rate: 100, Failed: 65, FailMs: times(5000, 64, 1), LagMs: lag(5, 2000), FirstMs: 5000, LastMs: 5064}
 	if l.inFlightAt(2) {
 		t.Errorf("65 lost, 64 listed: inFlightAt(2) = true, want false")
@@ -89,5 +93,54 @@ func TestLocalInFlightAfterAGracefulStop(t *testing.T) {
 		if err := localInFlight("a stop", c.res, c.graceful); (err == nil) != c.ok {
 			t.Errorf("%s: %v, want ok %v", c.name, err, c.ok)
 		}
+	}
+}
+
+// TestLostNothingAfter: a stopped agent's losses pass when every one was sent before the kill, or in flight at
+// it, wherever the kill fell, and over TCP at one instant more (the restart); others after it do not.
+func TestLostNothingAfter(t *testing.T) {
+	start := int64(1_000_000)
+	kill := time.UnixMilli(start + 19_000) // 19 s into the load
+	span := func(from, to, step int64) []int64 {
+		var out []int64
+		for ms := from; ms <= to; ms += step {
+			out = append(out, ms)
+		}
+		return out
+	}
+	blackholed := span(2400, 18_900, 20) // from the stop to the kill, 50 a second
+	with := func(more ...int64) []int64 { return append(append([]int64{}, blackholed...), more...) }
+	for _, c := range []struct {
+		name  string
+		fail  []int64
+		bad   int
+		lagMs int64
+		tcp   bool
+		want  bool
+	}{
+		{"losses end before the kill", blackholed, 0, 5, false, true},
+		{"the last in flight at the kill", with(19_200), 0, 5, false, true},
+		{"one sent 400 ms after the kill", with(19_400), 0, 5, false, false},
+		{"one 400 ms after, answers 500 ms late there", with(19_400), 0, 500, false, true},
+		{"one at the restart over TCP", with(30_000), 0, 5, true, true},
+		{"one at the restart over UDP", with(30_000), 0, 5, false, false},
+		{"TCP losses at two instants after the kill", with(25_000, 30_000), 0, 5, true, false},
+		{"a wrong answer", blackholed, 1, 5, false, false},
+	} {
+		lag := make([]int64, 60)
+		for i := range lag {
+			lag[i] = c.lagMs
+		}
+		l := loadResult{Failed: len(c.fail), FailMs: c.fail, FirstMs: c.fail[0], LastMs: slices.Max(c.fail), Bad: c.bad,
+			StartMs: start, LagMs: lag, Rate: 50}
+		if err := l.lostNothingAfter(kill, c.tcp); (err == nil) != c.want {
+			t.Errorf("%s: %v, want pass %v", c.name, err, c.want)
+		}
+	}
+	if err := (loadResult{Failed: 1, LastMs: 100, FailMs: []int64{100}}).lostNothingAfter(kill, false); err == nil {
+		t.Error("a load that did not say when it started passed")
+	}
+	if err := (loadResult{Failed: 2, LastMs: 100, FailMs: []int64{100}, StartMs: start}).lostNothingAfter(kill, false); err == nil {
+		t.Error("a load that did not list every failure passed")
 	}
 }

@@ -27,6 +27,9 @@ type loadResult struct {
 	LastMs  int64  `json:"lastMs"`  // last failure
 	// FailMs are the failures' send times, milliseconds after the start, in no order: the first maxFailTimes.
 	FailMs []int64 `json:"failMs,omitempty"`
+	// StartMs is when the load began, in milliseconds since the Unix epoch: the pods share the node's clock
+	// with whatever runs the load, which can then place the failures' times against its own events.
+	StartMs int64 `json:"startMs"`
 	// Rate is the queries per second the load sent at.
 	Rate int `json:"rate"`
 	// LagMs is, by the second a query was sent in (the index: seconds after the start), the longest an answered
@@ -114,9 +117,9 @@ func uniqueNames(prefix, zone string) question {
 	return func(i int) (string, int) { return fmt.Sprintf("%s-%d.%s", prefix, i, zone), dns.RcodeNameError }
 }
 
-// maxFailTimes bounds the failure times a result lists: enough to tell losses at a few instants from losses
-// spread over time.
-const maxFailTimes = 64
+// maxFailTimes bounds the failure times a result lists: every failure of the lifecycle cases' loads (a minute at
+// 100 queries a second is 6,000), so that losses after an event can be told from those before it.
+const maxFailTimes = 10000
 
 // outcome is how one query of a load went.
 type outcome int
@@ -180,6 +183,7 @@ func runLoad(r *loadResult, ask asker, rate int, duration time.Duration) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	start := time.Now()
+	r.StartMs = start.UnixMilli()
 	tick := time.NewTicker(time.Second / time.Duration(rate))
 	defer tick.Stop()
 	for now := range tick.C {
