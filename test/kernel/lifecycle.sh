@@ -108,7 +108,7 @@ step "surge handover: a second instance starts, the first stops, queries keep be
 start 2
 # The first leaves once the second is ready, as a rollout's maxSurge waits for the new pod's readiness: a fixed
 # sleep let a starved VM stop the first before the second served.
-poll 120 grep -q '"msg":"ready"' "$work/agent2.log" || fail "surge: the second instance not ready within 120 s"
+poll 120 grep -qs '"msg":"ready"' "$work/agent2.log" || fail "surge: the second instance not ready within 120 s"
 # Queries during the handover, one after the other; each must be answered.
 : >"$work/handover"
 (

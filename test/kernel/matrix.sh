@@ -180,7 +180,7 @@ load surge
 start 2
 # The second instance comes up beside the first (it serves the same addresses: no observable switch); the
 # first leaves once it is ready, as a rollout's maxSurge waits for the new pod's readiness.
-poll 120 grep -q '"msg":"ready"' "$m/agent2.log" || fail "surge: the second instance not ready within 120 s"
+poll 120 grep -qs '"msg":"ready"' "$m/agent2.log" || fail "surge: the second instance not ready within 120 s"
 kill -TERM "$pid1"
 wait_exit "$pid1" 60 || fail "surge: the first instance still runs 60 s after SIGTERM"
 lasts 5

@@ -260,7 +260,8 @@ failed_output() {
 
 # record_failures adds this boot's failures to the stage's failures file (STAGE_FAILURES, set by scripts/stage.sh),
 # in cmd/testsummary's form, so that the run's closing summary names them with their lines: each failed test,
-# or, when none did (the lifecycle script, a panic, a timeout), the boot with the end of its log.
+# or, when none did (the lifecycle script, a panic, a timeout), the boot with the shell tests' FAIL lines and the
+# end of its log.
 record_failures() {
 	[[ -n ${STAGE_FAILURES:-} ]] || return 0
 	local where="the kernel VM${KERNEL_HOLD_BACK:+ without $KERNEL_HOLD_BACK}"
@@ -269,7 +270,10 @@ record_failures() {
 			/^  output of / { name = $3; sub(/^  output of [^ ]+ \(its last lines\):/, ""); print "--- FAIL: " name " in " where; next }
 			{ print }'
 	else
+		# The shell tests' own FAIL lines first (they come before the agents' logs those tests print on failure,
+		# which would fill the tail), then the end of the log.
 		echo "--- FAIL: boot in $where"
+		grep -E '^(lifecycle|matrix): FAIL' "$1" | head -n 10 | sed 's/^/    /'
 		tail -n 20 "$1" | sed 's/^/    /'
 	fi >>"$STAGE_FAILURES"
 }
