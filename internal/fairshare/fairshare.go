@@ -3,6 +3,8 @@ package fairshare
 import (
 	"context"
 	"errors"
+	"net"
+	"net/netip"
 
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/request"
@@ -27,14 +29,29 @@ func (f *Fair) Name() string { return Name }
 // ServeDNS passes the query on once its source has a slot, or answers REFUSED as forward's max_concurrent does
 // (not cached; a client with a second nameserver moves on at once).
 func (f *Fair) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
-	state := request.Request{W: w, Req: r}
-	src := state.IP()
+	src := sourceOf(w)
 	if !f.lim.acquire(ctx, src) {
 		f.refused.Inc()
 		return dns.RcodeRefused, errShare
 	}
 	defer f.lim.release(src)
 	return chain.Next(f.Name(), f.Next, ctx, w, r)
+}
+
+// sourceOf is the address a query came from, IPv4-mapped addresses as IPv4, read from the writer's net.Addr
+// without the string request.Request.IP makes (an allocation per query); the zero Addr when the writer's
+// address is none.
+func sourceOf(w dns.ResponseWriter) netip.Addr {
+	switch a := w.RemoteAddr().(type) {
+	case *net.UDPAddr:
+		return a.AddrPort().Addr().Unmap()
+	case *net.TCPAddr:
+		return a.AddrPort().Addr().Unmap()
+	case nil:
+		return netip.Addr{}
+	}
+	ip, _ := netip.ParseAddr((&request.Request{W: w}).IP())
+	return ip.Unmap()
 }
 
 // Metrics are the directive's series. Whoever runs the directive makes them once with the registry it serves

@@ -41,23 +41,35 @@ type limiter struct {
 	mu       sync.Mutex
 	inflight int
 	waiting  int
-	seq      uint64            // orders waiters: the oldest has the lowest
-	groups   map[string]*group // those holding or waiting for a slot
+	seq      uint64                  // orders waiters: the oldest has the lowest
+	groups   map[netip.Prefix]*group // those holding or waiting for a slot
 	// sources are the groups' members by address: a source that holds a slot is found without working out its
-	// prefix again (a parse and an allocation per query, twice).
-	sources map[string]*source
+	// prefix again.
+	sources map[netip.Addr]*source
+	// spareGroups and spareSources are what forget dropped, kept for lookup to use again (spareMax of each): a
+	// lone client's query otherwise allocated its group, the group's map and its source anew every time.
+	spareGroups  []*group
+	spareSources []*source
 }
+
+// spareMax bounds the groups and the sources a limiter keeps for use again, and spareMembersMax the members a
+// kept group has ever had (a map keeps the storage it grew to).
+const (
+	spareMax        = 64
+	spareMembersMax = 16
+)
 
 // group is a prefix's sources.
 type group struct {
-	key      string
+	key      netip.Prefix
 	inflight int
 	waiting  int
-	members  map[string]*source
+	members  map[netip.Addr]*source
+	peak     int // the most members it has had: a map that grew large is not kept (forget)
 }
 
 type source struct {
-	key      string
+	key      netip.Addr
 	group    *group
 	inflight int
 	queue    []*waiter // oldest first
@@ -71,31 +83,24 @@ type waiter struct {
 }
 
 func newLimiter(limit int, maxWait time.Duration) *limiter {
-	return &limiter{limit: limit, maxWait: maxWait, groups: map[string]*group{}, sources: map[string]*source{}}
+	return &limiter{limit: limit, maxWait: maxWait, groups: map[netip.Prefix]*group{}, sources: map[netip.Addr]*source{}}
 }
 
-// prefixOf is the group of a source address: its /24 (IPv4, IPv4-mapped IPv6 included) or /64 (IPv6). A
-// string that is no address is a group of its own.
-func prefixOf(src string) string {
-	ip, err := netip.ParseAddr(src)
-	if err != nil {
-		return src
-	}
-	ip = ip.Unmap()
+// prefixOf is the group of a source address: its /24 (IPv4, IPv4-mapped IPv6 included) or /64 (IPv6). The
+// zero Addr (a source that is no address) is a group of its own, the zero Prefix.
+func prefixOf(src netip.Addr) netip.Prefix {
+	ip := src.Unmap()
 	bits := 64
 	if ip.Is4() {
 		bits = 24
 	}
-	p, err := ip.Prefix(bits)
-	if err != nil {
-		return src
-	}
-	return p.String()
+	p, _ := ip.Prefix(bits) // the zero Addr gives the zero Prefix
+	return p
 }
 
 // acquire takes a slot for a query from src, waiting if the rules say so; false means refused. A true must
 // be paired with release(src).
-func (l *limiter) acquire(ctx context.Context, src string) bool {
+func (l *limiter) acquire(ctx context.Context, src netip.Addr) bool {
 	l.mu.Lock()
 	g, s := l.lookup(src)
 	if l.inflight < l.limit && l.waiting == 0 {
@@ -153,20 +158,31 @@ func (g *group) overShare(share int) bool {
 }
 
 // lookup finds or adds src's group and member; l.mu held.
-func (l *limiter) lookup(src string) (*group, *source) {
+func (l *limiter) lookup(src netip.Addr) (*group, *source) {
 	if s := l.sources[src]; s != nil {
 		return s.group, s
 	}
 	key := prefixOf(src)
 	g := l.groups[key]
 	if g == nil {
-		g = &group{key: key, members: map[string]*source{}}
+		if n := len(l.spareGroups); n > 0 {
+			g, l.spareGroups = l.spareGroups[n-1], l.spareGroups[:n-1]
+			g.key = key
+		} else {
+			g = &group{key: key, members: map[netip.Addr]*source{}}
+		}
 		l.groups[key] = g
 	}
 	s := g.members[src]
 	if s == nil {
-		s = &source{key: src, group: g}
+		if n := len(l.spareSources); n > 0 {
+			s, l.spareSources = l.spareSources[n-1], l.spareSources[:n-1]
+			s.key, s.group = src, g
+		} else {
+			s = &source{key: src, group: g}
+		}
 		g.members[src] = s
+		g.peak = max(g.peak, len(g.members))
 		l.sources[src] = s
 	}
 	return g, s
@@ -211,7 +227,7 @@ func (l *limiter) dequeue(g *group, s *source, w *waiter) {
 }
 
 // release gives src's slot back: to the next waiter by the rules above, or to the pool.
-func (l *limiter) release(src string) {
+func (l *limiter) release(src netip.Addr) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s := l.sources[src]
@@ -263,14 +279,25 @@ func oldestOf(g *group) uint64 {
 	return oldest
 }
 
-// forget drops a member that neither holds nor waits for a slot, and a group left without members; l.mu held.
+// forget drops a member that neither holds nor waits for a slot, and a group left without members, keeping
+// them for lookup while there is room; l.mu held. Nothing else holds a dropped one: a query holds its source
+// only while it holds or waits for a slot, and a group is dropped once it has no members.
 func (l *limiter) forget(g *group, s *source) {
 	if s.inflight == 0 && len(s.queue) == 0 {
 		delete(g.members, s.key)
 		delete(l.sources, s.key)
+		if len(l.spareSources) < spareMax {
+			clear(s.queue[:cap(s.queue)]) // empty, but dequeue leaves a taken waiter past its end
+			*s = source{queue: s.queue[:0]}
+			l.spareSources = append(l.spareSources, s)
+		}
 	}
 	if len(g.members) == 0 {
 		delete(l.groups, g.key)
+		if len(l.spareGroups) < spareMax && g.peak <= spareMembersMax {
+			*g = group{members: g.members, peak: g.peak} // empty, kept for its storage (which peak sizes)
+			l.spareGroups = append(l.spareGroups, g)
+		}
 	}
 }
 
