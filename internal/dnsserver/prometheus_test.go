@@ -149,14 +149,10 @@ func TestPrometheusServesBounded(t *testing.T) {
 	}
 }
 
+// freeTCP is an address on 127.0.0.1 nothing listens on, below the ephemeral range (testenv.FreePort).
 func freeTCP(t *testing.T) string {
 	t.Helper()
-	ln, err := listenlimit.NewPool(listenlimit.Limits{PerSource: 1, Total: 1}).Open("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return net.JoinHostPort("127.0.0.1", testenv.FreePort(t, "tcp"))
 }
 
 func isTimeoutErr(err error) bool {

@@ -11,6 +11,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
 // TestSquattedPortNamesHolder: a port the Corefile binds (DNS over TCP and UDP, our health) held by a socket
@@ -36,14 +38,10 @@ func TestSquattedPortNamesHolder(t *testing.T) {
 				t.Cleanup(func() { ln.Close() })
 				return ln.Addr().String()
 			}
-			free := func() string { // a port nothing holds: bound, then released
-				ln, err := net.Listen("tcp", "127.0.0.1:0")
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer ln.Close()
-				return ln.Addr().String()
-			}
+			// A port nothing holds, below the ephemeral range: a port bound and released there was handed to
+			// the squatter's bind to port 0 next (an arm64 run under qemu-user: the health listener's port was
+			// "held by" the prometheus squatter).
+			free := func() string { return net.JoinHostPort("127.0.0.1", testenv.FreePort(t, "tcp")) }
 			dnsAddr, prom, health := free(), free(), free()
 			var held string
 			switch which {

@@ -136,21 +136,13 @@ func loggerOf(lines []observer.LoggedEntry) string {
 	return lines[0].LoggerName
 }
 
-// freePort is a port nothing on runIP listens on now (for network "udp" or "tcp").
+// freePort is a port nothing listens on now (for network "udp" or "tcp"), below the ephemeral range
+// (testenv.FreePort): a port bound and released in that range can be the next connection's source port.
 func freePort(t *testing.T, network string) int {
 	t.Helper()
-	if network == "udp" {
-		c, err := net.ListenPacket("udp", runIP+":0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		return c.LocalAddr().(*net.UDPAddr).Port
-	}
-	l, err := net.Listen("tcp", runIP+":0")
+	p, err := strconv.Atoi(testenv.FreePort(t, network))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }
