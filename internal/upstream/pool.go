@@ -342,6 +342,14 @@ func (p *pool) renewOne(now int64) {
 	}
 }
 
+// dialFailuresPerWait is how many failed dials a query waiting for a connection sees, with nothing else live or
+// pending, before it fails. One was too few: kube-proxy places each new flow on its own, so with one pod of
+// three silent a third of the dials meet it, and a moment with no connection live (every one taken out, a busy
+// machine's hedges beating them) then failed the queries waiting whose deadline still had room for a dial to a
+// live pod. Three keeps an outage's failures prompt: each of forward's attempts sees at most three dials' bounds,
+// and the dials are one at a time, so a refusing upstream is not sent a stream of SYNs.
+const dialFailuresPerWait = 3
+
 // idleExtra is how long a connection beyond the pool's size may stay unused before a renewal closes it.
 const idleExtra = time.Second
 
@@ -351,8 +359,10 @@ const idleExtra = time.Second
 // queries ahead there times the upstream's service time, and at least a live pod's handshake (dialWait); then it
 // takes that one anyway: a dial that meets a dead pod holds no query past that. With none open it waits (until
 // deadline) for a dial, and starts one more each time a wait, doubled each time, passes with none up: the ones
-// pending may all have met dead pods.
+// pending may all have met dead pods. It gives up when dialFailuresPerWait dials in a row failed with nothing
+// else live or pending.
 func (p *pool) conn(skip []attempt, deadline time.Time, t *time.Timer) (*conn, error) {
+	failures := 0
 	for backoff := p.u.lat.dialWait(); ; backoff *= 2 {
 		if c := p.pickUnder(skip, p.depth()); c != nil {
 			return c, nil
@@ -384,8 +394,10 @@ func (p *pool) conn(skip []attempt, deadline time.Time, t *time.Timer) (*conn, e
 		case <-ready:
 		case <-failed:
 			if p.pick(skip) == nil && p.dialingNow() == 0 {
-				t.Stop()
-				return nil, fmt.Errorf("%w: dial %s %s failed", errNoConn, p.netw, p.u.addr)
+				if failures++; failures == dialFailuresPerWait {
+					t.Stop()
+					return nil, fmt.Errorf("%w: %d dials to %s %s failed", errNoConn, failures, p.netw, p.u.addr)
+				}
 			}
 		case <-t.C:
 			if c := p.pick(skip); c != nil {
