@@ -76,7 +76,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if o.Mode == options.ModeTeardown {
 		return teardown(o, log, supervisor.Teardown)
 	}
-	logTuning(log, tune(os.Getenv, os.ReadFile))
+	t := tune(os.Getenv, os.ReadFile)
+	logTuning(log, t)
+	if t.GCPercent != 0 {
+		newGCPacer(t.GCPercent).start() // gcpace.go: for the process's life
+	}
 	return serve(o, log)
 }
 

@@ -71,6 +71,6 @@ func memoryLimit(readFile func(string) ([]byte, error)) (int64, bool) {
 
 // logTuning logs what tune applied, with the GOMAXPROCS the runtime chose.
 func logTuning(log *zap.Logger, t tuning) {
-	log.Info("runtime tuning", zap.Bool("off", t.Off), zap.Int("gcpercent", t.GCPercent),
+	log.Info("runtime tuning", zap.Bool("off", t.Off), zap.Int("gcpercent", t.GCPercent), zap.Bool("gcpaced", t.GCPercent != 0),
 		zap.Int64("memorylimit", t.MemoryLimit), zap.Int("gomaxprocs", runtime.GOMAXPROCS(0)))
 }
