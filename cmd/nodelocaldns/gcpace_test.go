@@ -34,25 +34,29 @@ func (f *fakePacer) after(d time.Duration, n uint64) int {
 
 func TestGCPacerFollowsTheAllocationRate(t *testing.T) {
 	const mb = 1 << 20
+	if gcMinInterval != 250*time.Millisecond || gcMaxHeadroom != 32*mb {
+		t.Fatalf("the figures below are for 250 ms and 32 MiB, not %v and %d MiB", gcMinInterval, gcMaxHeadroom/mb)
+	}
 	f := newFakePacer(8 * mb)
 	// A node's usual misses: 4 MB/s on an 8 MB live heap. Cycles are two seconds apart at GOGC=100 already.
+	// (These figures assume gcMinInterval 250 ms and gcMaxHeadroom 32 MiB.)
 	if p := f.after(2*time.Second, 8*mb); p != gcPercent || len(f.sets) != 0 {
 		t.Fatalf("at 4 MB/s the percent is %d (sets %v), want the base %d left alone", p, f.sets, gcPercent)
 	}
-	// A storm: 40 MB/s. Cycles 500 ms apart want 20 MB of headroom over 8 MB live: 250.
-	if p := f.after(200*time.Millisecond, 8*mb); p != 250 {
-		t.Errorf("at 40 MB/s the percent is %d, want 250", p)
+	// A storm: 80 MB/s. Cycles 250 ms apart want 20 MB of headroom over 8 MB live: 250.
+	if p := f.after(200*time.Millisecond, 16*mb); p != 250 {
+		t.Errorf("at 80 MB/s the percent is %d, want 250", p)
 	}
-	// A heavier one: 160 MB/s would want 80 MB; the headroom stops at gcMaxHeadroom (32 MB): 400.
-	if p := f.after(100*time.Millisecond, 16*mb); p != 400 {
-		t.Errorf("at 160 MB/s the percent is %d, want 400 (32 MB over 8 MB live)", p)
+	// A heavier one: 320 MB/s would want 80 MB; the headroom stops at gcMaxHeadroom (32 MB): 400.
+	if p := f.after(100*time.Millisecond, 32*mb); p != 400 {
+		t.Errorf("at 320 MB/s the percent is %d, want 400 (32 MB over 8 MB live)", p)
 	}
-	// 38 MB/s: 19 MB of headroom, 238, more than a quarter of 400 below it.
-	if p := f.after(time.Second, 38*mb); p != 238 {
-		t.Errorf("at 38 MB/s the percent is %d, want 238", p)
+	// 76 MB/s: 19 MB of headroom, 238, more than a quarter of 400 below it.
+	if p := f.after(time.Second, 76*mb); p != 238 {
+		t.Errorf("at 76 MB/s the percent is %d, want 238", p)
 	}
-	if p := f.after(time.Second, 40*mb); p != 238 {
-		t.Errorf("at 40 MB/s after 38 the percent is %d, want 238 kept (250 is within a quarter)", p)
+	if p := f.after(time.Second, 80*mb); p != 238 {
+		t.Errorf("at 80 MB/s after 76 the percent is %d, want 238 kept (250 is within a quarter)", p)
 	}
 	// The storm ends: back to the base.
 	if p := f.after(10*time.Second, mb); p != gcPercent {
