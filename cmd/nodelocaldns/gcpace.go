@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"math"
 	"runtime"
 	"runtime/debug"
@@ -17,7 +18,8 @@ import (
 // heap, each taking 60% of the agent's one CPU for about 7 ms, and the misses' p99 was the GC's (1.3-1.4x
 // unbound's in bench/serve, 0.9x with the GC off). So while the heap is allocated fast, the percent rises until cycles are
 // gcMinInterval apart, but the heap beyond the live one never grows past gcMaxHeadroom for it; when the rate
-// falls, it falls back. It is recomputed at the end of every GC cycle: an idle agent does no work for it.
+// falls, it falls back. It is recomputed at the end of every GC cycle, from when the agent serves (start-up's
+// garbage is not a storm): an idle agent does no work for it.
 //
 // The interval is a memory trade: 500 ms took the bench's miss p99 from 1.34x unbound's to 1.08x, but a flood of
 // 10,000 refused misses a second (test/e2e/outage) then held 11 MB more heap, its peak RSS 1.9x its idle against
@@ -25,6 +27,10 @@ import (
 const (
 	gcMinInterval = 250 * time.Millisecond
 	gcMaxHeadroom = 32 << 20
+	// The rate is taken over at least gcRateWindow of cycles: a burst shorter than that (the agent's first
+	// scrape, a reload's set-up) is not a storm, and once raised the percent would stay until the next cycle,
+	// which an idle agent runs only every two minutes.
+	gcRateWindow = time.Second
 	// A new percent is applied only when it differs from the one in effect by more than a quarter of it.
 	gcPercentSlack = 4
 )
@@ -48,6 +54,17 @@ func newGCPacer(base int) *gcPacer {
 	p.last = p.now()
 	p.lastAllocs, _ = p.read()
 	return p
+}
+
+// runGCPacer paces the GC from the base percent while ctx lasts (a supervisor.Actor's Run, from when the
+// agent serves), then puts the base back.
+func runGCPacer(base int) func(ctx context.Context) {
+	return func(ctx context.Context) {
+		p := newGCPacer(base)
+		p.start()
+		<-ctx.Done()
+		p.stop()
+	}
 }
 
 // start recomputes the percent after every GC cycle from now on.
@@ -84,6 +101,9 @@ func (p *gcPacer) cycle() {
 	}
 	allocs, live := p.read()
 	now := p.now()
+	if now.Sub(p.last) < gcRateWindow {
+		return // the rate is taken over the cycles since p.last, at the first one gcRateWindow after it
+	}
 	want := p.next(allocs, live, now.Sub(p.last))
 	p.last, p.lastAllocs = now, allocs
 	if want != p.percent && abs(want-p.percent) > p.percent/gcPercentSlack {

@@ -34,21 +34,21 @@ func (f *fakePacer) after(d time.Duration, n uint64) int {
 
 func TestGCPacerFollowsTheAllocationRate(t *testing.T) {
 	const mb = 1 << 20
-	if gcMinInterval != 250*time.Millisecond || gcMaxHeadroom != 32*mb {
-		t.Fatalf("the figures below are for 250 ms and 32 MiB, not %v and %d MiB", gcMinInterval, gcMaxHeadroom/mb)
+	if gcMinInterval != 250*time.Millisecond || gcMaxHeadroom != 32*mb || gcRateWindow != time.Second {
+		t.Fatalf("the figures below are for 250 ms, 32 MiB and a 1 s window, not %v, %d MiB and %v", gcMinInterval, gcMaxHeadroom/mb, gcRateWindow)
 	}
 	f := newFakePacer(8 * mb)
 	// A node's usual misses: 4 MB/s on an 8 MB live heap. Cycles are two seconds apart at GOGC=100 already.
-	// (These figures assume gcMinInterval 250 ms and gcMaxHeadroom 32 MiB.)
+	// (These figures assume gcMinInterval 250 ms, gcMaxHeadroom 32 MiB and gcRateWindow 1 s.)
 	if p := f.after(2*time.Second, 8*mb); p != gcPercent || len(f.sets) != 0 {
 		t.Fatalf("at 4 MB/s the percent is %d (sets %v), want the base %d left alone", p, f.sets, gcPercent)
 	}
 	// A storm: 80 MB/s. Cycles 250 ms apart want 20 MB of headroom over 8 MB live: 250.
-	if p := f.after(200*time.Millisecond, 16*mb); p != 250 {
+	if p := f.after(time.Second, 80*mb); p != 250 {
 		t.Errorf("at 80 MB/s the percent is %d, want 250", p)
 	}
 	// A heavier one: 320 MB/s would want 80 MB; the headroom stops at gcMaxHeadroom (32 MB): 400.
-	if p := f.after(100*time.Millisecond, 32*mb); p != 400 {
+	if p := f.after(time.Second, 320*mb); p != 400 {
 		t.Errorf("at 320 MB/s the percent is %d, want 400 (32 MB over 8 MB live)", p)
 	}
 	// 76 MB/s: 19 MB of headroom, 238, more than a quarter of 400 below it.
@@ -58,7 +58,15 @@ func TestGCPacerFollowsTheAllocationRate(t *testing.T) {
 	if p := f.after(time.Second, 80*mb); p != 238 {
 		t.Errorf("at 80 MB/s after 76 the percent is %d, want 238 kept (250 is within a quarter)", p)
 	}
-	// The storm ends: back to the base.
+	// A burst shorter than gcRateWindow changes nothing by itself: 30 MB in 100 ms is 300 MB/s, but taken
+	// over the window with the second that follows it is 28 MB/s, 7 MB of headroom: back to the base.
+	if p := f.after(100*time.Millisecond, 30*mb); p != 238 {
+		t.Errorf("after a 100 ms burst the percent is %d, want 238 (no rate taken yet)", p)
+	}
+	if p := f.after(time.Second, mb); p != gcPercent {
+		t.Errorf("over the burst and a quiet second the percent is %d, want the base %d", p, gcPercent)
+	}
+	// The storm is over: the base stays.
 	if p := f.after(10*time.Second, mb); p != gcPercent {
 		t.Errorf("at 0.1 MB/s the percent is %d, want the base %d", p, gcPercent)
 	}
@@ -97,22 +105,23 @@ func TestGCPacerRunsAfterEachCycle(t *testing.T) {
 		}
 		return prior
 	}
-	// 64 MB allocated between the pacer's start and the first cycle, which the clock says took 100 ms: far
-	// above what keeps cycles gcMinInterval apart at GOGC=100 on this test binary's small heap. (The clock is
-	// the test's: on a slow machine the allocations' own time would make the rate whatever the machine is.)
+	// 256 MB allocated between the pacer's making and the first cycle it sees, which the clock says took a
+	// second: far above what keeps cycles gcMinInterval apart at GOGC=100 on this test binary's small heap. (The
+	// clock is the test's: on a slow machine the allocations' own time would make the rate whatever the machine
+	// is. The pacer starts after them: the GC cycles they cause would each be a second of the test's clock.)
 	clock := p.last
-	p.now = func() time.Time { clock = clock.Add(100 * time.Millisecond); return clock }
-	p.start()
-	for range 64 {
+	p.now = func() time.Time { clock = clock.Add(gcRateWindow); return clock }
+	for range 256 {
 		sink = make([]byte, 1<<20)
 	}
+	p.start()
 	deadline := time.After(30 * time.Second)
 	for {
 		runtime.GC()
 		select {
 		case v := <-cycles:
 			if v <= gcPercent {
-				t.Fatalf("after 64 MB allocated at once the pacer set %d, want more than %d", v, gcPercent)
+				t.Fatalf("after 256 MB allocated at once the pacer set %d, want more than %d", v, gcPercent)
 			}
 			p.stop()
 			if got := debug.SetGCPercent(gcPercent); got != gcPercent {

@@ -78,13 +78,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	t := tune(os.Getenv, os.ReadFile)
 	logTuning(log, t)
-	if t.GCPercent != 0 {
-		newGCPacer(t.GCPercent).start() // gcpace.go: for the process's life
-	}
-	return serve(o, log)
+	return serve(o, log, t)
 }
 
-func serve(o *options.Options, log *zap.Logger) int {
+func serve(o *options.Options, log *zap.Logger, t tuning) int {
 	// Every signal that would end the process leaves the node the same way (supervisor: delete our table, then
 	// the interface if no other instance is left). SIGKILL cannot be caught: the kernel then removes our
 	// owned table by itself.
@@ -118,6 +115,10 @@ func serve(o *options.Options, log *zap.Logger) int {
 	}
 	if taint != nil {
 		cfg.Serving = append(cfg.Serving, *taint)
+	}
+	if t.GCPercent != 0 {
+		// From when the agent serves: start-up's garbage (CoreDNS's set-up) is not a storm of misses.
+		cfg.Serving = append(cfg.Serving, supervisor.Actor{Name: "gcpace", Run: runGCPacer(t.GCPercent)})
 	}
 	if clients.Enabled(os.Getenv) {
 		acct := clients.New(log.Named("clients"))
