@@ -1,4 +1,5 @@
-// Package addr holds the one definition of what the agent accepts as a listen IP and as its interface's name.
+// Package addr holds the one definition of what the agent accepts as a listen IP and as its interface's name,
+// and of how a query's source is read from the address a DNS server's writer gives (Client).
 //
 // The flags (internal/options), the interface (internal/link), the nftables table (internal/nft) and the Corefile
 // (internal/corefile) all check these values; each calls this package so that a value one part accepts is never
@@ -11,6 +12,7 @@ package addr
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"strings"
 )
@@ -81,4 +83,15 @@ func CheckInterfaceName(name string) error {
 func isIfbAutoName(name string) bool {
 	digits := strings.TrimPrefix(name, "ifb")
 	return digits != name && digits != "" && strings.Trim(digits, "0123456789") == ""
+}
+
+// Client is a query's source as a DNS server's writer names it (its RemoteAddr: a *net.UDPAddr or a
+// *net.TCPAddr, and anything else with their AddrPort method), read without the string request.Request.IP makes;
+// ok is false for any other address, and for none. An IPv4 source on a dual-stack socket stays IPv4-mapped:
+// callers that key or print by address unmap it.
+func Client(a net.Addr) (ap netip.AddrPort, ok bool) {
+	if a, ok := a.(interface{ AddrPort() netip.AddrPort }); ok {
+		return a.AddrPort(), true
+	}
+	return netip.AddrPort{}, false
 }

@@ -1,6 +1,7 @@
 package addr
 
 import (
+	"net"
 	"net/netip"
 	"strings"
 	"testing"
@@ -57,5 +58,27 @@ func TestChecks(t *testing.T) {
 				t.Fatalf("got %v, want an error containing %q", err, tc.err)
 			}
 		})
+	}
+}
+
+// TestClient: a writer's UDP and TCP addresses give their address and port as they are (an IPv4-mapped one
+// stays mapped); anything else, and none, is not an address.
+func TestClient(t *testing.T) {
+	mapped := netip.MustParseAddrPort("[::ffff:10.1.2.3]:5353")
+	for _, c := range []struct {
+		name string
+		a    net.Addr
+		want netip.AddrPort
+		ok   bool
+	}{
+		{"UDP", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("10.1.2.3:5353")), netip.MustParseAddrPort("10.1.2.3:5353"), true},
+		{"TCP over IPv6", net.TCPAddrFromAddrPort(netip.MustParseAddrPort("[fd00::1]:53")), netip.MustParseAddrPort("[fd00::1]:53"), true},
+		{"IPv4-mapped", net.UDPAddrFromAddrPort(mapped), mapped, true},
+		{"nil", nil, netip.AddrPort{}, false},
+		{"a unix socket", &net.UnixAddr{Name: "/run/x", Net: "unix"}, netip.AddrPort{}, false},
+	} {
+		if got, ok := Client(c.a); got != c.want || ok != c.ok {
+			t.Errorf("%s: Client(%v) = %v, %v; want %v, %v", c.name, c.a, got, ok, c.want, c.ok)
+		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/coredns/coredns/plugin"
 	"github.com/miekg/dns"
 
+	"github.com/nodelocaldns/nodelocaldns/internal/addr"
 	"github.com/nodelocaldns/nodelocaldns/internal/clients"
 	"github.com/nodelocaldns/nodelocaldns/internal/dnscache"
 )
@@ -69,11 +70,6 @@ func (r *recorder) WriteMsg(m *dns.Msg) error {
 }
 
 func addrPort(a net.Addr) netip.AddrPort {
-	switch a := a.(type) {
-	case *net.UDPAddr:
-		return a.AddrPort()
-	case *net.TCPAddr:
-		return a.AddrPort()
-	}
-	return netip.AddrPort{}
+	ap, _ := addr.Client(a)
+	return ap
 }

@@ -3,12 +3,12 @@ package fairshare
 import (
 	"context"
 	"errors"
-	"net"
 	"net/netip"
 
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/request"
 	"github.com/miekg/dns"
+	"github.com/nodelocaldns/nodelocaldns/internal/addr"
 	"github.com/nodelocaldns/nodelocaldns/internal/chain"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -42,12 +42,11 @@ func (f *Fair) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (
 // without the string request.Request.IP makes (an allocation per query); the zero Addr when the writer's
 // address is none.
 func sourceOf(w dns.ResponseWriter) netip.Addr {
-	switch a := w.RemoteAddr().(type) {
-	case *net.UDPAddr:
-		return a.AddrPort().Addr().Unmap()
-	case *net.TCPAddr:
-		return a.AddrPort().Addr().Unmap()
-	case nil:
+	a := w.RemoteAddr()
+	if ap, ok := addr.Client(a); ok {
+		return ap.Addr().Unmap()
+	}
+	if a == nil {
 		return netip.Addr{}
 	}
 	ip, _ := netip.ParseAddr((&request.Request{W: w}).IP())

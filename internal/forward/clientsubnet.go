@@ -6,6 +6,8 @@ import (
 	"slices"
 
 	"github.com/miekg/dns"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/addr"
 )
 
 // The client's identity towards the upstream (docs/clients.md, "Towards kube-dns"): with it on, a query this
@@ -45,13 +47,8 @@ const (
 // advertises 512 bytes, no EDNS's size, so that the upstream answers within what the client can take. r itself
 // is returned when the client's address is unknown.
 func withClientSubnet(r *dns.Msg, client net.Addr) *dns.Msg {
-	var ip netip.Addr
-	switch a := client.(type) {
-	case *net.UDPAddr:
-		ip = a.AddrPort().Addr().Unmap()
-	case *net.TCPAddr:
-		ip = a.AddrPort().Addr().Unmap()
-	}
+	ap, _ := addr.Client(client)
+	ip := ap.Addr().Unmap()
 	if !ip.IsValid() {
 		return r
 	}
