@@ -232,21 +232,42 @@ func (w *Watcher) hash(d string) string {
 // exist, its nearest existing ancestor. Adding an existing watch is a no-op, and the kernel drops the watch of a
 // deleted directory, so this is simply repeated on every check. A watch refused for lack of inotify resources
 // adds the periodic re-read; the events of the watches that exist keep coming.
+//
+// An ancestor's watch sees only what is created after it is in place: a directory made below the ancestor in
+// between (a volume's directories made in one MkdirAll) sent no event, and whatever is then written inside it
+// is unwatched. So after watching an ancestor the targets are looked at again, down the path, until they stop
+// moving (at most watchSettle times; the next event starts over).
 func (w *Watcher) ensureWatches() {
 	if w.fsw == nil {
 		return
 	}
 	for _, d := range w.dirs {
-		for _, p := range watchTargets(d) {
-			err := w.fsw.Add(p)
-			switch {
-			case err == nil, errors.Is(err, fs.ErrNotExist):
-			case exhausted(err):
-				w.degrade("inotify_add_watch "+p, err)
-			default:
-				w.log.Warn("cannot watch path", zap.String("path", p), zap.Error(err))
+		last := ""
+		for range watchSettle {
+			targets := watchTargets(d)
+			if len(targets) == 0 || targets[0] == last {
+				break
 			}
+			for _, p := range targets {
+				w.add(p)
+			}
+			last = targets[0]
 		}
+	}
+}
+
+// watchSettle bounds ensureWatches' passes over one directory's path: its depth below the nearest existing
+// ancestor, with room for a directory deleted meanwhile.
+const watchSettle = 16
+
+func (w *Watcher) add(p string) {
+	err := w.fsw.Add(p)
+	switch {
+	case err == nil, errors.Is(err, fs.ErrNotExist):
+	case exhausted(err):
+		w.degrade("inotify_add_watch "+p, err)
+	default:
+		w.log.Warn("cannot watch path", zap.String("path", p), zap.Error(err))
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -188,6 +189,52 @@ func TestWatcherDirectoryCreatedLate(t *testing.T) {
 	wd.next(t)
 	testenv.WriteConfigMap(t, far, map[string]string{"Corefile.base": ".:53 {\n    errors\n}\n"})
 	wd.next(t)
+}
+
+// makingAdd creates a directory just before its watch of an ancestor is in place, as a volume's MkdirAll can
+// between the watcher's look at the path and its inotify_add_watch.
+type makingAdd struct {
+	notifier
+	ancestor, dir string
+	made          atomic.Bool
+}
+
+func (m *makingAdd) Add(p string) error {
+	if p == m.ancestor && m.made.CompareAndSwap(false, true) {
+		if err := os.Mkdir(m.dir, 0o755); err != nil {
+			return err
+		}
+	}
+	return m.notifier.Add(p)
+}
+
+// TestWatcherDirectoryCreatedBeforeItsAncestorsWatch: the directory appears below an ancestor after the watcher
+// chose to watch that ancestor but before the watch was in place, so no event says so; the watcher still
+// watches it, and the ConfigMap then written into it is reported. (CI's race stage once missed it so in
+// TestWatcherDirectoryCreatedLate: the directory empty when re-read, which digests as a missing one, and
+// nothing watching what was written into it.)
+func TestWatcherDirectoryCreatedBeforeItsAncestorsWatch(t *testing.T) {
+	root := t.TempDir()
+	parent := filepath.Join(root, "etc")
+	dir := filepath.Join(parent, "coredns")
+	m := &makingAdd{ancestor: parent, dir: dir}
+	wd := startWatcher(t, Config{Dirs: []string{dir}, newNotifier: func() (notifier, error) {
+		n, err := newFsnotify()
+		m.notifier = n
+		return m, err
+	}})
+	n := wd.checks()
+	if err := os.Mkdir(parent, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	wd.waitChecks(t, n) // the check that watched parent, and made dir on the way
+	if !m.made.Load() {
+		t.Fatal("the watcher never watched the parent")
+	}
+	if c := wd.count(); c != 0 {
+		t.Fatalf("%d callbacks for an empty directory, want none (it digests like a missing one)", c)
+	}
+	wd.change(t, dir, "one")
 }
 
 func TestWatcherDirectoryDeletedAndRecreated(t *testing.T) {
