@@ -16,9 +16,9 @@ import (
 // memory-limited pods need. A storm of misses (an NXDOMAIN storm from ndots:5 search lists, a flood of unique
 // names) allocates a couple of KiB each: at 35,000 a second GOGC=100 ran a cycle every 100 ms on an 8 MB live
 // heap, each taking 60% of the agent's one CPU for about 7 ms, and the misses' p99 was the GC's (1.3-1.4x
-// unbound's in bench/serve, 0.9x with the GC off). So while the heap is allocated fast, the percent rises until cycles are
-// gcMinInterval apart, but the heap beyond the live one never grows past gcMaxHeadroom for it; when the rate
-// falls, it falls back. It is recomputed at the end of every GC cycle, from when the agent serves (start-up's
+// unbound's in bench/serve, 0.9x with the GC off). So while the heap is allocated fast, the percent rises until
+// cycles are gcMinInterval apart, but the heap beyond the live one never grows past gcMaxHeadroom for it; when
+// the rate falls, it falls back. It is recomputed at the end of every GC cycle, from when the agent serves (start-up's
 // garbage is not a storm): an idle agent does no work for it.
 //
 // The interval is a memory trade: 500 ms took the bench's miss p99 from 1.34x unbound's to 1.08x, but a flood of
@@ -106,7 +106,7 @@ func (p *gcPacer) cycle() {
 	}
 	want := p.next(allocs, live, now.Sub(p.last))
 	p.last, p.lastAllocs = now, allocs
-	if want != p.percent && abs(want-p.percent) > p.percent/gcPercentSlack {
+	if abs(want-p.percent) > p.percent/gcPercentSlack {
 		p.set(want)
 		p.percent = want
 	}

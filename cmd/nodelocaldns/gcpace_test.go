@@ -3,6 +3,7 @@ package main
 import (
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"testing"
 	"time"
 )
@@ -39,7 +40,6 @@ func TestGCPacerFollowsTheAllocationRate(t *testing.T) {
 	}
 	f := newFakePacer(8 * mb)
 	// A node's usual misses: 4 MB/s on an 8 MB live heap. Cycles are two seconds apart at GOGC=100 already.
-	// (These figures assume gcMinInterval 250 ms, gcMaxHeadroom 32 MiB and gcRateWindow 1 s.)
 	if p := f.after(2*time.Second, 8*mb); p != gcPercent || len(f.sets) != 0 {
 		t.Fatalf("at 4 MB/s the percent is %d (sets %v), want the base %d left alone", p, f.sets, gcPercent)
 	}
@@ -70,7 +70,7 @@ func TestGCPacerFollowsTheAllocationRate(t *testing.T) {
 	if p := f.after(10*time.Second, mb); p != gcPercent {
 		t.Errorf("at 0.1 MB/s the percent is %d, want the base %d", p, gcPercent)
 	}
-	if want := []int{250, 400, 238, gcPercent}; !equalInts(f.sets, want) {
+	if want := []int{250, 400, 238, gcPercent}; !slices.Equal(f.sets, want) {
 		t.Errorf("percents set %v, want %v", f.sets, want)
 	}
 }
@@ -136,15 +136,3 @@ func TestGCPacerRunsAfterEachCycle(t *testing.T) {
 }
 
 var sink []byte
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}

@@ -8,8 +8,6 @@ package clientsplugin
 
 import (
 	"context"
-	"net"
-	"net/netip"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -52,7 +50,8 @@ func (h *Handler) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg
 	if len(r.Question) > 0 {
 		name = strings.ToLower(r.Question[0].Name)
 	}
-	a.Answer(addrPort(w.RemoteAddr()), name, rcode, rep.Hit != nil, time.Since(start))
+	client, _ := addr.Client(w.RemoteAddr())
+	a.Answer(client, name, rcode, rep.Hit != nil, time.Since(start))
 	return code, err
 }
 
@@ -67,9 +66,4 @@ func (r *recorder) WriteMsg(m *dns.Msg) error {
 		r.rcode = m.Rcode
 	}
 	return r.ResponseWriter.WriteMsg(m)
-}
-
-func addrPort(a net.Addr) netip.AddrPort {
-	ap, _ := addr.Client(a)
-	return ap
 }

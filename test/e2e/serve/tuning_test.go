@@ -13,8 +13,9 @@ import (
 // it (go_gc_gogc_percent, from the default Go collector), a GOGC in the environment winning, and
 // NODELOCALDNS_TUNING=off leaving Go's defaults. By default the GC percent is paced (gcpace.go): 100 and raised
 // while the heap is allocated fast, which the agent's own start can be, so the default case reads the base and
-// the pacing from the start's log line and requires the percent in effect to be at least the base. NODELOCALDNS_STACKS, which ran a goroutine stack tuner until
-// it was removed, is no longer read: a manifest that still sets it starts and serves as without it.
+// the pacing from the start's log line and requires the percent in effect to be at least the base.
+// NODELOCALDNS_STACKS, which ran a goroutine stack tuner until it was removed, is no longer read: a manifest
+// that still sets it starts and serves as without it.
 func TestRuntimeTuning(t *testing.T) {
 	testenv.RequireRoot(t)
 	harness.StartUpstream(t, "127.0.0.53:53", "10.0.0.53")
