@@ -137,12 +137,12 @@ func stateKey(state request.Request) uint64 {
 	return Key(state.Name(), state.QType(), state.QClass(), state.Do(), state.Req.CheckingDisabled)
 }
 
-// question is state's question, or none: what lookup compares an entry with.
-func question(state request.Request) dns.Question {
-	if state.Req == nil || len(state.Req.Question) == 0 {
+// question is req's question, or none: what lookup compares an entry with.
+func question(req *dns.Msg) dns.Question {
+	if req == nil || len(req.Question) == 0 {
 		return dns.Question{}
 	}
-	return state.Req.Question[0]
+	return req.Question[0]
 }
 
 // usable reports whether an entry with ttl may be served: fresh, or within serve_stale's window.
@@ -183,10 +183,10 @@ func (c *Cache) lookupKnowing(k uint64, q dns.Question, known *Entry, now time.T
 }
 
 // get is lookup, counted as CoreDNS counts a cache request.
-func (c *Cache) get(now time.Time, state request.Request, server string) (*Entry, string) {
+func (c *Cache) get(now time.Time, k uint64, q dns.Question, server string) (*Entry, string) {
 	s := c.series(server)
 	s.requests.Inc()
-	e, typ := c.lookup(stateKey(state), question(state), now)
+	e, typ := c.lookup(k, q, now)
 	switch {
 	case e == nil:
 		c.inc(&s.misses, c.metrics.misses, server)
@@ -236,9 +236,8 @@ func (c *Cache) inc(p *atomic.Pointer[prometheus.Counter], vec *prometheus.Count
 	o.Inc()
 }
 
-// exists is the entry under the question's key, whatever its state.
-func (c *Cache) exists(state request.Request, do, cd bool) *Entry {
-	k := Key(state.Name(), state.QType(), state.QClass(), do, cd)
+// exists is the entry under key k, whatever its state.
+func (c *Cache) exists(k uint64) *Entry {
 	if e, ok := c.ncache.Get(k); ok {
 		return e
 	}

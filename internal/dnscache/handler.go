@@ -30,15 +30,16 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 	now := c.now()
 	server := metrics.WithServer(ctx)
 
-	e, typ := c.get(now, state, server)
+	k := stateKey(state)
+	e, typ := c.get(now, k, question(r), server)
 	if e == nil {
-		return c.fetch(ctx, w, state, server, do, cd, ad)
+		return c.fetch(ctx, w, r, k, server, do, cd, ad)
 	}
 	ttl := e.TTL(now)
 	stale := ttl <= 0
 	if stale {
 		if c.verifyStale {
-			if served, ret, err := c.verify(ctx, w, r, state, server, e, now, do, cd, ad); served {
+			if served, ret, err := c.verify(ctx, w, r, k, server, e, now, do, cd, ad); served {
 				return ret, err
 			}
 		}
@@ -62,7 +63,7 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 	} else {
 		resp = e.toMsg(r, now, do, ad)
 		if !stale {
-			reportHit(ctx, c, e, typ, server, state)
+			reportHit(ctx, c, e, typ, server, k, r)
 		}
 	}
 	w.WriteMsg(resp)
@@ -72,13 +73,13 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 // fetch asks the next plugin and caches what it answers. A next plugin that fails without answering (forward
 // when every upstream times out) leaves a SERVFAIL in the cache for the servfail TTL, unless the request was
 // cancelled (not an upstream failure).
-func (c *Cache) fetch(ctx context.Context, w dns.ResponseWriter, state request.Request, server string, do, cd, ad bool) (int, error) {
-	st := authenticated(state)
-	crr := &ResponseWriter{ResponseWriter: w, Cache: c, state: st, server: server, do: do, ad: ad, cd: cd,
+func (c *Cache) fetch(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, k uint64, server string, do, cd, ad bool) (int, error) {
+	req := authenticated(r)
+	crr := &ResponseWriter{ResponseWriter: w, Cache: c, req: req, key: k, server: server, do: do, ad: ad, cd: cd,
 		ctx: ctx, except: true}
-	ret, err := c.next(ctx, st, crr)
+	ret, err := c.next(ctx, req, crr)
 	if err != nil && ret == dns.RcodeServerFailure && ctx.Err() == nil && !crr.answered && c.failttl > 0 {
-		crr.cacheServerFailure(st.Req)
+		crr.cacheServerFailure(req)
 	}
 	return ret, err
 }
@@ -86,32 +87,32 @@ func (c *Cache) fetch(ctx context.Context, w dns.ResponseWriter, state request.R
 // verify is serve_stale's verify mode for the request that claims the entry's refresh: ask the next plugin
 // first (for at most VERIFY_TIMEOUT, if set) and answer with what refreshed the entry; served is false when
 // the stale entry is to be served instead.
-func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, state request.Request, server string,
+func (c *Cache) verify(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, k uint64, server string,
 	e *Entry, now time.Time, do, cd, ad bool) (served bool, ret int, err error) {
 	recheck := c.staleRecheck
 	track := recheck > 0 || c.verifyTimeout > 0
 	if track && !e.beginRefresh(now, recheck) {
 		return false, 0, nil
 	}
-	st := authenticated(state)
-	crr := &ResponseWriter{ResponseWriter: w, Cache: c, state: st, server: server, do: do, ad: ad, cd: cd, keepLast: true}
+	req := authenticated(r)
+	crr := &ResponseWriter{ResponseWriter: w, Cache: c, req: req, key: k, server: server, do: do, ad: ad, cd: cd, keepLast: true}
 	if c.verifyTimeout > 0 {
 		crr.prefetch = true // cached, not written: the client may get the stale entry meanwhile
 	}
 	vw := &verifyWriter{ResponseWriter: crr}
 	if c.verifyTimeout == 0 {
-		ret, err := c.next(ctx, st, vw)
+		ret, err := c.next(ctx, req, vw)
 		if track {
 			e.endRefresh(c.now(), recheck, vw.refreshed)
 		}
 		return vw.refreshed, ret, err
 	}
-	return c.verifyWithTimeout(ctx, w, r, st, vw, e, do, ad, recheck)
+	return c.verifyWithTimeout(ctx, w, r, req, vw, e, do, ad, recheck)
 }
 
 // verifyWithTimeout races the refresh against VERIFY_TIMEOUT; the refresh goes on in the background if it
 // loses, and updates the cache when it succeeds.
-func (c *Cache) verifyWithTimeout(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, st request.Request,
+func (c *Cache) verifyWithTimeout(ctx context.Context, w dns.ResponseWriter, r, req *dns.Msg,
 	vw *verifyWriter, e *Entry, do, ad bool, recheck time.Duration) (bool, int, error) {
 	type result struct {
 		code int
@@ -123,7 +124,7 @@ func (c *Cache) verifyWithTimeout(ctx context.Context, w dns.ResponseWriter, r *
 		metadata.SetValueFunc(rctx, label, f)
 	}
 	go func() {
-		code, err := c.next(rctx, st, vw)
+		code, err := c.next(rctx, req, vw)
 		e.endRefresh(c.now(), recheck, vw.refreshed)
 		done <- result{code, err}
 	}()
@@ -192,29 +193,29 @@ func (c *Cache) doPrefetch(ctx context.Context, cw *ResponseWriter, e *Entry, no
 	if stale {
 		cw.keepLast = true
 		vw := &verifyWriter{ResponseWriter: cw}
-		c.next(ctx, cw.state, vw)
+		c.next(ctx, cw.req, vw)
 		if !vw.refreshed {
 			return false
 		}
 	} else {
-		c.next(ctx, cw.state, cw)
+		c.next(ctx, cw.req, cw)
 	}
 	// The new entry inherits the hits counted so far, so a popular name stays popular.
-	if e1 := c.exists(cw.state, cw.do, cw.cd); e1 != nil {
+	if e1 := c.exists(cw.key); e1 != nil {
 		e1.freq.reset(now, e.freq.count())
 	}
 	return true
 }
 
-func (c *Cache) next(ctx context.Context, state request.Request, w dns.ResponseWriter) (int, error) {
-	return chain.Next(c.Name(), c.Next, ctx, w, state.Req)
+func (c *Cache) next(ctx context.Context, req *dns.Msg, w dns.ResponseWriter) (int, error) {
+	return chain.Next(c.Name(), c.Next, ctx, w, req)
 }
 
-// authenticated is state with a copy of its request that sets AD: upstreams then say whether they validated.
-func authenticated(state request.Request) request.Request {
-	state.Req = state.Req.Copy()
-	state.Req.AuthenticatedData = true
-	return state
+// authenticated is a copy of r that sets AD: upstreams then say whether they validated.
+func authenticated(r *dns.Msg) *dns.Msg {
+	r = r.Copy()
+	r.AuthenticatedData = true
+	return r
 }
 
 // wildcardOf is the wildcard the plugin that answered a request under ctx matched, if it said (metadata

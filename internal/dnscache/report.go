@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/coredns/coredns/request"
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -27,13 +26,13 @@ func WithReport(ctx context.Context) (context.Context, *Report) {
 	return context.WithValue(ctx, reportKey{}, r), r
 }
 
-func reportHit(ctx context.Context, c *Cache, e *Entry, typ, server string, state request.Request) {
+func reportHit(ctx context.Context, c *Cache, e *Entry, typ, server string, k uint64, req *dns.Msg) {
 	r, ok := ctx.Value(reportKey{}).(*Report)
 	if !ok {
 		return
 	}
 	h := &Hit{
-		Cache: c, entry: e, typ: typ, key: stateKey(state), q: question(state),
+		Cache: c, entry: e, typ: typ, key: k, q: question(req),
 		requests: c.metrics.requests.WithLabelValues(server, c.zonesLabel, c.viewLabel),
 		hits:     c.metrics.hits.WithLabelValues(server, typ, c.zonesLabel, c.viewLabel),
 	}

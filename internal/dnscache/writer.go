@@ -22,7 +22,10 @@ var _ chain.OwnedWriter = (*ResponseWriter)(nil)
 type ResponseWriter struct {
 	dns.ResponseWriter
 	*Cache
-	state  request.Request
+	// The request passed on (the client's, copied to set AD) and its key (Key, with do and cd), which ServeDNS
+	// has hashed already. They replace a request.Request (128 bytes): the writer, allocated per miss, took 240.
+	req    *dns.Msg
+	key    uint64
 	server string
 
 	do, cd, ad bool
@@ -50,7 +53,13 @@ func newPrefetchWriter(server string, req *dns.Msg, do, cd bool, c *Cache) *Resp
 	req = req.Copy()
 	req.AuthenticatedData = true
 	return &ResponseWriter{Cache: c, server: server, do: do, cd: cd, ad: true, prefetch: true,
-		remoteAddr: prefetchAddr, state: request.Request{Req: req}}
+		remoteAddr: prefetchAddr, req: req, key: stateKeyFor(request.Request{Req: req}, do, cd)}
+}
+
+// matches reports whether res answers the request (request.Request's Match: a response to its name and type).
+func (w *ResponseWriter) matches(res *dns.Msg) bool {
+	state := request.Request{Req: w.req}
+	return state.Match(res)
 }
 
 // RemoteAddr, LocalAddr, Close, TsigStatus, TsigTimersOnly and Hijack work without a client (a prefetch's).
@@ -117,8 +126,8 @@ func (w *ResponseWriter) WriteOwnedMsg(res *dns.Msg) error {
 	res.Answer, res.Ns, res.Extra = capTTL(res.Answer, ttl), capTTL(res.Ns, ttl), capTTL(res.Extra, ttl)
 
 	if cacheable(res, mt) && d > 0 {
-		if w.state.Match(res) {
-			w.set(res, stateKeyFor(w.state, w.do, w.cd), mt, d, now)
+		if w.matches(res) {
+			w.set(res, w.key, mt, d, now)
 			w.metrics.entries.inserted(w.Cache, w.server)
 		} else {
 			w.metrics.drops.WithLabelValues(w.server, w.zonesLabel, w.viewLabel).Inc()
@@ -183,7 +192,7 @@ func (w *ResponseWriter) set(m *dns.Msg, key uint64, mt response.Type, d time.Du
 		if w.preferPositive && !e.answering {
 			// A non-answer does not destroy the last answer known good.
 			if prev, ok := w.pcache.Get(key); ok {
-				e.lastKnownGood = prev.answeringEntry(question(w.state))
+				e.lastKnownGood = prev.answeringEntry(question(w.req))
 			}
 		}
 		if w.pcache.Add(key, e) {
@@ -237,7 +246,7 @@ type verifyWriter struct {
 
 func (w *verifyWriter) WriteMsg(res *dns.Msg) error {
 	w.refreshed, w.response, w.entry = false, nil, nil
-	if res == nil || res.Truncated || !w.state.Match(res) {
+	if res == nil || res.Truncated || !w.matches(res) {
 		return nil
 	}
 	if w.preferPositive {
