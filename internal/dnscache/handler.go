@@ -51,8 +51,8 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 	} else if c.shouldPrefetch(e, now) {
 		c.tryPrefetch(ctx, e, server, r, do, cd, now, false)
 	}
-	if e.wildcard != "" {
-		metadata.SetValueFunc(ctx, "zone/wildcard", func() string { return e.wildcard })
+	if wildcard := e.wildcard(); wildcard != "" {
+		metadata.SetValueFunc(ctx, "zone/wildcard", func() string { return wildcard })
 	}
 	if c.keepttl {
 		now = e.stored

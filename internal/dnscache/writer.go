@@ -220,11 +220,11 @@ func (w *ResponseWriter) set(m *dns.Msg, key uint64, mt response.Type, d time.Du
 }
 
 func (w *ResponseWriter) entry(m *dns.Msg, d time.Duration, now time.Time) *Entry {
-	e := newEntry(m, now, d)
-	if e != nil && w.ctx != nil {
-		e.wildcard = wildcardOf(w.ctx)
+	var wildcard string
+	if w.ctx != nil {
+		wildcard = wildcardOf(w.ctx)
 	}
-	return e
+	return newEntry(m, now, d, wildcard)
 }
 
 // Write is not used by plugins that answer with messages; CoreDNS's cache passes it on uncached.
