@@ -19,9 +19,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-	// Root CAs compiled in, used only when the system has none: the image is one static binary on an empty base,
-	// and a `forward . tls://` upstream must still verify its server.
-	_ "golang.org/x/crypto/x509roots/fallback"
 
 	"github.com/nodelocaldns/nodelocaldns/internal/clients"
 	"github.com/nodelocaldns/nodelocaldns/internal/dnsserver"

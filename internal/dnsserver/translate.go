@@ -41,16 +41,29 @@ func renames() []rename {
 // Corefile that does not parse is returned as it is: caddy then reports the same error. A directive that comes
 // from another file (`import` of a path: its tokens name that file; the Corefile's own name none) cannot be
 // renamed; for prometheus, whose upstream listener nothing bounds, that is an error.
+// A Corefile that may reach a server over TLS gets the compiled-in root CAs first (installRoots).
 func corefileForCaddy(corefile []byte, filename string) ([]byte, error) {
-	return rewrite(corefile, filename, renames())
+	blocks, err := caddyfile.Parse(filename, bytes.NewReader(corefile), Directives())
+	if err != nil {
+		return corefile, nil
+	}
+	if mayUseTLS(blocks) {
+		installRoots()
+	}
+	return rewriteBlocks(corefile, filename, blocks, renames())
 }
 
-// rewrite is corefileForCaddy with the renames given.
+// rewrite is corefileForCaddy with the renames given, and no roots.
 func rewrite(corefile []byte, filename string, rs []rename) ([]byte, error) {
 	blocks, err := caddyfile.Parse(filename, bytes.NewReader(corefile), Directives())
 	if err != nil {
 		return corefile, nil
 	}
+	return rewriteBlocks(corefile, filename, blocks, rs)
+}
+
+// rewriteBlocks is rewrite on the Corefile's blocks, parsed.
+func rewriteBlocks(corefile []byte, filename string, blocks []caddyfile.ServerBlock, rs []rename) ([]byte, error) {
 	out := bytes.SplitAfter(slices.Clone(corefile), []byte("\n"))
 	changed := false
 	for _, r := range rs {
