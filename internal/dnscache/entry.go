@@ -94,6 +94,10 @@ func newEntry(m *dns.Msg, now time.Time, d time.Duration, wildcard string) *Entr
 	if err == nil && len(wire) > MaxMsgBytes {
 		body.Compress = true
 		wire, err = body.Pack()
+		if err == nil && len(wire) <= MaxMsgBytes {
+			// Pack's buffer is the uncompressed size (up to 64 KiB): keep only what the entry holds.
+			wire = append(make([]byte, 0, len(wire)+len(name)+len(wildcard)), wire...)
+		}
 	}
 	if err != nil || len(wire) > MaxMsgBytes {
 		return nil

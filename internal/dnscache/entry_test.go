@@ -71,3 +71,29 @@ func TestEntryKeepsNamesBesideTheMessage(t *testing.T) {
 		}
 	}
 }
+
+// An answer that fits only compressed is kept in a buffer of its compressed size: miekg/dns packs into one of
+// the uncompressed size, which an entry would otherwise hold whole (up to 64 KiB against MaxMsgBytes).
+func TestEntryHoldsOnlyItsBytes(t *testing.T) {
+	m := new(dns.Msg)
+	const name = "a-rather-long-headless-service-name.some-namespace.svc.cluster.local."
+	m.SetQuestion(name, dns.TypeA)
+	m.Response = true
+	for i := range 200 {
+		m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 30},
+			A: net.IPv4(10, 0, byte(i/250), byte(i%250))})
+	}
+	if n := (&dns.Msg{Answer: m.Answer}).Len(); n <= MaxMsgBytes {
+		t.Fatalf("the answer is %d bytes uncompressed: the test needs more than %d", n, MaxMsgBytes)
+	}
+	e := newEntry(m, time.Now(), 30*time.Second, "")
+	if e == nil {
+		t.Fatal("an answer that fits compressed was not cached")
+	}
+	if len(e.wire()) > MaxMsgBytes || cap(e.data) > MaxMsgBytes+len(name) {
+		t.Errorf("the entry holds %d bytes (%d of them the message) for a bound of %d and its name", cap(e.data), len(e.wire()), MaxMsgBytes)
+	}
+	if r := e.toMsg(m, e.stored, false, false); len(r.Answer) != len(m.Answer) {
+		t.Errorf("%d records back, want %d", len(r.Answer), len(m.Answer))
+	}
+}
