@@ -97,3 +97,21 @@ func TestEntryHoldsOnlyItsBytes(t *testing.T) {
 		t.Errorf("%d records back, want %d", len(r.Answer), len(m.Answer))
 	}
 }
+
+// A response whose rcode is not one (a plugin's bug) is not cached: an entry keeps 12 bits of it.
+func TestEntryRefusesWhatIsNotAnRcode(t *testing.T) {
+	for _, rcode := range []int{-1, 0x1000, 0x10000} {
+		m := new(dns.Msg)
+		m.SetQuestion("example.", dns.TypeA)
+		m.Rcode = rcode
+		if e := newEntry(m, time.Now(), time.Second, ""); e != nil {
+			t.Errorf("rcode %#x: cached as %#x", rcode, e.rcode)
+		}
+	}
+	m := new(dns.Msg)
+	m.SetQuestion("example.", dns.TypeA)
+	m.Rcode = dns.RcodeBadCookie // 23: an extended rcode, kept whole
+	if e := newEntry(m, time.Now(), time.Second, ""); e == nil || int(e.rcode) != dns.RcodeBadCookie {
+		t.Errorf("an extended rcode was not kept: %v", e)
+	}
+}
