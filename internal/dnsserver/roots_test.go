@@ -12,6 +12,8 @@ import (
 
 	"github.com/coredns/caddy/caddyfile"
 	"golang.org/x/crypto/x509roots/fallback/bundle"
+
+	"github.com/nodelocaldns/nodelocaldns/internal/testenv"
 )
 
 // Which Corefiles get the compiled-in roots: any that names TLS, HTTPS or QUIC, in an imported file too; not
@@ -79,7 +81,11 @@ const rootsChildEnv = "DNSSERVER_TEST_ROOTS_CHILD"
 // public root verifies only once a Corefile that uses TLS has been handed to caddy, and not after the standard
 // one. In a child process: the roots are the process's, set once.
 func TestRootsInstalledForTLSCorefiles(t *testing.T) {
-	cmd := exec.Command(os.Args[0], "-test.run=^TestRootsChild$", "-test.v")
+	name, args := os.Args[0], []string{"-test.run=^TestRootsChild$", "-test.v"}
+	if emu := testenv.Emulator(); emu != "" {
+		name, args = emu, append([]string{os.Args[0]}, args...) // no binfmt_misc: the emulator runs the binary
+	}
+	cmd := exec.Command(name, args...)
 	none := filepath.Join(t.TempDir(), "none")
 	cmd.Env = append(os.Environ(), rootsChildEnv+"=1", "SSL_CERT_FILE="+none, "SSL_CERT_DIR="+none)
 	out, err := cmd.CombinedOutput()
