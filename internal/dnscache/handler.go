@@ -45,11 +45,11 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 		}
 		now = now.Add(time.Duration(ttl) * time.Second) // a reply with TTL 0
 		if !c.verifyStale {
-			c.tryPrefetch(ctx, e, server, r, do, cd, now, true)
+			c.tryPrefetch(ctx, e, server, r, k, do, cd, now, true)
 		}
 		c.metrics.servedStale.WithLabelValues(server, c.zonesLabel, c.viewLabel).Inc()
 	} else if c.shouldPrefetch(e, now) {
-		c.tryPrefetch(ctx, e, server, r, do, cd, now, false)
+		c.tryPrefetch(ctx, e, server, r, k, do, cd, now, false)
 	}
 	if wildcard := e.wildcard(); wildcard != "" {
 		metadata.SetValueFunc(ctx, "zone/wildcard", func() string { return wildcard })
@@ -172,7 +172,7 @@ func (c *Cache) prefetchDue(e *Entry, hits int, now time.Time) bool {
 
 // tryPrefetch refreshes e in the background unless a refresh is already in flight (or, for a stale entry,
 // held off after a failure): prefetches scale with distinct keys, not with the query rate.
-func (c *Cache) tryPrefetch(ctx context.Context, e *Entry, server string, req *dns.Msg, do, cd bool, now time.Time, stale bool) {
+func (c *Cache) tryPrefetch(ctx context.Context, e *Entry, server string, req *dns.Msg, k uint64, do, cd bool, now time.Time, stale bool) {
 	recheck := time.Duration(0)
 	if stale {
 		recheck = c.staleRecheck
@@ -180,7 +180,7 @@ func (c *Cache) tryPrefetch(ctx context.Context, e *Entry, server string, req *d
 	if !e.beginRefresh(c.now(), recheck) {
 		return
 	}
-	cw := newPrefetchWriter(server, req, do, cd, c)
+	cw := newPrefetchWriter(server, req, k, do, cd, c)
 	go func() {
 		refreshed := c.doPrefetch(ctx, cw, e, now, stale)
 		e.endRefresh(c.now(), recheck, refreshed)

@@ -49,11 +49,9 @@ type ResponseWriter struct {
 // prefetchAddr is a prefetch's remote address: TCP, so the next plugin's answer is not truncated.
 var prefetchAddr = &net.TCPAddr{}
 
-func newPrefetchWriter(server string, req *dns.Msg, do, cd bool, c *Cache) *ResponseWriter {
-	req = req.Copy()
-	req.AuthenticatedData = true
+func newPrefetchWriter(server string, req *dns.Msg, k uint64, do, cd bool, c *Cache) *ResponseWriter {
 	return &ResponseWriter{Cache: c, server: server, do: do, cd: cd, ad: true, prefetch: true,
-		remoteAddr: prefetchAddr, req: req, key: stateKeyFor(request.Request{Req: req}, do, cd)}
+		remoteAddr: prefetchAddr, req: authenticated(req), key: k}
 }
 
 // matches reports whether res answers the request (request.Request's Match: a response to its name and type).
@@ -155,10 +153,6 @@ func (w *ResponseWriter) duration(res *dns.Msg, mt response.Type) time.Duration 
 		return w.failttl
 	}
 	return min(max(dnsutil.MinimalTTLWithMaximum(res, mt, w.pttl), w.minpttl), w.pttl)
-}
-
-func stateKeyFor(state request.Request, do, cd bool) uint64 {
-	return Key(state.Name(), state.QType(), state.QClass(), do, cd)
 }
 
 // capTTL drops OPT records (hop by hop) and sets every other record's TTL.
