@@ -312,9 +312,9 @@ func (p *pool) renewIfDue(now int64) {
 	p.renewOne(now)
 }
 
-// renewOne drains a connection opened for a burst that has passed (beyond the pool's size, idle for
-// idleExtra), or else replaces the oldest live one: the replacement is opened first, and the old one drains
-// once it is up.
+// renewOne drains a connection beyond the pool's size that is no longer needed (idle for idleExtra, or the
+// least loaded while the others have room for twice what is in flight), or else replaces the oldest live one:
+// the replacement is opened first, and the old one drains once it is up.
 func (p *pool) renewOne(now int64) {
 	cs := p.list()
 	var oldest *conn
@@ -329,11 +329,29 @@ func (p *pool) renewOne(now int64) {
 		}
 	}
 	if live > p.opts.Conns {
+		var inflight int64
+		var quietest *conn
 		for _, c := range cs {
-			if c.live() && c.inflight.Load() == 0 && now-c.lastUsed.Load() > int64(idleExtra) {
+			if !c.live() {
+				continue
+			}
+			n := c.inflight.Load()
+			if n == 0 && now-c.lastUsed.Load() > int64(idleExtra) {
 				c.drain()
 				return
 			}
+			inflight += int64(n)
+			if !c.renewing.Load() && (quietest == nil || n < quietest.inflight.Load()) {
+				quietest = c
+			}
+		}
+		// Under a steady load every connection is picked in turn and none is ever idle, so the connections a
+		// burst (or a moment of deep queues) opened would stay for as long as the load lasts, each a reader
+		// and its system calls for fewer answers: one goes once the others could carry what is in flight at
+		// half their depth.
+		if quietest != nil && 2*inflight <= int64(live-1)*int64(p.depth()) {
+			quietest.drain()
+			return
 		}
 	}
 	if oldest != nil && oldest.renewing.CompareAndSwap(false, true) {
