@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 )
 
 // errClosed says a connection was closed before the query could be sent on it.
@@ -247,7 +248,16 @@ func (c *conn) startDrain() bool {
 	if !c.draining.CompareAndSwap(false, true) {
 		return false
 	}
-	time.AfterFunc(drainLimit, func() { c.die(errDrainSilent) })
+	// The timer holds the connection weakly: a connection drained under load is retired within a round trip,
+	// and a strong hold kept it, its buffers, its map and its socket, on the heap for drainLimit after that
+	// (hundreds of them in a miss storm, with a renewal every few queries, for every GC cycle to mark). A
+	// stopped timer is no help: the runtime drops it from its heap only lazily.
+	w := weak.Make(c)
+	time.AfterFunc(drainLimit, func() {
+		if c := w.Value(); c != nil {
+			c.die(errDrainSilent)
+		}
+	})
 	return true
 }
 

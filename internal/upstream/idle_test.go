@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"runtime"
@@ -180,5 +181,89 @@ func TestSurplusDrainsUnderSteadyLoad(t *testing.T) {
 	if live, want := u.tcp.live(), u.tcp.opts.Conns+1; live > want {
 		t.Errorf("%d connections live after 600 queries that never had more than 2 in flight, want at most %d "+
 			"(the pool's %d and a renewal's replacement)", live, want, u.tcp.opts.Conns)
+	}
+}
+
+// TestRetiredConnectionIsFreed: a connection drained with nothing in flight (a renewal's, every few queries
+// under load) is closed at once, and nothing keeps it: its drain limit's timer used to, for drainLimit (5 s),
+// so that a miss storm's renewals kept hundreds of closed connections (their buffers, maps and sockets) on the
+// heap for every GC cycle to mark. Waited for (bounded well under drainLimit), not timed.
+func TestRetiredConnectionIsFreed(t *testing.T) {
+	var seen atomic.Int64
+	addr, _ := testenv.ServeDNS(t, "127.0.0.1:0", answerer(0, &seen))
+	u := New(addr, Options{MaxAge: time.Hour})
+	defer u.Stop()
+	if _, err := ask(t, u, true, "warm.example."); err != nil {
+		t.Fatal(err)
+	}
+	freed := make(chan struct{})
+	func() {
+		c := u.tcp.pick(nil)
+		if c == nil {
+			t.Fatal("no live connection after a query")
+		}
+		runtime.SetFinalizer(c, func(*conn) { close(freed) })
+		c.drain()
+		if !c.dead.Load() {
+			t.Fatal("a connection drained with nothing in flight is not closed at once")
+		}
+	}()
+	deadline := time.Now().Add(drainLimit - time.Second)
+	for {
+		runtime.GC()
+		select {
+		case <-freed:
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a retired connection is still reachable %v after it closed (its drain timer is %v)", drainLimit-time.Second, drainLimit)
+		}
+	}
+}
+
+// TestDrainingSilentConnectionDies: a connection drained while its pod has gone silent (a query in flight, never
+// answered) still dies at drainLimit, its query getting the error, though the drain's timer holds it only weakly:
+// the pool holds it until then. It takes drainLimit (5 s).
+func TestDrainingSilentConnectionDies(t *testing.T) {
+	hold := make(chan struct{})
+	defer close(hold)
+	var seen atomic.Int64
+	answer := answerer(0, &seen)
+	addr, _ := testenv.ServeDNS(t, "127.0.0.1:0", dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+		if r.Question[0].Name == "hold.example." {
+			<-hold
+			return
+		}
+		answer(w, r)
+	}))
+	u := New(addr, Options{MaxAge: time.Hour})
+	defer u.Stop()
+	if _, err := ask(t, u, true, "warm.example."); err != nil {
+		t.Fatal(err)
+	}
+	c := u.tcp.pick(nil)
+	req := new(dns.Msg)
+	req.SetQuestion("hold.example.", dns.TypeA)
+	wire, err := req.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := queries.Get().(*query)
+	q.wire, q.qend = wire, questionEnd(wire)
+	if _, _, err := c.send(q, time.Now().UnixNano()); err != nil {
+		t.Fatal(err)
+	}
+	c.drain()
+	c = nil
+	runtime.GC()
+	runtime.GC()
+	select {
+	case r := <-q.ch:
+		if !errors.Is(r.err, errDrainSilent) || !r.c.dead.Load() {
+			t.Errorf("the held query got %v (connection dead: %v), want %v", r.err, r.c.dead.Load(), errDrainSilent)
+		}
+	case <-time.After(drainLimit + 10*time.Second):
+		t.Fatalf("a draining connection with a query unanswered is still open %v after its drain began (limit %v)", drainLimit+10*time.Second, drainLimit)
 	}
 }
