@@ -38,39 +38,62 @@ func KeyWorstCaseBytes(preferPositive bool) int64 {
 // maxNameBytes is the longest domain name (RFC 1035 section 2.3.4), the question's copy an entry keeps.
 const maxNameBytes = 255
 
-// entryOverheadBytes over-approximates an Entry's fixed part: the struct (112 bytes), the byte of room
-// miekg/dns packs with, the wildcard name (in the same buffer as the message; usually empty), and the shard
-// map's slot and bucket share (about 50 bytes).
+// entryOverheadBytes over-approximates an Entry's fixed part: the struct (72 bytes, at the head of the allocation
+// that holds its bytes), the byte of room miekg/dns packs with, the wildcard name (after the message; usually
+// empty), and the shard map's slot and bucket share (about 50 bytes).
 const entryOverheadBytes = 512
 
 // Entry is one cached response: its question, header bits and sections, packed. Entries are immutable but for
 // their prefetch counters and refresh state; the fast path compares them by pointer to know that the answer it
 // learned is still the cache's.
 //
-// A full cache is tens of thousands of entries, and the GC marks every one at every cycle: in bench/serve's miss
-// workload a cycle's GC CPU was 4.8 ms with full caches, 2.95 with 256 entries each. So an entry is two objects,
-// itself and its bytes (the names are in data, not strings of their own), and its pointers come first: the GC
-// scans an object only up to its last pointer (TestEntryPointersFirst). With this layout a cycle took 4.5 ms
-// against 5.7 (four alternating runs): 112 bytes and two objects an entry, against 192 and three.
+// A full cache is tens of thousands of entries, and the GC marks every live object at every cycle: in bench/serve's
+// miss workload a cycle's GC CPU was 4.8 ms with full caches, 2.95 with 256 entries each, and what a cycle costs
+// is the misses' tail. So an entry holds no pointer at all: the struct and its bytes (the packed message, the
+// names, and under prefer_positive the last-known-good entry) are one allocation of bytes, which the GC marks
+// without scanning (TestEntryHoldsNoPointer). Times are nanoseconds on the cache's clock since entryEpoch.
 type Entry struct {
-	data          []byte // Answer, Ns and Extra (no OPT) packed as one message, TTLs as stored; then the question's name and the wildcard's
-	lastKnownGood *Entry // the answering entry kept when a non-answer replaced it (prefer_positive)
-	// refreshing allows one refresh in flight; retryAfter holds off another after a failed one (serve_stale's
-	// FAILURE_RECHECK). A successful refresh replaces the entry, and with it this state.
-	retryAfter atomic.Pointer[time.Time]
-	stored     time.Time // keeps the monotonic reading: expiry ignores wall-clock steps
-
-	// No pointers from here on.
-	freq          freq
-	origTTL       uint32
+	stored     int64        // when stored, since entryEpoch: the monotonic reading, so expiry ignores wall-clock steps
+	retryAfter atomic.Int64 // a failed refresh holds off another until then (serve_stale's FAILURE_RECHECK), since entryEpoch; 0: none
+	freq       freq
+	origTTL    uint32
+	// The bytes after the struct: data[:wireLen] is the packed message (Answer, Ns and Extra, no OPT, TTLs as
+	// stored), data[wireLen:nameEnd] the question's name, data[nameEnd:size] the wildcard's; under
+	// prefer_positive an entry that replaced an answer keeps a copy of that answering entry at lastKnownGood
+	// bytes from its own start (0: none).
+	size          uint32
+	lastKnownGood uint32
 	qtype, qclass uint16
 	rcode         uint16
-	wireLen       uint16 // data[:wireLen] is the packed message, data[wireLen:nameEnd] the name, the rest the wildcard
+	wireLen       uint16
 	nameEnd       uint16
 	aa, ad, ra    bool
 	answering     bool // the response answers its question (answersQuestion)
-	refreshing    atomic.Bool
+	// refreshing allows one refresh in flight; a successful refresh replaces the entry, and with it this state.
+	refreshing atomic.Bool
 }
+
+// entrySize is the struct's size, where an entry's bytes start, rounded up so that an entry copied after them
+// (last-known-good) is aligned too.
+const entrySize = (unsafe.Sizeof(Entry{}) + 7) &^ 7
+
+// allocEntry returns a zero entry with room for n bytes after it: one allocation of bytes, so that the GC neither
+// scans it nor follows anything from it. The allocator aligns every object of this size to 8 bytes at least.
+func allocEntry(n int) *Entry {
+	b := make([]byte, int(entrySize)+n)
+	return (*Entry)(unsafe.Pointer(unsafe.SliceData(b)))
+}
+
+// data is the bytes after the struct: the message and the names.
+func (e *Entry) data() []byte {
+	return unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(e), entrySize)), e.size)
+}
+
+// entryEpoch is what an entry's times are kept from; a time read with the monotonic clock is compared on it.
+var entryEpoch = time.Now()
+
+// since is t as an entry keeps it.
+func since(t time.Time) int64 { return int64(t.Sub(entryEpoch)) }
 
 // newEntry packs m (its TTLs already capped to d) as stored at now, with the wildcard the answering plugin
 // matched (or none), or returns nil when it is larger than MaxMsgBytes or cannot be packed.
@@ -78,11 +101,11 @@ func newEntry(m *dns.Msg, now time.Time, d time.Duration, wildcard string) *Entr
 	if m.Rcode < 0 || m.Rcode > 0xFFF {
 		return nil // not an rcode (12 bits with EDNS): the reply cannot be packed either
 	}
-	e := &Entry{rcode: uint16(m.Rcode), aa: m.Authoritative, ad: m.AuthenticatedData, ra: m.RecursionAvailable} // #nosec G115 -- checked above
 	var name string
+	var q dns.Question
 	if len(m.Question) != 0 {
-		q := m.Question[0]
-		name, e.qtype, e.qclass = q.Name, q.Qtype, q.Qclass
+		q = m.Question[0]
+		name = q.Name
 	}
 	if len(name)+len(wildcard) > math.MaxUint16-MaxMsgBytes {
 		return nil // no name is this long (255 bytes on the wire, four times that escaped)
@@ -90,38 +113,84 @@ func newEntry(m *dns.Msg, now time.Time, d time.Duration, wildcard string) *Entr
 	// Packed without compression first: the question, which most answers' names point to, is not in the
 	// entry, so a single-record answer gains nothing from it, and building the compression map was most of a
 	// miss's packing (4% of its CPU in a profile of the bench's miss workload, a map per entry). Only what does
-	// not fit is packed again compressed, so the entries cached and their bound are the same. The buffer packed
-	// into has room for the names after the message (miekg/dns packs into one of Len()+1 bytes or more).
+	// not fit is packed again compressed, so the entries cached and their bound are the same. The entry is
+	// packed into in place, with room for the names after the message (miekg/dns packs into a buffer of
+	// Len()+1 bytes or more, and into a new one when given less).
 	body := &dns.Msg{Answer: m.Answer, Ns: m.Ns, Extra: withoutOPT(m.Extra)}
-	wire, err := body.PackBuffer(make([]byte, body.Len()+1+len(name)+len(wildcard)))
+	names := len(name) + len(wildcard)
+	room := body.Len() + 1 + names
+	e := allocEntry(room)
+	e.size = uint32(room) // #nosec G115 -- a message of at most 64 KiB and names bounded above
+	wire, err := body.PackBuffer(e.data())
 	if err == nil && len(wire) > MaxMsgBytes {
 		body.Compress = true
 		wire, err = body.Pack()
 		if err == nil && len(wire) <= MaxMsgBytes {
-			// Pack's buffer is the uncompressed size (up to 64 KiB): keep only what the entry holds.
-			wire = append(make([]byte, 0, len(wire)+len(name)+len(wildcard)), wire...)
+			// Pack's buffer is the uncompressed size (up to 64 KiB): the entry takes only what it holds.
+			e = allocEntry(len(wire) + names)
+			e.size = uint32(len(wire) + names) // #nosec G115 -- at most MaxMsgBytes and two bounded names
+			copy(e.data(), wire)
 		}
 	}
 	if err != nil || len(wire) > MaxMsgBytes {
 		return nil
 	}
-	e.data = append(append(wire, name...), wildcard...)
+	data := e.data()
+	if unsafe.SliceData(wire) != unsafe.SliceData(data) {
+		copy(data, wire) // packed elsewhere (cannot happen with the room given): the entry holds it all the same
+	}
+	copy(data[len(wire):], name)
+	copy(data[len(wire)+len(name):], wildcard)
+	e.size = uint32(len(wire) + names)                                    // #nosec G115 -- bounded above
 	e.wireLen, e.nameEnd = uint16(len(wire)), uint16(len(wire)+len(name)) // #nosec G115 -- bounded above
+	e.qtype, e.qclass = q.Qtype, q.Qclass
+	e.rcode = uint16(m.Rcode) // #nosec G115 -- checked above
+	e.aa, e.ad, e.ra = m.Authoritative, m.AuthenticatedData, m.RecursionAvailable
 	e.answering = answersQuestion(m)
 	e.origTTL = uint32(d.Seconds())
-	e.stored = now
+	e.stored = since(now)
 	return e
+}
+
+// withLastKnownGood is e with a copy of good after its bytes, as the answer it keeps (prefer_positive): a new
+// entry, e is not changed. The copy keeps good's prefetch count and held-off refresh, not a refresh in flight
+// (that one ends on good).
+func (e *Entry) withLastKnownGood(good *Entry) *Entry {
+	at := int(entrySize) + int((e.size+7)&^7) // the copy's offset from the new entry's start, aligned
+	n := e.copyTo(allocEntry(at + int(good.size)))
+	good.copyTo((*Entry)(unsafe.Add(unsafe.Pointer(n), at)))
+	n.lastKnownGood = uint32(at) // #nosec G115 -- two entries of at most 64 KiB each
+	return n
+}
+
+// copyTo copies e's fields and bytes (not its last-known-good entry) to n, which has room for them, and returns n.
+func (e *Entry) copyTo(n *Entry) *Entry {
+	n.stored, n.origTTL, n.size = e.stored, e.origTTL, e.size
+	n.retryAfter.Store(e.retryAfter.Load())
+	n.freq.last, n.freq.hits = e.freq.snapshot()
+	n.qtype, n.qclass, n.rcode, n.wireLen, n.nameEnd = e.qtype, e.qclass, e.rcode, e.wireLen, e.nameEnd
+	n.aa, n.ad, n.ra, n.answering = e.aa, e.ad, e.ra, e.answering
+	copy(n.data(), e.data())
+	return n
+}
+
+// lastKnown is the answering entry e keeps (prefer_positive), or nil.
+func (e *Entry) lastKnown() *Entry {
+	if e.lastKnownGood == 0 {
+		return nil
+	}
+	return (*Entry)(unsafe.Add(unsafe.Pointer(e), e.lastKnownGood))
 }
 
 // name is the question's name, as the response gave it. (A string over the entry's bytes, which never change:
 // a string of its own was an object more per entry for the GC to mark.)
-func (e *Entry) name() string { return bytesString(e.data[e.wireLen:e.nameEnd]) }
+func (e *Entry) name() string { return bytesString(e.data()[e.wireLen:e.nameEnd]) }
 
 // wildcard is the wildcard the answering plugin matched (metadata zone/wildcard), or "".
-func (e *Entry) wildcard() string { return bytesString(e.data[e.nameEnd:]) }
+func (e *Entry) wildcard() string { return bytesString(e.data()[e.nameEnd:]) }
 
 // wire is Answer, Ns and Extra, packed.
-func (e *Entry) wire() []byte { return e.data[:e.wireLen] }
+func (e *Entry) wire() []byte { return e.data()[:e.wireLen] }
 
 // bytesString is b as a string without a copy; b must never change after.
 func bytesString(b []byte) string {
@@ -147,7 +216,9 @@ func withoutOPT(rrs []dns.RR) []dns.RR {
 
 // TTL is the entry's remaining TTL at now in whole seconds, negative once expired: what a reply built at now
 // carries (CoreDNS truncates the age towards zero).
-func (e *Entry) TTL(now time.Time) int { return int(e.origTTL) - int(now.Sub(e.stored).Seconds()) }
+func (e *Entry) TTL(now time.Time) int {
+	return int(e.origTTL) - int(time.Duration(since(now)-e.stored).Seconds())
+}
 
 // OrigTTL is the TTL the entry was stored with: what keepttl answers with.
 func (e *Entry) OrigTTL() uint32 { return e.origTTL }
@@ -202,16 +273,19 @@ func (e *Entry) answeringEntryBy(matches func(*Entry) bool) *Entry {
 	if e.answering && matches(e) {
 		return e
 	}
-	if k := e.lastKnownGood; k != nil && k.answering && matches(k) {
+	if k := e.lastKnown(); k != nil && k.answering && matches(k) {
 		return k
 	}
 	return nil
 }
 
+// storedAt is when the entry was stored, on the cache's clock.
+func (e *Entry) storedAt() time.Time { return entryEpoch.Add(time.Duration(e.stored)) }
+
 // beginRefresh claims the entry's one refresh slot, unless a failed refresh holds it off until later.
 func (e *Entry) beginRefresh(now time.Time, recheck time.Duration) bool {
 	if recheck > 0 {
-		if after := e.retryAfter.Load(); after != nil && now.Before(*after) {
+		if after := e.retryAfter.Load(); after != 0 && since(now) < after {
 			return false
 		}
 	}
@@ -221,10 +295,9 @@ func (e *Entry) beginRefresh(now time.Time, recheck time.Duration) bool {
 // endRefresh frees the slot; a failed refresh with recheck set holds the next one off for recheck.
 func (e *Entry) endRefresh(now time.Time, recheck time.Duration, refreshed bool) {
 	if recheck > 0 && !refreshed {
-		after := now.Add(recheck)
-		e.retryAfter.Store(&after)
+		e.retryAfter.Store(since(now.Add(recheck)))
 	} else {
-		e.retryAfter.Store(nil)
+		e.retryAfter.Store(0)
 	}
 	e.refreshing.Store(false)
 }
@@ -232,25 +305,22 @@ func (e *Entry) endRefresh(now time.Time, recheck time.Duration, refreshed bool)
 // freq counts an entry's hits with no gap of the prefetch DURATION or more between them.
 type freq struct {
 	mu   sync.Mutex
-	last time.Duration // the last hit counted, since freqEpoch (a time.Time holds a pointer: Entry keeps its pointers first)
+	last int64 // the last hit counted, since entryEpoch
 	hits int
 }
-
-// freqEpoch is what freq's times are kept from; a time read with the monotonic clock is compared on it.
-var freqEpoch = time.Now()
 
 // update counts a hit at now and returns the count.
 func (f *freq) update(d time.Duration, now time.Time) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.hits = f.next(d, now)
-	f.last = now.Sub(freqEpoch)
+	f.last = since(now)
 	return f.hits
 }
 
 // next is the count a hit at now would make; f.mu held.
 func (f *freq) next(d time.Duration, now time.Time) int {
-	if f.last < now.Add(-d).Sub(freqEpoch) {
+	if f.last < since(now.Add(-d)) {
 		return 1
 	}
 	return f.hits + 1
@@ -262,8 +332,15 @@ func (f *freq) count() int {
 	return f.hits
 }
 
+// snapshot is the last hit counted and the count.
+func (f *freq) snapshot() (int64, int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.last, f.hits
+}
+
 func (f *freq) reset(t time.Time, hits int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.last, f.hits = t.Sub(freqEpoch), hits
+	f.last, f.hits = since(t), hits
 }

@@ -3,28 +3,72 @@ package dnscache
 import (
 	"net"
 	"reflect"
+	"runtime"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/miekg/dns"
 )
 
-// TestEntryPointersFirst holds Entry to its layout: every pointer in the fields before the marker (freq), none
-// from it on, so the GC scans an entry only that far.
-func TestEntryPointersFirst(t *testing.T) {
+// TestEntryHoldsNoPointer holds Entry to its layout: no field holds a pointer, so that an entry and its bytes are
+// one allocation the GC marks without scanning (allocEntry allocates bytes; a pointer kept in them would not
+// keep what it points to alive).
+func TestEntryHoldsNoPointer(t *testing.T) {
 	typ := reflect.TypeFor[Entry]()
-	marker, ok := typ.FieldByName("freq")
-	if !ok {
-		t.Fatal("Entry has no field freq")
-	}
 	for i := range typ.NumField() {
-		f := typ.Field(i)
-		if f.Offset >= marker.Offset && holdsPointers(f.Type) {
-			t.Errorf("Entry.%s (%s) holds a pointer after the pointer-free part starts (freq, at byte %d)", f.Name, f.Type, marker.Offset)
+		if f := typ.Field(i); holdsPointers(f.Type) {
+			t.Errorf("Entry.%s (%s) holds a pointer", f.Name, f.Type)
 		}
 	}
-	if typ.Size() > 112 {
-		t.Errorf("Entry is %d bytes, more than the 112 it was made to fit", typ.Size())
+	if typ.Size() > 80 {
+		t.Errorf("Entry is %d bytes, more than the 80 it was made to fit", typ.Size())
+	}
+}
+
+// answerA is a response to name's A query with one record, ip, of TTL 30.
+func answerA(name string, ip net.IP) *dns.Msg {
+	m := new(dns.Msg)
+	m.SetQuestion(name, dns.TypeA)
+	m.Response = true
+	m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 30}, A: ip}}
+	return m
+}
+
+// An entry that keeps a last-known-good answer holds a copy of it in its own allocation; the copy is an entry
+// of its own (its question, its message, its TTL), and a pointer to it alone keeps the allocation alive.
+func TestEntryKeepsItsLastKnownGood(t *testing.T) {
+	answer := answerA("svc.example.", net.IPv4(10, 0, 0, 7))
+	empty := new(dns.Msg)
+	empty.SetQuestion("svc.example.", dns.TypeA)
+	empty.Response = true
+	stored := time.Now()
+	good := newEntry(answer, stored, 30*time.Second, "")
+	good.freq.reset(stored, 3)
+	var kept *Entry
+	func() {
+		e := newEntry(empty, stored.Add(time.Second), 5*time.Second, "*.example.").withLastKnownGood(good)
+		if e.answering || e.wildcard() != "*.example." || e.TTL(stored.Add(time.Second)) != 5 {
+			t.Errorf("the entry changed: answering %v, wildcard %q, TTL %d", e.answering, e.wildcard(), e.TTL(stored.Add(time.Second)))
+		}
+		kept = e.answeringEntry(answer.Question[0])
+		if kept == nil || kept == good {
+			t.Fatalf("the entry's answering entry is %p, want a copy of %p", kept, good)
+		}
+		if uintptr(unsafe.Pointer(kept))%8 != 0 || uintptr(unsafe.Pointer(e))%8 != 0 {
+			t.Errorf("entries at %p and %p: not aligned to 8 bytes", e, kept)
+		}
+	}()
+	good = nil
+	for range 3 {
+		runtime.GC()
+		_ = make([]byte, 1<<20) // reuse of freed memory would overwrite the copy
+	}
+	if kept.name() != "svc.example." || kept.TTL(stored) != 30 || kept.freq.count() != 3 || kept.lastKnown() != nil {
+		t.Errorf("the copy reads back as %q, TTL %d, %d hits, last-known-good %p", kept.name(), kept.TTL(stored), kept.freq.count(), kept.lastKnown())
+	}
+	if r := kept.toMsg(answer, stored, false, false); len(r.Answer) != 1 || r.Answer[0].String() != answer.Answer[0].String() {
+		t.Errorf("the copy answers %v, want %v", r.Answer, answer.Answer)
 	}
 }
 
@@ -49,11 +93,7 @@ func holdsPointers(t reflect.Type) bool {
 // An entry keeps the question's name, the wildcard and the packed sections in one buffer, and gives each back
 // as it was given.
 func TestEntryKeepsNamesBesideTheMessage(t *testing.T) {
-	m := new(dns.Msg)
-	m.SetQuestion("Some.Example.", dns.TypeA)
-	m.Response = true
-	m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: "Some.Example.", Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 30},
-		A: net.IPv4(10, 0, 0, 1)}}
+	m := answerA("Some.Example.", net.IPv4(10, 0, 0, 1))
 	for _, wildcard := range []string{"", "*.example."} {
 		e := newEntry(m, time.Now(), 30*time.Second, wildcard)
 		if e == nil {
@@ -65,7 +105,7 @@ func TestEntryKeepsNamesBesideTheMessage(t *testing.T) {
 		if !e.matches(dns.Question{Name: "some.example.", Qtype: dns.TypeA, Qclass: dns.ClassINET}) {
 			t.Errorf("the entry does not match its own question, asked in lower case")
 		}
-		r := e.toMsg(m, e.stored, false, false)
+		r := e.toMsg(m, e.storedAt(), false, false)
 		if len(r.Answer) != 1 || r.Answer[0].String() != m.Answer[0].String() {
 			t.Errorf("answer %v, want %v", r.Answer, m.Answer)
 		}
@@ -90,10 +130,10 @@ func TestEntryHoldsOnlyItsBytes(t *testing.T) {
 	if e == nil {
 		t.Fatal("an answer that fits compressed was not cached")
 	}
-	if len(e.wire()) > MaxMsgBytes || cap(e.data) > MaxMsgBytes+len(name) {
-		t.Errorf("the entry holds %d bytes (%d of them the message) for a bound of %d and its name", cap(e.data), len(e.wire()), MaxMsgBytes)
+	if len(e.wire()) > MaxMsgBytes || int(e.size) > MaxMsgBytes+len(name) {
+		t.Errorf("the entry holds %d bytes (%d of them the message) for a bound of %d and its name", e.size, len(e.wire()), MaxMsgBytes)
 	}
-	if r := e.toMsg(m, e.stored, false, false); len(r.Answer) != len(m.Answer) {
+	if r := e.toMsg(m, e.storedAt(), false, false); len(r.Answer) != len(m.Answer) {
 		t.Errorf("%d records back, want %d", len(r.Answer), len(m.Answer))
 	}
 }

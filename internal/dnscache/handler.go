@@ -55,7 +55,7 @@ func (c *Cache) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) 
 		metadata.SetValueFunc(ctx, "zone/wildcard", func() string { return wildcard })
 	}
 	if c.keepttl {
-		now = e.stored
+		now = e.storedAt()
 	}
 	var resp *dns.Msg
 	if stale && c.staleTTL > 0 {
@@ -142,7 +142,7 @@ func (c *Cache) verifyWithTimeout(ctx context.Context, w dns.ResponseWriter, r, 
 		if vw.entry != nil {
 			now := c.now()
 			if c.keepttl {
-				now = vw.entry.stored
+				now = vw.entry.storedAt()
 			}
 			resp = vw.entry.toMsg(r, now, do, ad)
 		}

@@ -90,7 +90,7 @@ func (f *freq) hitUnlessDue(d time.Duration, now time.Time, due func(int) bool) 
 	if due(hits) {
 		return false
 	}
-	f.hits, f.last = hits, now.Sub(freqEpoch)
+	f.hits, f.last = hits, since(now)
 	return true
 }
 

@@ -186,7 +186,9 @@ func (w *ResponseWriter) set(m *dns.Msg, key uint64, mt response.Type, d time.Du
 		if w.preferPositive && !e.answering {
 			// A non-answer does not destroy the last answer known good.
 			if prev, ok := w.pcache.Get(key); ok {
-				e.lastKnownGood = prev.answeringEntry(question(w.req))
+				if good := prev.answeringEntry(question(w.req)); good != nil {
+					e = e.withLastKnownGood(good)
+				}
 			}
 		}
 		if w.pcache.Add(key, e) {
