@@ -131,7 +131,7 @@ func newEntry(m *dns.Msg, now time.Time, d time.Duration, wildcard string) *Entr
 			// Pack's buffer is the uncompressed size (up to 64 KiB): the entry takes only what it holds.
 			e = allocEntry(len(wire) + names)
 			e.size = uint32(len(wire) + names) // #nosec G115 -- at most MaxMsgBytes and two bounded names
-			copy(e.data(), wire)
+			wire = e.data()[:copy(e.data(), wire)]
 		}
 	}
 	if err != nil || len(wire) > MaxMsgBytes {
