@@ -330,7 +330,6 @@ func (p *pool) renewOne(now int64) {
 	}
 	if live > p.opts.Conns {
 		var inflight int64
-		var quietest *conn
 		for _, c := range cs {
 			if !c.live() {
 				continue
@@ -341,17 +340,16 @@ func (p *pool) renewOne(now int64) {
 				return
 			}
 			inflight += int64(n)
-			if !c.renewing.Load() && (quietest == nil || n < quietest.inflight.Load()) {
-				quietest = c
-			}
 		}
 		// Under a steady load every connection is picked in turn and none is ever idle, so the connections a
 		// burst (or a moment of deep queues) opened would stay for as long as the load lasts, each a reader
-		// and its system calls for fewer answers: one goes once the others could carry what is in flight at
-		// half their depth.
-		if quietest != nil && 2*inflight <= int64(live-1)*int64(p.depth()) {
-			quietest.drain()
-			return
+		// and its system calls for fewer answers: the least loaded goes once the others could carry what is in
+		// flight at half their depth. (No renewal is pending here: renewIfDue waits for the last one's.)
+		if 2*inflight <= int64(live-1)*int64(p.depth()) {
+			if c := p.pick(nil); c != nil {
+				c.drain()
+				return
+			}
 		}
 	}
 	if oldest != nil && oldest.renewing.CompareAndSwap(false, true) {
