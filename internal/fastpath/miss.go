@@ -31,9 +31,13 @@ const missIdle = 2 * time.Second
 // starts a worker whenever none waits at that instant, so on a starved machine, where the workers that have
 // answered are runnable but not yet running, a flood of misses starts one per datagram; without this bound each
 // then waited missIdle: 880 idle workers on grown stacks in TestUpstreamOutageFlood beside the listeners' CPU
-// hogs, the agent's peak RSS 3x its idle RSS. A busy server's misses still find a worker waiting: a burst of
-// answers from the upstream frees its workers together, and batchSize of them is what one read hands over.
-const missIdleMax = 2 * batchSize
+// hogs, the agent's peak RSS 3x its idle RSS. A busy server's misses must still find a worker waiting: its
+// upstream's answers come back in bursts as large as the misses in flight, and each burst frees its workers
+// together. At 2*batchSize, bench/serve's miss workload (about 100 misses in flight) ended workers after every
+// burst and started 7,700 a second anew, for a fifth of its 37,000 misses a second, each growing its stack from
+// 2 KiB three times in CoreDNS's chain: 7% of the agent's CPU. At 4*batchSize none starts in that storm, and the flood's peak RSS
+// is unchanged (1.35x its idle RSS either way).
+const missIdleMax = 4 * batchSize
 
 // misses hands CoreDNS what the readers do not answer: each datagram goes to a worker goroutine, which unpacks
 // it as miekg/dns's UDP server does (the same accept function and FORMERR/NOTIMP answers; the fast path serves
