@@ -41,10 +41,21 @@ func (d *silentDialer) dial(network, addr string, timeout time.Duration) (net.Co
 // TestFullPipelineDoesNotWaitForADeadDial: when the one connection's pipeline is full, a query opens another,
 // and when that dial meets a dead pod, the query does not wait out the dial's bound: after about a live pod's
 // handshake it queues on the full connection. (A dial bound is four times the p99 of round trips, at least
-// 100 ms; the wait is twice their median, so the query is answered well within the bound on any machine.)
+// 100 ms; the wait is twice their median.) The pipeline is full for as long as the test needs: the server holds
+// the first query until the second is queued behind it, whatever the machine's speed.
 func TestFullPipelineDoesNotWaitForADeadDial(t *testing.T) {
 	var seen atomic.Int64
-	addr, _ := testenv.ServeDNS(t, "127.0.0.1:0", answerer(5*time.Millisecond, &seen))
+	answer := answerer(5*time.Millisecond, &seen)
+	firstIn, release := make(chan struct{}), make(chan struct{})
+	var firstOnce, releaseOnce sync.Once
+	addr, _ := testenv.ServeDNS(t, "127.0.0.1:0", dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+		if r.Question[0].Name == "first.example." {
+			firstOnce.Do(func() { close(firstIn) })
+			<-release
+		}
+		answer(w, r)
+	}))
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
 	u := New(addr, Options{Conns: 1, RenewQueries: 1 << 62, MaxAge: time.Hour})
 	defer u.Stop()
 	d := newSilentDialer(t)
@@ -59,29 +70,53 @@ func TestFullPipelineDoesNotWaitForADeadDial(t *testing.T) {
 	}
 	d.dead.Store(true)
 	var wg sync.WaitGroup
-	var second time.Duration
-	var secondErr error
+	var firstErr, secondErr error
 	wg.Add(2)
-	go func() { defer wg.Done(); _, _ = ask(t, u, true, "first.example.") }()
-	time.Sleep(time.Millisecond)
-	go func() {
-		defer wg.Done()
-		start := time.Now()
-		_, secondErr = ask(t, u, true, "second.example.")
-		second = time.Since(start)
-	}()
-	wg.Wait()
-	bound := u.lat.dialBound()
-	t.Logf("the second query took %v; dial bound %v, wait for a new connection %v; dials hung: %d", second, bound, u.lat.dialWait(), d.hung.Load())
-	if secondErr != nil {
-		t.Fatal(secondErr)
+	go func() { defer wg.Done(); _, firstErr = ask(t, u, true, "first.example.") }()
+	select {
+	case <-firstIn:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first query did not reach the server within 10 s")
 	}
-	if d.hung.Load() == 0 {
+	full := fullConn(u)
+	if full == nil {
+		t.Fatal("no connection holds the first query")
+	}
+	bound, wait := u.lat.dialBound(), u.lat.dialWait() // as the second query finds them
+	start := time.Now()
+	go func() { defer wg.Done(); _, secondErr = ask(t, u, true, "second.example.") }()
+	deadline := start.Add(10 * time.Second)
+	for full.inflight.Load() < 2 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	queued, hung := time.Since(start), d.hung.Load()
+	behind := full.inflight.Load() >= 2
+	releaseOnce.Do(func() { close(release) })
+	wg.Wait()
+	t.Logf("the second query was queued on the full connection after %v; dial bound %v, wait for a new connection %v; dials hung: %d",
+		queued, bound, wait, hung)
+	if firstErr != nil || secondErr != nil {
+		t.Fatalf("first query: %v; second query: %v", firstErr, secondErr)
+	}
+	if hung == 0 {
 		t.Fatal("no dial was made while the pipeline was full: the test proves nothing")
 	}
-	if second >= bound {
-		t.Errorf("the second query took %v, the dial's bound (%v): it waited for the dial to the dead pod", second, bound)
+	if !behind {
+		t.Fatalf("the second query was not queued on the full connection within 10 s while the dial hung")
 	}
+	if queued >= bound {
+		t.Errorf("the second query was queued after %v, the dial's bound (%v): it waited for the dial to the dead pod", queued, bound)
+	}
+}
+
+// fullConn is u's TCP connection with a query in flight.
+func fullConn(u *Upstream) *conn {
+	for _, c := range *u.tcp.conns.Load() {
+		if c.inflight.Load() > 0 {
+			return c
+		}
+	}
+	return nil
 }
 
 // TestFreshPoolDialsPastDeadPods: a fresh agent whose first dials all meet a dead pod starts more while they
