@@ -35,8 +35,8 @@ const missIdle = 2 * time.Second
 // upstream's answers come back in bursts as large as the misses in flight, and each burst frees its workers
 // together. At 2*batchSize, bench/serve's miss workload (about 100 misses in flight) ended workers after every
 // burst and started 7,700 a second anew, for a fifth of its 37,000 misses a second, each growing its stack from
-// 2 KiB three times in CoreDNS's chain: 7% of the agent's CPU. At 4*batchSize none starts in that storm, and the flood's peak RSS
-// is unchanged (1.35x its idle RSS either way).
+// 2 KiB three times in CoreDNS's chain: 7% of the agent's CPU. At 4*batchSize none starts in that storm, and
+// the flood's peak RSS is unchanged (1.35-1.37x its idle RSS either way).
 const missIdleMax = 4 * batchSize
 
 // misses hands CoreDNS what the readers do not answer: each datagram goes to a worker goroutine, which unpacks

@@ -78,8 +78,8 @@ func TestFullPipelineDoesNotWaitForADeadDial(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the first query did not reach the server within 10 s")
 	}
-	full := fullConn(u)
-	if full == nil {
+	full := u.tcp.pick(nil) // the pool's one live connection
+	if full == nil || full.inflight.Load() != 1 {
 		t.Fatal("no connection holds the first query")
 	}
 	bound, wait := u.lat.dialBound(), u.lat.dialWait() // as the second query finds them
@@ -107,16 +107,6 @@ func TestFullPipelineDoesNotWaitForADeadDial(t *testing.T) {
 	if queued >= bound {
 		t.Errorf("the second query was queued after %v, the dial's bound (%v): it waited for the dial to the dead pod", queued, bound)
 	}
-}
-
-// fullConn is u's TCP connection with a query in flight.
-func fullConn(u *Upstream) *conn {
-	for _, c := range *u.tcp.conns.Load() {
-		if c.inflight.Load() > 0 {
-			return c
-		}
-	}
-	return nil
 }
 
 // TestFreshPoolDialsPastDeadPods: a fresh agent whose first dials all meet a dead pod starts more while they
