@@ -197,7 +197,7 @@ func TestDeadBackendNeverHangs(t *testing.T) {
 	if bound := (1+2+4+8)*maxHedge + 2*maxDialBound + 2*control; worst > bound {
 		t.Errorf("slowest query took %v, want at most %v (the slowest with every backend alive: %v)", worst, bound, control)
 	}
-	t.Logf("slowest %v (alive: %v); dials %d, deaths %d, hedges %d; per backend %d/%d/%d", worst, control, u.m.Dials.Load(), u.m.Deaths.Load(), u.m.Hedges.Load(), b.per[0].Load(), b.per[1].Load(), b.per[2].Load())
+	t.Logf("slowest %v (alive: %v); dials %d (%d failed), deaths %d, hedges %d; per backend %d/%d/%d", worst, control, u.m.Dials.Load(), u.m.DialFailures.Load(), u.m.Deaths.Load(), u.m.Hedges.Load(), b.per[0].Load(), b.per[1].Load(), b.per[2].Load())
 	if u.m.Deaths.Load() == 0 && u.m.Hedges.Load() == 0 {
 		t.Errorf("no hedge and no connection taken out: the dead backend was never met")
 	}
